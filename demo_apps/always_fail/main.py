@@ -1,0 +1,3 @@
+"""A Process App that always fails (no compensation entry: nothing to undo)."""
+
+raise RuntimeError("Intentional cleanup test")

@@ -1,0 +1,9 @@
+"""Workrun: a local workflow runner that compensates App calls when a run finally fails.
+
+The public surface is small and pinned by ``tests/test_public_api.py``.
+"""
+
+from workrun.errors import ConfigError, WorkrunError
+
+__all__ = ["ConfigError", "WorkrunError", "__version__"]
+__version__ = "0.1.0"

@@ -1,0 +1,149 @@
+"""The agent loop: a model backend proposes tool calls; each call is its own journaled operation (R-C5).
+
+Backends (``model`` in the node):
+
+- ``scripted``: deterministic; plays ``script`` (a list of ``{tool, args}``;
+  a step ``{error = "..."}`` makes the model fail there), then answers
+  ``answer`` (or fails to answer when ``fail_answer = true``).
+- anything else: an OpenAI-compatible chat-completions backend
+  (:mod:`workrun.agent.openai_backend`), tool calls mapped from the
+  discovered schemas.
+
+Tool calls of one node depend on the node's upstream operations; among
+themselves they are independent for hold-back and compensated newest first.
+A tool whose App config says ``confirm = "always"`` is confirmed on the
+terminal before a normal call (or needs ``--yes``); compensation never asks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+from workrun.apps import load_app
+from workrun.calls import call_app
+from workrun.errors import ConfigError, WorkrunError
+from workrun.models import AppSpec, NodeSpec
+from workrun.services import Services
+
+__all__ = ["Backend", "ScriptedBackend", "ToolCall", "run_agent_node"]
+
+
+class ToolCall(dict):
+    """A proposed tool call: ``{"tool": name, "args": {...}, "id": str | None}``."""
+
+
+class Backend(Protocol):
+    """A model that proposes tool calls and then answers."""
+
+    def next(self, observation: dict[str, Any] | None) -> ToolCall | str:
+        """Given the last tool call's outcome (None at start), return the next ToolCall or the final answer.
+
+        Raises:
+            WorkrunError: the model failed (e.g. HTTP error, bad answer).
+        """
+
+
+class ScriptedBackend:
+    """Plays a fixed script (deterministic; for tests and demos)."""
+
+    def __init__(self, node: NodeSpec, skip: int) -> None:
+        self.steps: Iterator[dict[str, Any]] = iter(node.script[skip:])
+        self.node = node
+
+    def next(self, observation: dict[str, Any] | None) -> ToolCall | str:
+        """Return the next scripted call, or the answer when the script is over."""
+        for step in self.steps:
+            if "error" in step:
+                raise WorkrunError(f"model failed: {step['error']}")
+            return ToolCall(tool=step.get("tool"), args=dict(step.get("args") or {}), id=None)
+        if self.node.fail_answer:
+            raise WorkrunError("the agent failed to answer (fail_answer = true)")
+        return self.node.answer if self.node.answer is not None else "done"
+
+
+def _confirm(svc: Services, app: AppSpec, tool: str, args: dict[str, Any]) -> str | None:
+    """Return None when the call may go ahead, else why not (normal calls only; never compensation)."""
+    policy = app.tools.get(tool)
+    if policy is None or policy.confirm != "always" or svc.assume_yes:
+        return None
+    if not svc.interactive:
+        return (f"tool {tool!r} asks for confirmation (confirm = \"always\") and there is no terminal; "
+                "pass --yes to approve")
+    import typer
+
+    if typer.confirm(f"Call tool {tool!r} of App {app.name!r} with {args}?", default=False):
+        return None
+    return f"tool call {tool!r} was declined"
+
+
+def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str, Any],
+                   depends_on: list[str]) -> Any:
+    """Run an agent node to its answer; return a :class:`workrun.engine.NodeOutcome`.
+
+    The node result is ``{"answer": str, "tool_calls": [{tool, operation_id, status, result}]}``.
+    Resuming after a restart continues the script after the calls already journaled.
+    """
+    from workrun.agent.tools import discover
+    from workrun.engine import NodeOutcome
+    from workrun.workflow import render
+
+    tools: dict[str, tuple[Path, AppSpec, dict[str, Any]]] = {}
+    try:
+        for ref in node.tools:
+            app = load_app(Path(ref.project), ref.app)
+            for t in discover(svc, Path(ref.project), app):
+                tools[t["name"]] = (Path(ref.project), app, t)
+        prompt = render(node.prompt, context)
+    except (ConfigError, WorkrunError) as exc:
+        return NodeOutcome("failed", error=exc.line())
+    except KeyError as exc:
+        return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
+    prior = [o for o in svc.journal.operations(run_id) if o["node_key"] == node.key]
+    calls = [{"tool": o["tool_name"], "operation_id": o["operation_id"], "status": o["status"], "result": o["result"]}
+             for o in prior]
+    if any(o["status"] == "unknown" for o in prior):
+        return NodeOutcome("failed", error="a tool call's outcome is unknown after a restart; not re-sent")
+    if node.model == "scripted":
+        backend: Backend = ScriptedBackend(node, skip=len(prior))
+    else:
+        if prior:
+            return NodeOutcome("failed", error="the agent's conversation was interrupted by a runner restart; its "
+                               "successful tool calls are kept and compensated if the run fails")
+        from workrun.agent.openai_backend import OpenAIBackend
+
+        try:
+            backend = OpenAIBackend(node, prompt, [t for _, _, t in tools.values()])
+        except WorkrunError as exc:
+            return NodeOutcome("failed", error=exc.line())
+    observation: dict[str, Any] | None = None
+    for _ in range(node.max_steps):
+        if svc.stopping():
+            return NodeOutcome("stopped", error="stopped by the user")
+        try:
+            step = backend.next(observation)
+        except WorkrunError as exc:
+            return NodeOutcome("failed", error=exc.line())
+        if isinstance(step, str):
+            return NodeOutcome("succeeded", {"answer": step, "tool_calls": calls})
+        name = step.get("tool")
+        if name not in tools:
+            observation = {"id": step.get("id"), "error": f"unknown tool {name!r}"}
+            svc.say(run_id, node.key, "warning", f"model asked for unknown tool {name!r}")
+            continue
+        project, app, _ = tools[name]
+        refusal = _confirm(svc, app, name, step["args"])
+        if refusal:
+            return NodeOutcome("failed", error=refusal)
+        op = call_app(svc, project=project, app=app, input=step["args"], run_id=run_id, node_key=node.key,
+                      depends_on=depends_on, tool_name=name, tool_call_index=len(calls))
+        calls.append({"tool": name, "operation_id": op["operation_id"], "status": op["status"],
+                      "result": op["result"]})
+        svc.say(run_id, node.key, "info" if op["status"] == "succeeded" else "warning",
+                f"tool call {len(calls) - 1} {name} (operation {op['operation_id']}): {op['status']}"
+                + (f": {op['error']}" if op["error"] else ""))
+        if svc.stopping():
+            return NodeOutcome("stopped", error="stopped by the user")
+        observation = {"id": step.get("id"), "tool": name, "status": op["status"],
+                       "result": op["result"], "error": op["error"]}
+    return NodeOutcome("failed", error=f"the agent did not answer within max_steps = {node.max_steps}")

@@ -1,0 +1,220 @@
+"""Reading ``[tool.workrun]`` of an App project, validating it, fingerprinting its code.
+
+Implements R-A1 (project = ``pyproject.toml`` + ``uv.lock``), R-A3 (output
+contracts), R-A4 (compensation entry inside the project, different from the
+entry), R-J2 (code fingerprint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from workrun.errors import ConfigError
+from workrun.models import AppSpec
+
+__all__ = [
+    "FINGERPRINT_EXCLUDED_DIRS",
+    "Fingerprint",
+    "check_contract",
+    "diff_fingerprints",
+    "fingerprint",
+    "load_app",
+    "load_project",
+    "pydantic_error",
+]
+
+FINGERPRINT_EXCLUDED_DIRS = frozenset(
+    {".venv", "venv", "__pycache__", ".git", ".hg", ".svn", ".pytest_cache", ".mypy_cache",
+     ".ruff_cache", ".tox", ".nox", "node_modules", "build", "dist", ".workrun"}
+)
+FINGERPRINT_TOP_FILES = ("pyproject.toml", "uv.lock", ".python-version")
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def pydantic_error(exc: ValidationError, file: str, prefix: str) -> ConfigError:
+    """Turn the first pydantic error into a one-line ConfigError naming file and field."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "missing":
+        msg = "is required"
+    return ConfigError(msg, file=file, field=loc)
+
+
+def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
+    pyproject = project / "pyproject.toml"
+    if not project.is_dir():
+        raise ConfigError("App project directory not found", file=str(project))
+    if not pyproject.is_file():
+        raise ConfigError("not an App project: pyproject.toml is missing (R-A1)", file=str(project))
+    if not (project / "uv.lock").is_file():
+        raise ConfigError("uv.lock is missing: run `uv lock` in the project (R-A1)", file=str(project / "uv.lock"))
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=str(pyproject)) from None
+    return pyproject, data
+
+
+def _inside(project: Path, rel: str, file: str, field: str) -> Path:
+    """Resolve ``rel`` inside ``project`` or raise (R-A4: no '..', absolute path, symlink escape)."""
+    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise ConfigError(f"{rel!r} must be a relative path inside the project", file=file, field=field)
+    root = project.resolve()
+    target = (project / rel).resolve()
+    if root != target and root not in target.parents:
+        raise ConfigError(f"{rel!r} resolves outside the project (symlink escape)", file=file, field=field)
+    if not target.is_file():
+        raise ConfigError(f"{rel!r} does not exist in the project", file=file, field=field)
+    return target
+
+
+def load_project(project: Path) -> dict[str, AppSpec]:
+    """Read and validate every App of a project.
+
+    Args:
+        project: the App project directory.
+
+    Returns:
+        ``{app name: AppSpec}``.
+
+    Raises:
+        ConfigError: missing files, bad TOML, unknown keys, bad types, entry paths
+            that escape the project or a compensation entry equal to the entry (R-A4).
+    """
+    project = Path(project)
+    pyproject, data = _read_pyproject(project)
+    apps_table = data.get("tool", {}).get("workrun", {}).get("apps")
+    file = str(pyproject)
+    if apps_table is None:
+        raise ConfigError("no Apps declared", file=file, field="tool.workrun.apps")
+    if not isinstance(apps_table, dict):
+        raise ConfigError("must be a table of Apps", file=file, field="tool.workrun.apps")
+    apps: dict[str, AppSpec] = {}
+    for name, table in apps_table.items():
+        prefix = f"tool.workrun.apps.{name}"
+        if not isinstance(table, dict):
+            raise ConfigError("must be a table", file=file, field=prefix)
+        try:
+            spec = AppSpec.model_validate({**table, "name": name})
+        except ValidationError as exc:
+            raise pydantic_error(exc, file, prefix) from None
+        entry = _inside(project, spec.entry, file, f"{prefix}.entry")
+        if spec.compensation is not None:
+            field = f"{prefix}.compensation.entry"
+            comp = _inside(project, spec.compensation.entry, file, field)
+            if comp == entry:
+                raise ConfigError("must differ from the App's entry (R-A4)", file=file, field=field)
+        apps[name] = spec
+    return apps
+
+
+def load_app(project: Path, app: str, *, file: str | None = None, field: str | None = None) -> AppSpec:
+    """Return one validated App of a project.
+
+    Raises:
+        ConfigError: as :func:`load_project`, or when the App is not declared
+            (reported against ``file``/``field`` when given, e.g. the workflow node).
+    """
+    apps = load_project(project)
+    if app not in apps:
+        known = ", ".join(sorted(apps)) or "none"
+        raise ConfigError(f"unknown App {app!r} in {project} (Apps: {known})",
+                          file=file or str(Path(project) / "pyproject.toml"), field=field or "app")
+    return apps[app]
+
+
+def check_contract(result: Any, output: dict[str, Any]) -> str | None:
+    """Check a result against an output contract (R-A3).
+
+    Args:
+        result: the parsed result (must be a dict).
+        output: ``{field: OutputField}``.
+
+    Returns:
+        None when the result conforms, else a message naming the field.
+        Fields beyond the contract are allowed (SPEC §10).
+    """
+    if not isinstance(result, dict):
+        return f"result must be a JSON object, got {type(result).__name__}"
+    for name, spec in output.items():
+        if name not in result:
+            if spec.required:
+                return f"output field {name!r} is required but missing"
+            continue
+        value = result[name]
+        allowed = _JSON_TYPES[spec.type]
+        ok = isinstance(value, allowed) and not (spec.type in ("integer", "number") and isinstance(value, bool))
+        if not ok:
+            return f"output field {name!r} must be {spec.type}, got {type(value).__name__}"
+    return None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A project's code fingerprint (R-J2).
+
+    Attributes:
+        digest: sha256 hex over the sorted ``path NUL file-sha256`` lines.
+        files: ``{relative posix path: sha256 hex}`` of every fingerprinted file.
+    """
+
+    digest: str
+    files: dict[str, str]
+
+
+def _fingerprinted_files(project: Path) -> list[Path]:
+    """The exact file set: every ``*.py`` under the project (outside excluded dirs and dot-dirs),
+    plus top-level ``pyproject.toml``, ``uv.lock`` and ``.python-version``."""
+    found: list[Path] = []
+    for name in FINGERPRINT_TOP_FILES:
+        if (project / name).is_file():
+            found.append(project / name)
+    for root, dirs, files in os.walk(project):
+        dirs[:] = [d for d in dirs if d not in FINGERPRINT_EXCLUDED_DIRS and not d.startswith(".")]
+        for f in files:
+            if f.endswith(".py"):
+                found.append(Path(root, f))
+    return found
+
+
+def fingerprint(project: Path) -> Fingerprint:
+    """Compute the code fingerprint of an App project (R-J2).
+
+    Returns:
+        A :class:`Fingerprint` with per-file hashes so a change can be named (R-C8).
+    """
+    project = Path(project)
+    files: dict[str, str] = {}
+    for path in _fingerprinted_files(project):
+        try:
+            files[path.relative_to(project).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            continue
+    lines = "".join(f"{p}\0{h}\n" for p, h in sorted(files.items()))
+    return Fingerprint(hashlib.sha256(lines.encode()).hexdigest(), files)
+
+
+def diff_fingerprints(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """Describe what changed between two per-file hash maps, e.g. ``["main.py changed", "x.py added"]``."""
+    out = [f"{p} changed" for p in sorted(old) if p in new and new[p] != old[p]]
+    out += [f"{p} added" for p in sorted(new) if p not in old]
+    out += [f"{p} removed" for p in sorted(old) if p not in new]
+    return out

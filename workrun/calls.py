@@ -1,0 +1,281 @@
+"""One App call or one compensation attempt, journaled around the process (R-J1, R-C7, R-R3).
+
+Order of writes for a call (each committed before the next step):
+``op.intent`` (status ``starting``, before the process exists) ->
+``op.started`` (pid recorded, status ``running``) -> ``op.finished``.
+Attempts follow the same shape: ``attempt.intent`` -> ``attempt.started`` ->
+``attempt.finished`` (which also sets the compensation's status).
+The outcome functions (:func:`finish_operation`, :func:`finish_attempt`) are
+shared by live calls and by recovery after a restart, so both decide alike.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal as _signal
+from pathlib import Path
+from typing import Any
+
+from workrun.apps import check_contract, diff_fingerprints, fingerprint
+from workrun.errors import EnvironmentUnavailableError
+from workrun.models import AppSpec
+from workrun.runner.uv import Outcome, collect, proc_start_time, spawn, wait
+from workrun.services import Services, new_id
+
+__all__ = [
+    "backoff_delay",
+    "call_app",
+    "finish_attempt",
+    "finish_operation",
+    "run_attempt",
+]
+
+
+def _describe_exit(outcome: Outcome, timeout: float) -> str:
+    if outcome.stopped:
+        return "stopped by the user"
+    if outcome.timed_out:
+        return f"timed out after {timeout:g} s (process group ended)"
+    if outcome.signal:
+        try:
+            name = _signal.Signals(outcome.signal).name
+        except ValueError:
+            name = str(outcome.signal)
+        return f"killed by signal {name}"
+    return f"exited with code {outcome.exit_code}"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
+             node_key: str | None, depends_on: list[str], tool_name: str | None = None,
+             tool_call_index: int | None = None, standalone: bool = False) -> dict[str, Any]:
+    """Make one journaled App call and return its final operation row.
+
+    Args:
+        project: the App project directory.
+        app: the App config; its snapshot is journaled with the call (R-A5).
+        input: the call's actual input (a tool call's input is its arguments).
+        depends_on: upstream operation ids (for compensation order, R-C3).
+        tool_name / tool_call_index: for a Tool App call (R-C5).
+        standalone: ``workrun app run`` (journaled, never compensated, R-A6).
+
+    Returns:
+        The operation row after ``op.finished`` (status ``succeeded``, ``failed`` or ``unknown``).
+
+    Raises:
+        JournalError: when the journal cannot be written (nothing unrecorded is marked done).
+    """
+    project = Path(project).resolve()
+    fp = fingerprint(project)
+    op_id = new_id("op")
+    call_dir = svc.call_dir(op_id)
+    snapshot = None
+    if app.compensation is not None and app.compensation.code == "snapshot":
+        from workrun.snapshots import take
+
+        snapshot = take(svc.data_dir, project, fp)
+    row = {
+        "operation_id": op_id, "run_id": run_id, "node_key": node_key, "tool_call_index": tool_call_index,
+        "app": app.name, "project": str(project), "kind": app.kind, "tool_name": tool_name,
+        "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
+        "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
+        "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
+    }
+    svc.journal.insert_operation(row)
+    try:
+        python = svc.envs.python(project)
+    except EnvironmentUnavailableError as exc:
+        _claim_never_started(call_dir)
+        svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=exc.message,
+                           ended_at=svc.now())
+        return svc.journal.operation(op_id)
+    envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name}
+    if app.kind == "tool" and tool_name is None:
+        raise ValueError("a Tool App call needs a tool name")
+    try:
+        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
+    except OSError as exc:
+        _claim_never_started(call_dir)
+        svc.journal.update("operations", (op_id,), "op.finished", status="failed",
+                           error=f"cannot start the App process: {exc}", ended_at=svc.now())
+        return svc.journal.operation(op_id)
+    started = svc.now()
+    deadline = started + app.timeout
+    svc.journal.update("operations", (op_id,), "op.started", status="running", pid=proc.pid,
+                       proc_start=proc_start_time(proc.pid), started_at=started, deadline=deadline)
+    outcome = wait(proc, svc.watchdog, deadline)
+    return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
+
+
+def _claim_never_started(call_dir: Path) -> None:
+    from workrun_sdk import _wire
+
+    _wire.claim(call_dir, "abandoned\n")
+
+
+def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    """Decide and journal a call's outcome (``op.finished``), live or after a restart.
+
+    Exit 0 with a valid result = ``succeeded``; a result that is not JSON, over
+    1 MiB or against the contract = ``failed`` naming the field or limit (R-A3);
+    non-zero exit, signal, timeout or stop = ``failed``; gone without an exit
+    record = ``unknown`` (R-R3); never started = ``failed`` with ``not started``.
+    """
+    call_dir = Path(op["call_dir"])
+    config = AppSpec.model_validate(op["config"])
+    got = collect(call_dir) if call_dir.is_dir() else None
+    fields: dict[str, Any] = {"ended_at": svc.now(), "exit_code": outcome.exit_code, "signal": outcome.signal}
+    if got is not None:
+        fields.update(stdout_tail=got.stdout_tail, stderr_tail=got.stderr_tail, resources=got.resources)
+    if outcome.not_started:
+        fields.update(status="failed", error="not started: the runner stopped before the App process began")
+    elif outcome.unknown:
+        fields.update(status="unknown", error="outcome unknown: the App process ended while the runner was down "
+                      "and left no exit record; verify outside before re-running")
+    elif outcome.exit_code == 0 and not outcome.stopped and not outcome.timed_out:
+        assert got is not None
+        problem = got.error or check_contract(got.result if got.result is not None else {}, config.output)
+        if problem:
+            fields.update(status="failed", error=f"{config.name}: {problem}")
+        else:
+            fields.update(status="succeeded", result=got.result if got.result is not None else {})
+    else:
+        detail = _last_line(got.stderr_tail) if got else ""
+        fields.update(status="failed",
+                      error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
+    svc.journal.update("operations", (op["operation_id"],), "op.finished", **fields)
+    shutil.rmtree(call_dir, ignore_errors=True)
+    return svc.journal.operation(op["operation_id"])
+
+
+def backoff_delay(base: float, failed_attempts: int) -> float:
+    """Seconds to wait after ``failed_attempts`` failures: ``base * 2**(n-1)``, capped at 60, jittered ±25%."""
+    delay = min(60.0, base * (2 ** max(0, failed_attempts - 1)))
+    return delay * random.uniform(0.75, 1.25) if delay else 0.0
+
+
+def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str | None]:
+    """Where the compensation runs from: the live project, or its snapshot (R-C8) -> (dir, code-change reason)."""
+    if op.get("snapshot"):
+        from workrun.snapshots import materialize
+
+        return materialize(svc.data_dir, op["snapshot"]), None
+    project = Path(op["project"])
+    now = fingerprint(project) if project.is_dir() else None
+    if now is None:
+        return project, "code changed since the call: the project directory is gone (" + ", ".join(
+            f"{p} removed" for p in sorted(op["fingerprint_files"])) + ")"
+    if now.digest != op["fingerprint"]:
+        return project, "code changed since the call: " + ", ".join(diff_fingerprints(op["fingerprint_files"],
+                                                                                      now.files))
+    return project, None
+
+
+def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> dict[str, Any]:
+    """Run one attempt of a compensation and return the compensation row afterwards (R-C7).
+
+    Before the attempt the code fingerprint is checked (R-C8): a change blocks
+    the compensation unless an operator accepted it. An environment that cannot
+    be prepared leaves it ``pending`` with reason ``environment unavailable``.
+    """
+    cid = comp["compensation_id"]
+    source, changed = _compensation_source(svc, op)
+    if changed and not comp["accept_code_change"]:
+        svc.journal.update("compensations", (cid,), "comp.status", status="blocked", reason=changed,
+                           held_back_by=None, updated_at=svc.now())
+        return svc.journal.compensation(cid)
+    try:
+        python = svc.envs.python(source, offline=bool(op.get("snapshot")))
+    except EnvironmentUnavailableError as exc:
+        svc.journal.update("compensations", (cid,), "comp.status", status="pending",
+                           reason=f"environment unavailable: {exc.message}", updated_at=svc.now())
+        return svc.journal.compensation(cid)
+    config = AppSpec.model_validate(op["config"])
+    assert config.compensation is not None
+    number = len(svc.journal.attempts(cid)) + 1
+    call_dir = svc.call_dir(f"{cid}-{number}")
+    started = svc.now()
+    svc.journal.write([
+        ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,
+                                      "status": "starting", "call_dir": str(call_dir), "started_at": started}),
+        ("update", "compensations", (cid,), {"status": "running", "reason": None, "updated_at": started}),
+    ], "attempt.intent")
+    context = {**(comp["context"] or {}), "attempt": number}
+    envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
+    attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
+    try:
+        proc = spawn(python, source, source / config.compensation.entry, call_dir, envelope, svc.sdk_dir)
+    except OSError as exc:
+        _claim_never_started(call_dir)
+        return finish_attempt(svc, comp, attempt, Outcome(exit_code=None, not_started=True),
+                              error=f"cannot start the compensation process: {exc}")
+    deadline = started + float(comp["timeout"])
+    svc.journal.update("attempts", (cid, number), "attempt.started", status="running", pid=proc.pid,
+                       proc_start=proc_start_time(proc.pid), deadline=deadline)
+    outcome = wait(proc, svc.watchdog, deadline)
+    return finish_attempt(svc, comp, attempt, outcome)
+
+
+def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], outcome: Outcome,
+                   error: str | None = None) -> dict[str, Any]:
+    """Journal an attempt's outcome and the compensation's new status in one transaction (``attempt.finished``).
+
+    - exit 0: ``succeeded`` (its result saved; never run again, R-R2)
+    - failure with attempts left: ``pending`` with ``next_attempt_at`` after backoff
+    - failure with none left, or an operator's retry failing: ``failed`` (dead letter)
+    - stopped / never started: ``pending`` again (not counted as an attempt's failure)
+    - unknown: ``unknown`` (verify outside), or ``pending`` when the entry is idempotent
+    """
+    cid = comp["compensation_id"]
+    number = attempt["number"]
+    call_dir = Path(attempt["call_dir"])
+    got = collect(call_dir) if call_dir.is_dir() else None
+    now = svc.now()
+    a: dict[str, Any] = {"ended_at": now, "exit_code": outcome.exit_code, "signal": outcome.signal}
+    if got is not None:
+        a.update(stdout_tail=got.stdout_tail, stderr_tail=got.stderr_tail)
+    c: dict[str, Any] = {"updated_at": now, "next_attempt_at": None, "held_back_by": None}
+    previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]
+    failures = sum(1 for x in previous if x["status"] in ("failed",))
+    timeout = float(comp["timeout"])
+    if outcome.not_started:
+        a.update(status="not_started", error=error or "not started: the runner stopped before it began")
+        c.update(status="pending", reason=f"attempt {number} never started; it will run on resume")
+    elif outcome.stopped:
+        a.update(status="stopped", error="stopped by the user")
+        c.update(status="pending", reason=f"attempt {number} was stopped by the user; `workrun resume` continues")
+    elif outcome.unknown:
+        a.update(status="unknown", error="in flight when the runner died; no exit record")
+        if comp["idempotent"]:
+            c.update(status="pending", reason=f"attempt {number} outcome unknown; re-sent because the entry is "
+                     "idempotent")
+        else:
+            c.update(status="unknown", reason=f"attempt {number} was in flight when the runner died and its outcome "
+                     f"cannot be established: verify outside, then `workrun compensations confirm {cid} --done` "
+                     "or `--not-done`")
+    elif outcome.exit_code == 0 and not outcome.timed_out and got is not None and got.error is None:
+        a.update(status="succeeded", result=got.result)
+        c.update(status="succeeded", reason=None, result=got.result)
+    else:
+        detail = (got.error if got and got.error and outcome.exit_code == 0 else None) \
+            or _last_line(got.stderr_tail if got else "")
+        what = _describe_exit(outcome, timeout) + (f": {detail}" if detail else "")
+        a.update(status="failed", error=what)
+        failures += 1
+        if attempt["trigger"] == "operator" or failures >= int(comp["max_attempts"]):
+            c.update(status="failed", reason=f"attempt {number} failed ({what}); "
+                     f"{failures} failed attempt(s) of {comp['max_attempts']}: needs an operator "
+                     f"(`workrun compensations show {cid}`)")
+        else:
+            delay = backoff_delay(float(comp["backoff"]), failures)
+            c.update(status="pending", reason=f"attempt {number} failed ({what}); retrying in {delay:.1f} s",
+                     next_attempt_at=now + delay)
+    svc.journal.write([("update", "attempts", (cid, number), a), ("update", "compensations", (cid,), c)],
+                      "attempt.finished")
+    shutil.rmtree(call_dir, ignore_errors=True)
+    return svc.journal.compensation(cid)

@@ -1,0 +1,1 @@
+"""The command-line interface (typer + rich), one module per command group."""

@@ -1,0 +1,69 @@
+"""What every command shares: building Services, the scheduler lock, signals, exit codes."""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import typer
+
+from workrun.cli.output import CliReporter
+from workrun.lock import SchedulerLock
+from workrun.services import Services
+
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "reading", "scheduling"]
+
+EXIT = {"succeeded": 0, "failed": 1, "stopped": 130}
+
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
+WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
+
+
+@contextmanager
+def reading(json_mode: bool = False) -> Iterator[Services]:
+    """Services for a read-only command (works while a scheduler runs)."""
+    svc = Services(reporter=CliReporter(quiet=json_mode), check=False)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+@contextmanager
+def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Iterator[Services]:
+    """Services holding the scheduler lock (R-J3), with Ctrl-C/SIGTERM meaning *stop* (R-C9).
+
+    Pending work left by an earlier runner is resumed first, and the user is told (R-R1).
+
+    Raises:
+        SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
+    """
+    svc = Services(reporter=CliReporter(quiet=json_mode))
+    lock = SchedulerLock(svc.data_dir, wait=wait).acquire()
+    previous: dict[int, Any] = {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if not svc.stopping():
+            svc.reporter.message(None, None, "warning",
+                                 "stop requested: ending App processes (side effects are not undone)")
+        svc.request_stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        svc.journal  # open + integrity check + migrate before anything else
+        if resume_first:
+            from workrun.recovery import resume_all, unfinished_runs
+
+            pending = unfinished_runs(svc)
+            if pending:
+                svc.reporter.message(None, None, "warning",
+                                     f"resuming {len(pending)} unfinished run(s) first: {', '.join(pending)}")
+                resume_all(svc)
+        yield svc
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        lock.release()
+        svc.close()

@@ -1,0 +1,141 @@
+"""``workrun compensations list|show|retry|note|resolve|confirm`` (R-O1..R-O3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.markup import escape
+
+from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
+from workrun.cli.output import compensation_table, console, print_json, styled
+from workrun.errors import UsageError
+from workrun.journal import Journal
+from workrun.views import compensation_view, iso
+
+app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
+
+IdArg = typer.Argument(..., metavar="COMPENSATION_ID", help="Compensation id or unique prefix.")
+
+
+def _full(journal: Journal, c: dict[str, Any]) -> dict[str, Any]:
+    view = compensation_view(c, journal.attempts(c["compensation_id"]))
+    view.update(operation_id=c["operation_id"], run_id=c["run_id"], node_key=c["node_key"])
+    view["events"] = [{"at": iso(e["at"]), "actor": e["actor"], "action": e["action"], "args": e["args"],
+                       "text": e["text"], "attachment": e["attachment"]}
+                      for e in journal.events(c["compensation_id"])]
+    return view
+
+
+@app.command("list")
+def list_compensations(
+    status: Optional[str] = typer.Option(None, "--status", help="Only this status."),
+    run: Optional[str] = typer.Option(None, "--run", help="Only this run (id or unique prefix)."),
+    json_mode: bool = JsonOpt,
+) -> None:
+    """List compensations (all runs), oldest first."""
+    with reading(json_mode) as svc:
+        run_id = svc.journal.run(run)["run_id"] if run else None
+        rows = [_full(svc.journal, c) for c in svc.journal.list_compensations(status, run_id)]
+    if json_mode:
+        print_json(rows)
+    else:
+        console.print(compensation_table(rows) if rows else "no compensations")
+
+
+@app.command("show")
+def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
+    """Show a compensation's timeline: the original call, attempts, notes and operator actions."""
+    with reading(json_mode) as svc:
+        c = svc.journal.compensation(compensation_id)
+        view = _full(svc.journal, c)
+        op = svc.journal.operation(c["operation_id"])
+    if json_mode:
+        print_json({**view, "operation": {k: op[k] for k in ("operation_id", "app", "project", "input", "result",
+                                                            "resources", "fingerprint", "status")}})
+        return
+    console.print(f"[bold]compensation {view['compensation_id']}[/] {styled(view['status'])}  "
+                  f"run {view['run_id']} node {escape(view['node_key'] or '-')}")
+    if view["reason"]:
+        console.print(f"reason: {escape(view['reason'])}")
+    console.print(f"original call {op['operation_id']} of App {op['app']} ({op['project']}): {op['status']}, "
+                  f"ended {iso(op['ended_at'])}")
+    console.print(f"  input:  {escape(str(op['input']))}\n  result: {escape(str(op['result']))}")
+    timeline: list[tuple[str, str]] = []
+    for a in view["attempts"]:
+        text = (f"attempt {a['number']} ({a['trigger']}): {styled(a['status'])}"
+                + (f", exit {a['exit_code']}" if a["exit_code"] is not None else "")
+                + (f", signal {a['signal']}" if a["signal"] else "")
+                + (f" — {escape(a['error'])}" if a["error"] else ""))
+        timeline.append((a["started_at"], text))
+        tail = (a["stderr_tail"] or "").strip().splitlines()[-3:]
+        for line in tail:
+            timeline.append((a["started_at"], f"    stderr: {escape(line)}"))
+    for e in view["events"]:
+        timeline.append((e["at"], f"{e['action']} by {escape(e['actor'])}"
+                         + (f": {escape(e['text'])}" if e["text"] else "")
+                         + (f" [attachment {escape(e['attachment'])}]" if e["attachment"] else "")))
+    for at, text in sorted(timeline, key=lambda t: t[0] or ""):
+        console.print(f"  [dim]{at}[/] {text}")
+    console.print(f"attempts: {len(view['attempts'])} of at most {view['max_attempts']}")
+
+
+@app.command("retry")
+def retry(compensation_id: str = IdArg,
+          accept_code_change: bool = typer.Option(False, "--accept-code-change",
+                                                  help="Run it with today's code even though the App changed."),
+          json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
+    """Run a new attempt now (history kept); then run what it was holding back. Exit 0 if all succeeded."""
+    from workrun import operator
+
+    with scheduling(json_mode, wait) as svc:
+        t0 = svc.now()
+        c = operator.retry(svc, compensation_id, accept_code_change=accept_code_change)
+        handled = [_full(svc.journal, x) for x in svc.journal.compensations(c["run_id"])
+                   if x["compensation_id"] == c["compensation_id"]
+                   or any(a["started_at"] >= t0 for a in svc.journal.attempts(x["compensation_id"]))]
+        ok = all(r["status"] in ("succeeded", "skipped") for r in handled)
+        if json_mode:
+            print_json(_full(svc.journal, c))
+        else:
+            console.print(compensation_table(handled))
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command("note")
+def note(compensation_id: str = IdArg, text: str = typer.Argument(..., help="The note."),
+         attach: Optional[Path] = typer.Option(None, "--attach", help="A file to copy into the record.")) -> None:
+    """Add a note (and optionally a file) to a compensation's history."""
+    from workrun import operator
+
+    with reading() as svc:
+        c = operator.note(svc, compensation_id, text, attach)
+    console.print(f"note added to {c['compensation_id']}")
+
+
+@app.command("resolve")
+def resolve(compensation_id: str = IdArg,
+            note_text: Optional[str] = typer.Option(None, "--note", help="What was done by hand.")) -> None:
+    """Mark a compensation fixed by hand: done, and what it held back may proceed."""
+    from workrun import operator
+
+    with reading() as svc:
+        c = operator.resolve(svc, compensation_id, note_text)
+    console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')}); "
+                  "`workrun resume` runs what it was holding back")
+
+
+@app.command("confirm")
+def confirm(compensation_id: str = IdArg,
+            done: bool = typer.Option(False, "--done", help="You verified it was done."),
+            not_done: bool = typer.Option(False, "--not-done", help="You verified it was not done."),
+            note_text: Optional[str] = typer.Option(None, "--note", help="How you verified.")) -> None:
+    """Settle a compensation whose outcome is unknown: --done or --not-done (then it may be retried)."""
+    from workrun import operator
+
+    if done == not_done:
+        raise UsageError("give exactly one of --done or --not-done", field="confirm")
+    with reading() as svc:
+        c = operator.confirm(svc, compensation_id, done=done, text=note_text)
+    console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')})")

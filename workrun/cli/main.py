@@ -1,0 +1,269 @@
+"""The ``workrun`` command (typer): run, rerun, stop, resume, compensate, gc, and the groups
+``runs``, ``app``, ``compensations``.
+
+Exit codes (SPEC §9, §10): 0 done / run succeeded; 1 run failed or a handled
+compensation did not finish; 2 bad usage, config or input, unknown id;
+3 another scheduler holds the data directory; 130 run stopped by the user.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+try:  # typer >= 0.20 vendors click as typer._click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer depends on click
+    from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+from workrun import __version__
+from workrun.cli import apps as apps_cli
+from workrun.cli import compensations as comp_cli
+from workrun.cli import runs as runs_cli
+from workrun.cli.common import EXIT, JsonOpt, WaitOpt, reading, scheduling
+from workrun.cli.output import console, print_error, print_json, run_table
+from workrun.errors import ActionRefusedError, ConfigError, WorkrunError
+from workrun.views import run_view
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "
+                       "its calls did, durably, in reverse dependency order.")
+app.add_typer(runs_cli.app, name="runs")
+app.add_typer(apps_cli.app, name="app")
+app.add_typer(comp_cli.app, name="compensations")
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    _state["debug"] = debug
+    if version:
+        console.print(f"workrun {__version__}")
+        raise typer.Exit(0)
+
+
+def _finish_run(svc, run_id: str, json_mode: bool) -> int:
+    view = run_view(svc.journal, run_id)
+    if json_mode:
+        print_json(view)
+    else:
+        console.print()
+        console.print(run_table(view))
+        if view["unfinished_compensations"]:
+            console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
+                          f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
+                          f"--run {run_id}`")
+    return EXIT.get(view["status"], 1)
+
+
+@app.command()
+def run(
+    workflow: Path = typer.Argument(..., help="The workflow TOML file."),
+    input: List[str] = typer.Option([], "--input", "-i", help="Run input KEY=VALUE (repeatable)."),
+    eval_run: bool = typer.Option(False, "--eval", help="Evaluation run: never compensated (R-W6)."),
+    yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
+    json_mode: bool = JsonOpt,
+    wait: bool = WaitOpt,
+) -> None:
+    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/130."""
+    from workrun.engine import create_run
+    from workrun.recovery import drive
+    from workrun.workflow import load_workflow, parse_inputs
+
+    spec, inputs = load_workflow(workflow, parse_inputs(input))
+    with scheduling(json_mode, wait) as svc:
+        svc.assume_yes = yes
+        svc.interactive = sys.stdin.isatty() and not json_mode
+        run_id = create_run(svc, spec, inputs, eval_run=eval_run)
+        svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started" + (" (evaluation run)" if eval_run else ""))
+        drive(svc, run_id)
+        code = _finish_run(svc, run_id, json_mode)
+    raise typer.Exit(code)
+
+
+@app.command()
+def rerun(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run to run again (id or unique prefix)."),
+    json_mode: bool = JsonOpt,
+    wait: bool = WaitOpt,
+    yes: bool = typer.Option(False, "--yes", help="Approve tool calls that ask for confirmation."),
+) -> None:
+    """Start a new run with the same workflow and inputs (R-W5); the old run's record is untouched."""
+    from workrun.engine import create_run
+    from workrun.models import WorkflowSpec
+    from workrun.recovery import drive
+    from workrun.workflow import load_workflow
+
+    with reading(json_mode) as ro:
+        old = ro.journal.run(run_id)
+    path = Path(old["workflow_path"])
+    if path.is_file():
+        spec, inputs = load_workflow(path, {k: v for k, v in old["inputs"].items()})
+    else:
+        spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
+    with scheduling(json_mode, wait) as svc:
+        svc.assume_yes = yes
+        svc.interactive = sys.stdin.isatty() and not json_mode
+        new_id = create_run(svc, spec, inputs, eval_run=bool(old["eval"]), rerun_of=old["run_id"])
+        svc.say(new_id, None, "info", f"run {new_id} of {spec.name} started (re-run of {old['run_id']})"
+                + ("" if path.is_file() else f"; {path} is gone, so the recorded workflow is used"))
+        drive(svc, new_id)
+        code = _finish_run(svc, new_id, json_mode)
+    raise typer.Exit(code)
+
+
+@app.command()
+def stop(
+    run_id: str = typer.Argument(..., metavar="RUN", help="The run to stop (id or unique prefix)."),
+    timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
+) -> None:
+    """Stop a running run from another terminal (R-C9): its App processes end, nothing is compensated."""
+    from workrun.lock import SchedulerLock
+    from workrun.recovery import stop_orphaned_run
+
+    with reading() as svc:
+        run = svc.journal.run(run_id)
+        rid = run["run_id"]
+        if run["status"] != "running":
+            console.print(f"run {rid} is {run['status']}; nothing to stop")
+            raise typer.Exit(0)
+        svc.journal.update("runs", (rid,), None, stop_requested=1)
+        lock = SchedulerLock(svc.data_dir)
+        try:
+            lock.acquire()
+        except WorkrunError:
+            holder = lock.holder()
+            console.print(f"stop requested; the scheduler (pid {holder.get('pid', '?')}) is ending run {rid}")
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and svc.journal.run(rid)["status"] == "running":
+                time.sleep(0.1)
+        else:
+            try:
+                stop_orphaned_run(svc, rid)
+            finally:
+                lock.release()
+        status = svc.journal.run(rid)["status"]
+        console.print(f"run {rid}: {status}" + (": side effects were NOT undone; `workrun compensate "
+                                               f"{rid}` undoes them" if status == "stopped" else ""))
+    raise typer.Exit(0)
+
+
+@app.command()
+def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
+    """Continue every unfinished run and compensation in the data dir (R-R1); exit 0 if all ended well."""
+    from workrun.recovery import resume_all, unfinished_runs
+
+    with scheduling(json_mode, wait, resume_first=False) as svc:
+        before = {r: svc.journal.run(r)["status"] for r in unfinished_runs(svc)}
+        handled = resume_all(svc)
+        views = [run_view(svc.journal, r) for r in handled]
+        ok = True
+        for v in views:
+            comps = [op["compensation"] for op in v["operations"] if op["compensation"]]
+            if any(c["status"] not in ("succeeded", "skipped") for c in comps):
+                ok = False
+            if v["status"] == "stopped" or (before.get(v["run_id"]) == "running" and v["status"] != "succeeded"):
+                ok = False
+        if json_mode:
+            print_json({"runs": views})
+        else:
+            if not handled:
+                console.print("nothing to resume")
+            for v in views:
+                console.print(run_table(v))
+        code = 130 if svc.stopping() else (0 if ok else 1)
+    raise typer.Exit(code)
+
+
+@app.command()
+def compensate(
+    run_id: str = typer.Argument(..., metavar="RUN", help="A stopped (or failed) run (id or unique prefix)."),
+    json_mode: bool = JsonOpt,
+    wait: bool = WaitOpt,
+) -> None:
+    """Explicitly compensate a run the user stopped (R-C9), or finish a failed run's compensation."""
+    from workrun.compensation import compensate_run
+    from workrun.operator import actor
+    from workrun.recovery import _ensure_planned, recover_attempts
+
+    with scheduling(json_mode, wait) as svc:
+        run = svc.journal.run(run_id)
+        rid = run["run_id"]
+        if run["eval"]:
+            raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
+        if run["status"] == "running":
+            raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
+        if run["status"] == "succeeded":
+            raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
+        if run["status"] == "stopped" and not run["compensate_requested"]:
+            svc.journal.write([("update", "runs", (rid,), {"compensate_requested": 1}),
+                               ("insert", "events", None, {"run_id": rid, "at": svc.now(), "actor": actor(),
+                                                           "action": "compensate", "args": {}})])
+            svc.say(rid, None, "info", f"compensation of stopped run {rid} requested by {actor()}")
+        recover_attempts(svc, rid)
+        _ensure_planned(svc, svc.journal.run(rid))
+        compensate_run(svc, rid)
+        view = run_view(svc.journal, rid)
+        comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
+        ok = all(c["status"] in ("succeeded", "skipped") for c in comps)
+        if json_mode:
+            print_json(view)
+        else:
+            console.print(run_table(view))
+        code = 130 if svc.stopping() else (0 if ok else 1)
+    raise typer.Exit(code)
+
+
+@app.command()
+def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
+    """Remove code snapshots that no unfinished compensation needs, and stale call directories."""
+    from workrun.snapshots import gc as snapshots_gc
+
+    with scheduling(False, False, resume_first=False) as svc:
+        removed, kept = snapshots_gc(svc, dry_run=dry_run)
+        console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
+    raise typer.Exit(0)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console-script entry: run the typer app, map errors to one line and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = app(args=args, standalone_mode=False, prog_name="workrun")
+    except WorkrunError as exc:
+        if debug:
+            raise
+        print_error(exc.line())
+        code = exc.exit_code
+    except click_exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
+        console.print(exc.ctx.get_help() if exc.ctx else "")
+        code = 2
+    except click_exceptions.UsageError as exc:
+        if debug:
+            raise
+        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+        print_error(where + exc.format_message())
+        code = 2
+    except click_exceptions.Abort:
+        print_error("aborted")
+        code = 130
+    except KeyboardInterrupt:
+        print_error("interrupted")
+        code = 130
+    except Exception as exc:  # never a traceback without --debug
+        if debug:
+            raise
+        print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

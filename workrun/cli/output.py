@@ -1,0 +1,101 @@
+"""All CLI printing goes through here: one rich console for people, plain JSON for machines.
+
+Errors are one line on stderr, ``error: FILE: FIELD: message``, never wrapped (SPEC §10).
+``NO_COLOR`` is honoured by rich.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["CliReporter", "console", "print_error", "print_json", "run_table", "compensation_table", "STATUS_STYLE"]
+
+console = Console(highlight=False, soft_wrap=True)
+
+STATUS_STYLE = {
+    "succeeded": "green", "failed": "red", "unknown": "magenta", "blocked": "yellow", "running": "cyan",
+    "pending": "dim", "skipped": "dim", "stopped": "yellow",
+}
+_LEVEL_STYLE = {"info": "", "warning": "yellow", "error": "red"}
+
+
+def print_error(line: str) -> None:
+    """Print exactly one error line on stderr."""
+    sys.stderr.write("error: " + " ".join(line.split("\n")) + "\n")
+    sys.stderr.flush()
+
+
+def print_json(data: Any) -> None:
+    """Print one JSON document on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def styled(status: str | None) -> str:
+    """A status word with its colour markup."""
+    if status is None:
+        return "-"
+    style = STATUS_STYLE.get(status, "")
+    return f"[{style}]{status}[/]" if style else status
+
+
+class CliReporter:
+    """Prints progress messages as they are journaled (live progress; silent in ``--json`` mode)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+
+    def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
+        """Print one progress line: time, node, text."""
+        if self.quiet:
+            return
+        stamp = datetime.now().strftime("%H:%M:%S")
+        where = f"{node_key:<12}" if node_key else f"{'run':<12}"
+        style = _LEVEL_STYLE.get(level, "")
+        body = escape(text)
+        console.print(f"[dim]{stamp}[/] {escape(where)} " + (f"[{style}]{body}[/]" if style else body))
+
+
+def run_table(view: dict[str, Any]) -> Group:
+    """The run's nodes, each call and each call's compensation, one line per call (fits any width)."""
+    lines: list[Text | str] = [Text.from_markup(
+        f"[bold]run {view['run_id']}[/] ({escape(view['workflow'])}): {styled(view['status'])}")]
+    ops_by_node: dict[str, list[dict[str, Any]]] = {}
+    for op in view["operations"]:
+        ops_by_node.setdefault(op["node_key"], []).append(op)
+    width = max([len(n["node_key"]) for n in view["nodes"]] + [4])
+    for node in view["nodes"]:
+        lines.append(Text.from_markup(f"  {escape(node['node_key']):<{width}}  {styled(node['status'])}"
+                                      + (" (handled)" if node.get("handled") else "")))
+        for op in ops_by_node.get(node["node_key"], []):
+            comp = op["compensation"]
+            call = f"{op['app']}" + (f":{op['tool']}" if op.get("tool") else "")
+            if comp is None:
+                tail = "no compensation"
+            else:
+                n = len(comp["attempts"])
+                tail = (f"compensation {comp['compensation_id']} {styled(comp['status'])}"
+                        + (f" ({n} attempt{'s' if n != 1 else ''})" if n else ""))
+            lines.append(Text.from_markup(f"  {'':<{width}}    call {op['operation_id']} {escape(call)} "
+                                          f"{styled(op['status'])}; {tail}"))
+    return Group(*lines)
+
+
+def compensation_table(rows: list[dict[str, Any]]) -> Table:
+    """A table of compensations (``compensations list``)."""
+    table = Table()
+    for col in ("compensation", "run", "node", "status", "attempts", "reason"):
+        table.add_column(col, overflow="fold")
+    for c in rows:
+        table.add_row(c["compensation_id"], c["run_id"], c.get("node_key") or "-", styled(c["status"]),
+                      str(len(c["attempts"])), escape(c["reason"] or ""))
+    return table

@@ -1,0 +1,57 @@
+"""``workrun runs list|show``: read-only views of runs (work while a scheduler runs)."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from workrun.cli.common import JsonOpt, reading
+from workrun.cli.output import console, print_json, run_table, styled
+from workrun.views import run_summary, run_view
+
+app = typer.Typer(no_args_is_help=True, help="List and show runs.")
+
+
+@app.command("list")
+def list_runs(json_mode: bool = JsonOpt, limit: int = typer.Option(50, help="Show at most this many runs.")) -> None:
+    """List runs, newest first."""
+    with reading(json_mode) as svc:
+        rows = [run_summary(r) for r in svc.journal.runs(limit=None if json_mode else limit)]
+    if json_mode:
+        print_json(rows)
+        return
+    table = Table()
+    table.add_column("run", no_wrap=True)
+    table.add_column("workflow", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("started (UTC)", no_wrap=True)
+    for r in rows:
+        started = (r["started_at"] or "-")[:19].replace("T", " ")
+        table.add_row(r["run_id"], escape(r["workflow"]), styled(r["status"]), started)
+    console.print(table if rows else "no runs yet")
+
+
+@app.command("show")
+def show(run_id: str = typer.Argument(..., metavar="RUN", help="Run id or unique prefix."),
+         json_mode: bool = JsonOpt) -> None:
+    """Show a run: nodes with their messages, calls, and each call's compensation."""
+    with reading(json_mode) as svc:
+        view = run_view(svc.journal, run_id)
+    if json_mode:
+        print_json(view)
+        return
+    console.print(run_table(view))
+    for m in view["messages"]:
+        console.print(f"[dim]{m['at']}[/] run: {escape(m['text'])}")
+    for node in view["nodes"]:
+        console.print(f"\n[bold]{escape(node['node_key'])}[/] {styled(node['status'])}")
+        for m in node["messages"]:
+            console.print(f"  [dim]{m['at']}[/] {escape(m['text'])}")
+    for t in view["remote_tasks"]:
+        console.print(f"\nremote task of {t['node_key']}: {t['task_id']} state {t['state']}; cancel: "
+                      f"{t['cancel_status'] or 'not sent'} {escape(t['cancel_answer'] or '')}")
+    if view["unfinished_compensations"]:
+        console.print(f"\n[yellow]compensation not finished[/] for {len(view['unfinished_compensations'])} call(s): "
+                      f"`workrun resume` continues pending ones; `workrun compensations list --run {view['run_id']}` "
+                      "and `workrun compensations show ID` for the rest")

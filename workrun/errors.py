@@ -1,0 +1,85 @@
+"""The whole exception tree of the runner. The CLI maps classes to exit codes in one place.
+
+    WorkrunError                                  exit 1 unless a subclass says otherwise
+      ConfigError(WorkrunError, ValueError)       exit 2: bad App config, workflow or input (R-I2)
+      UsageError(WorkrunError, ValueError)        exit 2: bad command-line usage
+      NotFoundError(WorkrunError, LookupError)    exit 2: unknown run / compensation id
+      ActionRefusedError(WorkrunError)            exit 2: operator action not allowed in this status
+      SchedulerBusyError(WorkrunError)            exit 3: another scheduler holds the data dir (R-J3)
+      JournalError(WorkrunError)                  exit 1: the journal cannot be read or written
+        JournalVersionError                       the journal is newer than this Workrun
+      EnvironmentUnavailableError(WorkrunError)   exit 1: an App's uv environment cannot be prepared
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActionRefusedError",
+    "ConfigError",
+    "EnvironmentUnavailableError",
+    "JournalError",
+    "JournalVersionError",
+    "NotFoundError",
+    "SchedulerBusyError",
+    "UsageError",
+    "WorkrunError",
+]
+
+
+class WorkrunError(Exception):
+    """Raised for any failure the CLI reports as one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.message = message
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        """Return ``FILE: FIELD: message`` with the parts that apply (SPEC §10)."""
+        parts = [p for p in (self.file, self.field) if p]
+        return ": ".join([*parts, self.message])
+
+
+class ConfigError(WorkrunError, ValueError):
+    """Raised when an App config, workflow file or input is invalid (exit 2)."""
+
+    exit_code = 2
+
+
+class UsageError(WorkrunError, ValueError):
+    """Raised when a command is used wrongly (exit 2)."""
+
+    exit_code = 2
+
+
+class NotFoundError(WorkrunError, LookupError):
+    """Raised when a run or compensation id matches nothing, or a prefix matches several (exit 2)."""
+
+    exit_code = 2
+
+
+class ActionRefusedError(WorkrunError):
+    """Raised when an operator action is not allowed in the current status (exit 2)."""
+
+    exit_code = 2
+
+
+class SchedulerBusyError(WorkrunError):
+    """Raised when another scheduler holds the data directory's lock (exit 3)."""
+
+    exit_code = 3
+
+
+class JournalError(WorkrunError):
+    """Raised when the journal cannot be opened, checked or written."""
+
+
+class JournalVersionError(JournalError):
+    """Raised when the journal's schema is newer than this Workrun knows."""
+
+
+class EnvironmentUnavailableError(WorkrunError):
+    """Raised when an App project's uv environment cannot be prepared (sync failed, uv missing)."""

@@ -1,0 +1,153 @@
+"""Journal schema migrations: an append-only list whose position is the version (R-J3).
+
+Never edit a released step; append a new one. ``PRAGMA user_version`` holds the
+number of steps applied. A journal newer than this list is refused.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS"]
+
+MIGRATIONS: list[str] = [
+    # 1: runs, nodes, messages, operations, compensations, attempts, events
+    """
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        workflow_path TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        inputs TEXT NOT NULL,
+        status TEXT NOT NULL,
+        eval INTEGER NOT NULL DEFAULT 0,
+        rerun_of TEXT,
+        reason TEXT,
+        stop_requested INTEGER NOT NULL DEFAULT 0,
+        compensate_requested INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        ended_at REAL
+    );
+    CREATE TABLE nodes (
+        run_id TEXT NOT NULL REFERENCES runs(run_id),
+        node_key TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        handled INTEGER NOT NULL DEFAULT 0,
+        result TEXT,
+        started_at REAL,
+        ended_at REAL,
+        PRIMARY KEY (run_id, node_key)
+    );
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        node_key TEXT,
+        at REAL NOT NULL,
+        level TEXT NOT NULL,
+        text TEXT NOT NULL
+    );
+    CREATE INDEX messages_run ON messages(run_id, id);
+    CREATE TABLE operations (
+        operation_id TEXT PRIMARY KEY,
+        run_id TEXT,
+        node_key TEXT,
+        tool_call_index INTEGER,
+        app TEXT NOT NULL,
+        project TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        tool_name TEXT,
+        config TEXT NOT NULL,
+        input TEXT NOT NULL,
+        result TEXT,
+        resources TEXT NOT NULL DEFAULT '[]',
+        fingerprint TEXT NOT NULL,
+        fingerprint_files TEXT NOT NULL,
+        snapshot TEXT,
+        depends_on TEXT NOT NULL DEFAULT '[]',
+        status TEXT NOT NULL,
+        error TEXT,
+        call_dir TEXT NOT NULL,
+        pid INTEGER,
+        proc_start TEXT,
+        deadline REAL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        stdout_tail TEXT,
+        stderr_tail TEXT,
+        standalone INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX operations_run ON operations(run_id, created_at);
+    CREATE INDEX operations_status ON operations(status);
+    CREATE TABLE compensations (
+        compensation_id TEXT PRIMARY KEY,
+        operation_id TEXT NOT NULL UNIQUE REFERENCES operations(operation_id),
+        run_id TEXT NOT NULL,
+        node_key TEXT,
+        status TEXT NOT NULL,
+        reason TEXT,
+        result TEXT,
+        context TEXT,
+        max_attempts INTEGER NOT NULL,
+        timeout REAL NOT NULL,
+        backoff REAL NOT NULL,
+        idempotent INTEGER NOT NULL DEFAULT 0,
+        accept_code_change INTEGER NOT NULL DEFAULT 0,
+        held_back_by TEXT,
+        next_attempt_at REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX compensations_run ON compensations(run_id);
+    CREATE INDEX compensations_status ON compensations(status);
+    CREATE TABLE attempts (
+        compensation_id TEXT NOT NULL REFERENCES compensations(compensation_id),
+        number INTEGER NOT NULL,
+        trigger TEXT NOT NULL,
+        status TEXT NOT NULL,
+        call_dir TEXT NOT NULL,
+        pid INTEGER,
+        proc_start TEXT,
+        deadline REAL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        exit_code INTEGER,
+        signal INTEGER,
+        stdout_tail TEXT,
+        stderr_tail TEXT,
+        result TEXT,
+        error TEXT,
+        PRIMARY KEY (compensation_id, number)
+    );
+    CREATE INDEX attempts_status ON attempts(status);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        compensation_id TEXT,
+        run_id TEXT,
+        at REAL NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        args TEXT NOT NULL DEFAULT '{}',
+        text TEXT,
+        attachment TEXT
+    );
+    CREATE INDEX events_compensation ON events(compensation_id, id);
+    """,
+    # 2: remote A2A tasks and their single best-effort cancel (R-C10)
+    """
+    CREATE TABLE remote_tasks (
+        run_id TEXT NOT NULL,
+        node_key TEXT NOT NULL,
+        url TEXT NOT NULL,
+        task_id TEXT,
+        context_id TEXT,
+        state TEXT,
+        cancel_status TEXT,
+        cancel_answer TEXT,
+        cancel_at REAL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (run_id, node_key)
+    );
+    """,
+]

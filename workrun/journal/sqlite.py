@@ -1,0 +1,335 @@
+"""The SQLite journal: every SQL statement of Workrun lives in this module (R-J1, R-J3).
+
+WAL mode; each write is one transaction committed before the caller goes on
+(and before any side effect it precedes). ``synchronous=NORMAL`` by default:
+durable against the runner being killed (the threat model of R-R4); set
+``WORKRUN_SYNC=full`` to also survive power loss at some cost per write.
+
+After each committed write :func:`workrun.faults.hit` is called with the
+write's point name (``FAULT_POINTS``) so tests can kill the runner there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from workrun import faults
+from workrun.errors import JournalError, JournalVersionError, NotFoundError
+from workrun.journal.migrations import MIGRATIONS
+
+__all__ = ["FAULT_POINTS", "Journal"]
+
+FAULT_POINTS = (
+    "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
+    "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
+    "attempt.finished",
+)
+
+_JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
+                 "depends_on", "context", "args", "held_back_by"}
+_COLUMNS = {
+    "runs": {"status", "reason", "stop_requested", "compensate_requested", "ended_at"},
+    "nodes": {"status", "handled", "result", "started_at", "ended_at"},
+    "operations": {"status", "error", "result", "resources", "pid", "proc_start", "deadline", "started_at",
+                   "ended_at", "exit_code", "signal", "stdout_tail", "stderr_tail", "snapshot"},
+    "compensations": {"status", "reason", "result", "context", "next_attempt_at", "accept_code_change", "held_back_by",
+                      "max_attempts", "updated_at"},
+    "attempts": {"status", "pid", "proc_start", "deadline", "ended_at", "exit_code", "signal", "stdout_tail",
+                 "stderr_tail", "result", "error"},
+    "remote_tasks": {"task_id", "context_id", "state", "cancel_status", "cancel_answer", "cancel_at", "updated_at"},
+}
+_KEYS = {
+    "runs": ("run_id",), "nodes": ("run_id", "node_key"), "operations": ("operation_id",),
+    "compensations": ("compensation_id",), "attempts": ("compensation_id", "number"),
+    "remote_tasks": ("run_id", "node_key"),
+}
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+def _row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for (name, *_), value in zip(cursor.description, row):
+        if name in _JSON_COLUMNS and isinstance(value, str):
+            value = json.loads(value)
+        out[name] = value
+    return out
+
+
+class Journal:
+    """The durable record of runs, operations, compensations, attempts and operator events.
+
+    Thread-safe: one connection, one lock; every write is its own transaction.
+
+    Raises (from the constructor):
+        JournalVersionError: the file's schema is newer than this Workrun.
+        JournalError: the file is not a database or fails ``PRAGMA quick_check``.
+    """
+
+    def __init__(self, path: Path, *, check: bool = True) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._db.row_factory = _row
+            self._db.execute("PRAGMA busy_timeout = 30000")
+            if check:
+                problems = [r["quick_check"] for r in self._db.execute("PRAGMA quick_check").fetchall()]
+                if problems != ["ok"]:
+                    raise JournalError(f"integrity check failed: {problems[0]}; nothing was written. "
+                                       "Restore a backup or move the file away", file=str(self.path))
+            self._db.execute("PRAGMA journal_mode = WAL")
+            sync = "FULL" if os.environ.get("WORKRUN_SYNC", "").lower() == "full" else "NORMAL"
+            self._db.execute(f"PRAGMA synchronous = {sync}")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"cannot open the journal: {exc}", file=str(self.path)) from None
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()["user_version"]
+        if version > len(MIGRATIONS):
+            raise JournalVersionError(
+                f"journal schema version {version} is newer than this Workrun knows ({len(MIGRATIONS)}); "
+                "upgrade Workrun", file=str(self.path))
+        for number in range(version, len(MIGRATIONS)):
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in MIGRATIONS[number].split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version = {number + 1}")
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+
+    @property
+    def schema_version(self) -> int:
+        """The applied schema version (number of migrations)."""
+        return self._db.execute("PRAGMA user_version").fetchone()["user_version"]
+
+    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None) -> None:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, params in statements:
+                        self._db.execute(sql, params)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise JournalError(f"journal write failed: {exc}; nothing after this point was recorded. "
+                                   "Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        if fault:
+            faults.hit(fault)
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise JournalError(f"journal read failed: {exc}", file=str(self.path)) from None
+
+    @staticmethod
+    def _update_sql(table: str, fields: dict[str, Any], key: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+        bad = set(fields) - _COLUMNS[table]
+        if bad:
+            raise ValueError(f"not updatable in {table}: {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
+        values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in fields.items())
+        return f"UPDATE {table} SET {sets} WHERE {where}", values + key
+
+    @staticmethod
+    def _insert_sql(table: str, row: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in row.items())
+        return f"INSERT INTO {table} ({cols}) VALUES ({marks})", values
+
+    def update(self, table: str, key: tuple[Any, ...], fault: str | None = None, **fields: Any) -> None:
+        """Update one row of ``table`` by primary key and commit; then hit ``fault``."""
+        self._tx([self._update_sql(table, fields, key)], fault)
+
+    def write(self, changes: list[tuple[str, str, Any, dict[str, Any]]], fault: str | None = None) -> None:
+        """Commit several changes in one transaction.
+
+        Args:
+            changes: ``(op, table, key_or_None, fields)`` with op ``"insert"`` or ``"update"``.
+        """
+        stmts = [self._insert_sql(t, f) if op == "insert" else self._update_sql(t, f, k) for op, t, k, f in changes]
+        self._tx(stmts, fault)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+    # -- runs and nodes ---------------------------------------------------
+
+    def create_run(self, run: dict[str, Any], node_keys: list[str]) -> None:
+        """Insert a run (status ``running``) and its nodes (``pending``) in one transaction."""
+        stmts = [self._insert_sql("runs", run)]
+        stmts += [self._insert_sql("nodes", {"run_id": run["run_id"], "node_key": k, "position": i,
+                                             "status": "pending"}) for i, k in enumerate(node_keys)]
+        self._tx(stmts, "run.created")
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """Return one run by exact id or unique prefix.
+
+        Raises:
+            NotFoundError: no run, or the prefix matches several.
+        """
+        rows = self._query("SELECT * FROM runs WHERE run_id = ?", (run_id,)) or \
+            self._query("SELECT * FROM runs WHERE run_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
+                        (run_id.replace("%", "\\%").replace("_", "\\_"),))
+        if len(rows) != 1:
+            raise NotFoundError(f"no run matches {run_id!r}" if not rows else f"{run_id!r} matches several runs",
+                                field="RUN")
+        return rows[0]
+
+    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """All runs, newest first."""
+        sql = "SELECT * FROM runs ORDER BY created_at DESC, rowid DESC"
+        return self._query(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+
+    def runs_with_status(self, *statuses: str) -> list[dict[str, Any]]:
+        """Runs whose status is one of ``statuses``, oldest first."""
+        marks = ",".join("?" for _ in statuses)
+        return self._query(f"SELECT * FROM runs WHERE status IN ({marks}) ORDER BY created_at", statuses)
+
+    def runs_with_open_compensation(self) -> list[str]:
+        """Ids of runs with a compensation ``pending`` or ``running``, or an explicit request not yet planned."""
+        rows = self._query(
+            "SELECT DISTINCT run_id FROM compensations WHERE status IN ('pending', 'running') "
+            "UNION SELECT run_id FROM runs WHERE compensate_requested = 1 AND status = 'stopped' "
+            "AND run_id NOT IN (SELECT run_id FROM compensations) "
+            "UNION SELECT run_id FROM runs WHERE status = 'failed' AND eval = 0 AND run_id IN "
+            "(SELECT run_id FROM operations WHERE status = 'succeeded' AND operation_id NOT IN "
+            "(SELECT operation_id FROM compensations))")
+        return [r["run_id"] for r in rows]
+
+    def nodes(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's nodes in workflow order."""
+        return self._query("SELECT * FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
+
+    def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
+        """Append a message to a node (or the run when ``node_key`` is None)."""
+        self._tx([self._insert_sql("messages", {"run_id": run_id, "node_key": node_key, "at": time.time(),
+                                                "level": level, "text": text})], None)
+
+    def messages(self, run_id: str) -> list[dict[str, Any]]:
+        """All messages of a run, oldest first."""
+        return self._query("SELECT * FROM messages WHERE run_id = ? ORDER BY id", (run_id,))
+
+    # -- operations -------------------------------------------------------
+
+    def insert_operation(self, row: dict[str, Any]) -> None:
+        """Record a call's intent (status ``starting``) before its process starts (R-J1)."""
+        self._tx([self._insert_sql("operations", row)], "op.intent")
+
+    def operation(self, operation_id: str) -> dict[str, Any]:
+        """One operation by id.
+
+        Raises:
+            NotFoundError: unknown id.
+        """
+        rows = self._query("SELECT * FROM operations WHERE operation_id = ?", (operation_id,))
+        if not rows:
+            raise NotFoundError(f"no operation {operation_id!r}")
+        return rows[0]
+
+    def operations(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's operations in the order they were recorded."""
+        return self._query("SELECT * FROM operations WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
+
+    def operations_in_flight(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Operations whose outcome is not recorded yet (``starting`` or ``running``)."""
+        sql = "SELECT * FROM operations WHERE status IN ('starting', 'running')"
+        return self._query(sql + (" AND run_id = ?" if run_id else " AND run_id IS NULL"), (run_id,) if run_id else ())
+
+    def count_operations(self) -> int:
+        """Number of operations in the journal."""
+        return self._query("SELECT COUNT(*) AS n FROM operations")[0]["n"]
+
+    # -- compensations and attempts --------------------------------------
+
+    def compensations(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's compensations in the order they were planned."""
+        return self._query("SELECT * FROM compensations WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
+
+    def compensation(self, compensation_id: str) -> dict[str, Any]:
+        """One compensation by exact id or unique prefix.
+
+        Raises:
+            NotFoundError: no compensation, or the prefix matches several.
+        """
+        rows = self._query("SELECT * FROM compensations WHERE compensation_id = ?", (compensation_id,)) or \
+            self._query("SELECT * FROM compensations WHERE compensation_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
+                        (compensation_id.replace("%", "\\%").replace("_", "\\_"),))
+        if len(rows) != 1:
+            raise NotFoundError(f"no compensation matches {compensation_id!r}" if not rows
+                                else f"{compensation_id!r} matches several compensations", field="COMPENSATION_ID")
+        return rows[0]
+
+    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Compensations filtered by status and run, oldest first."""
+        where, params = [], []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if run_id:
+            where.append("run_id = ?")
+            params.append(run_id)
+        sql = "SELECT * FROM compensations" + (" WHERE " + " AND ".join(where) if where else "")
+        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
+
+    def attempts(self, compensation_id: str) -> list[dict[str, Any]]:
+        """Attempts of a compensation, by number."""
+        return self._query("SELECT * FROM attempts WHERE compensation_id = ? ORDER BY number", (compensation_id,))
+
+    def attempts_of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """All attempts of a run's compensations."""
+        return self._query("SELECT a.* FROM attempts a JOIN compensations c USING (compensation_id) "
+                           "WHERE c.run_id = ? ORDER BY a.compensation_id, a.number", (run_id,))
+
+    def attempts_in_flight(self, run_id: str) -> list[dict[str, Any]]:
+        """Attempts of the run whose outcome is not recorded yet."""
+        return self._query("SELECT a.* FROM attempts a JOIN compensations c USING (compensation_id) "
+                           "WHERE c.run_id = ? AND a.status IN ('starting', 'running')", (run_id,))
+
+    # -- operator events ---------------------------------------------------
+
+    def add_event(self, row: dict[str, Any], changes: list[tuple[str, str, Any, dict[str, Any]]] = ()) -> None:
+        """Record an operator action (R-O2) together with the changes it makes, atomically."""
+        self.write([("insert", "events", None, row), *changes], "comp.status")
+
+    def events(self, compensation_id: str) -> list[dict[str, Any]]:
+        """Operator events of a compensation, oldest first."""
+        return self._query("SELECT * FROM events WHERE compensation_id = ? ORDER BY id", (compensation_id,))
+
+    # -- remote tasks (R-C10) --------------------------------------------
+
+    def remote_tasks(self, run_id: str) -> list[dict[str, Any]]:
+        """Remote A2A tasks of a run."""
+        return self._query("SELECT * FROM remote_tasks WHERE run_id = ? ORDER BY updated_at", (run_id,))
+
+    def upsert_remote_task(self, row: dict[str, Any]) -> None:
+        """Insert or replace a remote task's record."""
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self._tx([(f"INSERT OR REPLACE INTO remote_tasks ({cols}) VALUES ({marks})", tuple(row.values()))], None)

@@ -1,0 +1,150 @@
+"""Operator actions on compensations (R-O1..R-O3): retry, note, resolve, confirm. Each is audited.
+
+Allowed statuses (anything else is refused with the reason, exit 2):
+
+========== ===================================================================
+action     allowed when the compensation is
+========== ===================================================================
+retry      ``failed``, ``blocked`` (not merely held back), ``pending``
+note       any status
+resolve    ``failed``, ``blocked``, ``unknown``, ``pending``
+confirm    ``unknown`` only; ``--done`` -> ``succeeded``; ``--not-done`` -> ``failed`` (then retry)
+========== ===================================================================
+
+Status changes only through a real attempt's outcome or one of these explicit
+actions (R-O3); every action is an ``events`` row with OS user, time, action
+and arguments (R-O2), written in the same transaction as the change it makes.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+from pathlib import Path
+from typing import Any
+
+from workrun.compensation import compensate_run, refresh_holds
+from workrun.errors import ActionRefusedError, UsageError
+from workrun.services import Services
+
+__all__ = ["actor", "confirm", "note", "resolve", "retry"]
+
+
+def actor() -> str:
+    """The OS user performing an action."""
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def _event(svc: Services, comp: dict[str, Any], action: str, args: dict[str, Any], text: str | None = None,
+           attachment: str | None = None) -> dict[str, Any]:
+    return {"compensation_id": comp["compensation_id"], "run_id": comp["run_id"], "at": svc.now(), "actor": actor(),
+            "action": action, "args": args, "text": text, "attachment": attachment}
+
+
+def _refuse(comp: dict[str, Any], action: str, why: str) -> ActionRefusedError:
+    return ActionRefusedError(f"cannot {action} {comp['compensation_id']} ({comp['status']}): {why}",
+                              field="COMPENSATION_ID")
+
+
+def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = False) -> dict[str, Any]:
+    """Run a new attempt now (trigger ``operator``), then whatever it releases (SPEC §10).
+
+    Returns:
+        The compensation row afterwards.
+
+    Raises:
+        NotFoundError: unknown id or ambiguous prefix.
+        ActionRefusedError: status does not allow a retry, or it is held back by others.
+    """
+    comp = svc.journal.compensation(compensation_id)
+    cid = comp["compensation_id"]
+    status = comp["status"]
+    if status in ("succeeded", "skipped"):
+        raise _refuse(comp, "retry", "it is already done; nothing to retry")
+    if status == "running":
+        raise _refuse(comp, "retry", "an attempt is running now")
+    if status == "unknown":
+        raise _refuse(comp, "retry", "its last attempt's outcome is unknown: verify outside, then "
+                      f"`workrun compensations confirm {cid} --done` or `--not-done` first")
+    if status == "blocked" and comp["held_back_by"]:
+        raise _refuse(comp, "retry", f"{comp['reason']}; retry or resolve those first")
+    changes = [("update", "compensations", (cid,), {
+        "status": "pending", "next_attempt_at": None, "updated_at": svc.now(),
+        "reason": f"retry requested by {actor()}",
+        **({"accept_code_change": 1} if accept_code_change else {})})]
+    svc.journal.add_event(_event(svc, comp, "retry", {"accept_code_change": accept_code_change}), changes)
+    svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: retry requested by "
+            f"{actor()}" + (" (accepting today's code)" if accept_code_change else ""))
+    compensate_run(svc, comp["run_id"], only={cid})
+    return svc.journal.compensation(cid)
+
+
+def note(svc: Services, compensation_id: str, text: str, attach: Path | None = None) -> dict[str, Any]:
+    """Add a note (and optionally a copy of a file) to a compensation's history.
+
+    Raises:
+        UsageError: the attachment is not a readable file.
+    """
+    comp = svc.journal.compensation(compensation_id)
+    stored = None
+    if attach is not None:
+        attach = Path(attach)
+        if not attach.is_file():
+            raise UsageError("attachment is not a readable file", file=str(attach), field="--attach")
+        folder = svc.data_dir / "attachments" / comp["compensation_id"]
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{len(svc.journal.events(comp['compensation_id'])) + 1:03d}-{attach.name}"
+        shutil.copy2(attach, target)
+        stored = str(target)
+    svc.journal.add_event(_event(svc, comp, "note", {"attach": str(attach) if attach else None}, text, stored))
+    return svc.journal.compensation(comp["compensation_id"])
+
+
+def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dict[str, Any]:
+    """Mark a compensation fixed by hand: it becomes ``succeeded`` and releases what it held back.
+
+    Raises:
+        ActionRefusedError: already done, or an attempt is running.
+    """
+    comp = svc.journal.compensation(compensation_id)
+    cid = comp["compensation_id"]
+    if comp["status"] in ("succeeded", "skipped", "running"):
+        raise _refuse(comp, "resolve", "it is already done" if comp["status"] != "running"
+                      else "an attempt is running now")
+    who = actor()
+    reason = f"resolved by hand by {who}" + (f": {text}" if text else "")
+    changes = [("update", "compensations", (cid,), {"status": "succeeded", "reason": reason, "held_back_by": None,
+                                                    "next_attempt_at": None, "updated_at": svc.now()})]
+    svc.journal.add_event(_event(svc, comp, "resolve", {"previous_status": comp["status"]}, text), changes)
+    svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: succeeded ({reason})")
+    refresh_holds(svc, comp["run_id"])
+    return svc.journal.compensation(cid)
+
+
+def confirm(svc: Services, compensation_id: str, *, done: bool, text: str | None = None) -> dict[str, Any]:
+    """Settle an ``unknown`` compensation after checking outside (R-R3).
+
+    ``done`` -> ``succeeded`` (releases what it held back); not done -> ``failed``, retryable.
+
+    Raises:
+        ActionRefusedError: the compensation is not ``unknown``.
+    """
+    comp = svc.journal.compensation(compensation_id)
+    cid = comp["compensation_id"]
+    if comp["status"] != "unknown":
+        raise _refuse(comp, "confirm", "only a compensation whose outcome is unknown can be confirmed")
+    who = actor()
+    if done:
+        fields = {"status": "succeeded", "reason": f"confirmed done by {who}"}
+    else:
+        fields = {"status": "failed", "reason": f"confirmed not done by {who}; `workrun compensations retry {cid}` "
+                  "runs it again"}
+    changes = [("update", "compensations", (cid,), {**fields, "updated_at": svc.now()})]
+    svc.journal.add_event(_event(svc, comp, "confirm", {"done": done}, text), changes)
+    svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: {fields['status']} "
+            f"({fields['reason']})")
+    refresh_holds(svc, comp["run_id"])
+    return svc.journal.compensation(cid)

@@ -1,0 +1,148 @@
+"""Picking up after the runner died (R-R1..R-R4, SPEC §10).
+
+States that can be found in flight, and how each is settled:
+
+- operation / attempt ``starting`` (intent committed, pid maybe not): if the
+  launcher never claimed the call directory, recovery claims it (``abandoned``)
+  so it can never start late, and the call counts as *not started*; otherwise
+  it is treated like ``running`` with the pid from the claim file.
+- ``running``: a live process group (same pid and start time) is waited for,
+  bounded by its deadline (then killed: a timeout). Once gone, its exit record
+  (``exit.json``, written by the launcher) and result file decide the outcome;
+  with no exit record the outcome is ``unknown`` (never re-sent, unless the
+  entry is declared idempotent).
+
+A compensation whose success is saved is never run again (R-R2): only
+``pending`` compensations are started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workrun.calls import finish_attempt, finish_operation
+from workrun.compensation import compensate_run, plan_records
+from workrun.engine import Engine
+from workrun.runner.uv import recover
+from workrun.services import Services
+
+__all__ = ["drive", "recover_attempts", "recover_operations", "resume_all", "unfinished_runs"]
+
+
+def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
+    """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
+    settled = []
+    for op in svc.journal.operations_in_flight(run_id):
+        outcome = recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"], svc.grace)
+        row = finish_operation(svc, op, outcome)
+        if run_id:
+            svc.say(run_id, op["node_key"], "warning",
+                    f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
+                    f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
+        settled.append(row)
+    return settled
+
+
+def recover_attempts(svc: Services, run_id: str) -> None:
+    """Settle compensation attempts that were in flight when the runner died."""
+    for attempt in svc.journal.attempts_in_flight(run_id):
+        comp = svc.journal.compensation(attempt["compensation_id"])
+        outcome = recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]), attempt["deadline"],
+                          svc.grace)
+        after = finish_attempt(svc, comp, attempt, outcome)
+        svc.say(run_id, comp["node_key"], "warning",
+                f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "
+                f"flight when the runner stopped; recovered: {after['status']}"
+                + (f" ({after['reason']})" if after["reason"] else ""))
+    # a compensation marked running whose attempt row never got written (crash between the two writes
+    # cannot happen: they share one transaction) or whose attempt is settled goes back to pending
+    for comp in svc.journal.compensations(run_id):
+        if comp["status"] == "running":
+            svc.journal.update("compensations", (comp["compensation_id"],), "comp.status", status="pending",
+                               updated_at=svc.now())
+
+
+def _ensure_planned(svc: Services, run: dict[str, Any]) -> None:
+    """Write missing compensation records of a failed run, or of a stopped run an operator asked to compensate."""
+    if run["eval"]:
+        return
+    if run["status"] == "failed" or (run["status"] == "stopped" and run["compensate_requested"]):
+        have = {c["operation_id"] for c in svc.journal.compensations(run["run_id"])}
+        ops = [o for o in svc.journal.operations(run["run_id"]) if o["operation_id"] not in have]
+        records = plan_records(ops, svc.now())
+        if records:
+            svc.journal.write([("insert", "compensations", None, r) for r in records], "run.failed")
+
+
+def drive(svc: Services, run_id: str) -> str:
+    """Take one run as far as it can go now: nodes, then compensation; return the run's status.
+
+    Raises:
+        JournalError: when the journal cannot be written (everything stays resumable).
+    """
+    status = Engine(svc).execute(run_id)
+    if svc.stopping():
+        return svc.journal.run(run_id)["status"]
+    run = svc.journal.run(run_id)
+    if status in ("failed", "stopped") and not run["eval"]:
+        recover_attempts(svc, run_id)
+        _ensure_planned(svc, run)
+        if svc.journal.compensations(run_id):
+            compensate_run(svc, run_id)
+    return svc.journal.run(run_id)["status"]
+
+
+def unfinished_runs(svc: Services) -> list[str]:
+    """Runs with nodes still to run or compensations still to run, oldest first (R-R1)."""
+    ids = [r["run_id"] for r in svc.journal.runs_with_status("running")]
+    ids += [r for r in svc.journal.runs_with_open_compensation() if r not in ids]
+    ids += [r for r in _runs_with_attempts_in_flight(svc) if r not in ids]
+    return ids
+
+
+def _runs_with_attempts_in_flight(svc: Services) -> list[str]:
+    return [c["run_id"] for c in svc.journal.list_compensations("running")]
+
+
+def resume_all(svc: Services) -> list[str]:
+    """Continue every unfinished run and compensation in the data dir; return the run ids handled (R-R1).
+
+    Standalone calls in flight are settled too (their record only; never compensated).
+    """
+    recover_operations(svc, None)
+    handled = []
+    for run_id in unfinished_runs(svc):
+        if svc.stopping():
+            break
+        svc.say(run_id, None, "info", f"resuming run {run_id}")
+        drive(svc, run_id)
+        handled.append(run_id)
+    return handled
+
+
+def stop_orphaned_run(svc: Services, run_id: str) -> str:
+    """Stop a ``running`` run whose scheduler is gone (``workrun stop`` holding the lock) (R-C9).
+
+    Its live App process groups are ended (SIGTERM, grace, SIGKILL); a call that had
+    already finished keeps its recorded outcome; the run becomes ``stopped``.
+    """
+    from workrun.runner.uv import Outcome, _alive, _read_exit, kill_group
+
+    for op in svc.journal.operations_in_flight(run_id):
+        call_dir = Path(op["call_dir"])
+        pid = op["pid"]
+        if pid is None:
+            outcome = recover(None, None, call_dir, op["deadline"], svc.grace, claim_wait=0.5)
+            if outcome.not_started:
+                finish_operation(svc, op, outcome)
+                continue
+            pid = int((call_dir / "claim").read_text().split()[1])
+        if _alive(pid, op["proc_start"] if op["pid"] else None):
+            kill_group(pid, svc.grace)
+        code = _read_exit(call_dir)
+        finish_operation(svc, op, Outcome(exit_code=code) if code is not None else Outcome(stopped=True))
+    svc.request_stop()
+    from workrun.engine import Engine
+
+    return Engine(svc)._finish(run_id, None)

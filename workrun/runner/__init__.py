@@ -1,0 +1,1 @@
+"""Running App processes through uv (R-A7, R-A8)."""

@@ -1,0 +1,124 @@
+"""The one application object handed to the engine and the commands (Hatch's ``Application``).
+
+It owns the data directory, the journal, the App environment manager, the
+watchdog and the reporter (how progress reaches the user), plus the tunables.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+from workrun.journal import Journal
+from workrun.paths import data_dir as default_data_dir
+from workrun.runner.uv import EnvManager, Watchdog, sdk_path
+
+__all__ = ["Reporter", "Services", "new_id"]
+
+
+def new_id(prefix: str) -> str:
+    """A new random id like ``run_3f2a9c0d1e4b`` (12 hex digits: unique prefixes stay short)."""
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+class Reporter(Protocol):
+    """Where progress goes: the CLI prints it; tests may collect it."""
+
+    def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
+        """Show one progress message."""
+
+
+class _Silent:
+    def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
+        pass
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Services:
+    """Everything a scheduling or reading command needs, created once per command.
+
+    Args:
+        data_dir: the data directory (default: :func:`workrun.paths.data_dir`).
+        reporter: receives progress messages.
+        check: run the journal's integrity check on open.
+
+    Tunables (environment): ``WORKRUN_CONCURRENCY`` (parallel calls, default 4),
+    ``WORKRUN_GRACE`` (seconds between SIGTERM and SIGKILL, default 5).
+    """
+
+    def __init__(self, data_dir: Path | None = None, reporter: Reporter | None = None, *, check: bool = True) -> None:
+        self.data_dir = data_dir or default_data_dir()
+        self.reporter: Reporter = reporter or _Silent()
+        self._journal: Journal | None = None
+        self._check = check
+        self._watchdog: Watchdog | None = None
+        self._sdk: Path | None = None
+        self.envs = EnvManager(self.data_dir)
+        self.concurrency = max(1, int(_env_float("WORKRUN_CONCURRENCY", 4)))
+        self.grace = _env_float("WORKRUN_GRACE", 5.0)
+        self.stop_event = threading.Event()
+        self.assume_yes = False
+        self.interactive = False
+
+    @property
+    def journal(self) -> Journal:
+        """The journal, opened (and migrated) on first use."""
+        if self._journal is None:
+            self._journal = Journal(self.data_dir / "journal.sqlite3", check=self._check)
+        return self._journal
+
+    @property
+    def watchdog(self) -> Watchdog:
+        """The process watchdog, started on first use."""
+        if self._watchdog is None:
+            self._watchdog = Watchdog(grace=self.grace)
+        return self._watchdog
+
+    @property
+    def sdk_dir(self) -> Path:
+        """Directory with this runner's ``workrun_sdk`` for App ``PYTHONPATH``."""
+        if self._sdk is None:
+            self._sdk = sdk_path(self.data_dir)
+        return self._sdk
+
+    def call_dir(self, name: str) -> Path:
+        """A fresh call directory under ``<data>/calls``."""
+        path = self.data_dir / "calls" / name
+        path.mkdir(parents=True, exist_ok=False)
+        return path
+
+    def say(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
+        """Record a node/run message in the journal and show it (R-C6: statuses on node messages)."""
+        if run_id is not None:
+            self.journal.add_message(run_id, node_key, level, text)
+        self.reporter.message(run_id, node_key, level, text)
+
+    def request_stop(self) -> None:
+        """Stop this command's run(s): end App process groups, schedule nothing new (R-C9)."""
+        self.stop_event.set()
+        self.watchdog.stop_all()
+
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self.stop_event.is_set()
+
+    @staticmethod
+    def now() -> float:
+        """Epoch seconds."""
+        return time.time()
+
+    def close(self) -> None:
+        """Close the journal."""
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None

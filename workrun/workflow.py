@@ -1,0 +1,290 @@
+"""Parsing workflow TOML files, templates and the node DAG (R-W1, SPEC §9).
+
+Everything here runs before a run is created: any error is a ConfigError
+(exit 2) and no run exists afterwards (SPEC §10).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import ValidationError
+
+from workrun.apps import load_app, pydantic_error
+from workrun.errors import ConfigError
+from workrun.models import AppSpec, NodeSpec, RetryPolicy, WorkflowSpec
+
+__all__ = [
+    "FailurePolicy",
+    "load_workflow",
+    "node_dependencies",
+    "parse_inputs",
+    "parse_policy",
+    "render",
+    "template_refs",
+]
+
+_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_REF = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
+_KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+
+
+class FailurePolicy:
+    """A node's ``on_failure`` (R-W7): kind ``fail`` | ``continue`` | ``retry`` | ``fallback``."""
+
+    def __init__(self, kind: str, retry: RetryPolicy | None = None, fallback: str | None = None) -> None:
+        self.kind = kind
+        self.retry = retry
+        self.fallback = fallback
+
+    def attempts(self) -> int:
+        """Calls allowed for the node in all (1 unless ``retry``)."""
+        return self.retry.attempts if self.retry else 1
+
+
+def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
+    """Parse ``on_failure`` (R-W7).
+
+    Raises:
+        ConfigError: for anything but "fail", "continue", {retry = {...}}, {fallback = "NODE"}.
+    """
+    if value in ("fail", "continue"):
+        return FailurePolicy(value)
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, arg), = value.items()
+        if kind == "retry":
+            try:
+                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg if isinstance(arg, dict) else {}))
+            except ValidationError as exc:
+                raise pydantic_error(exc, file, f"{field}.retry") from None
+        if kind == "fallback" and isinstance(arg, str):
+            return FailurePolicy("fallback", fallback=arg)
+    raise ConfigError('must be "fail", "continue", { retry = { attempts, backoff } } or { fallback = "NODE" }',
+                      file=file, field=field)
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def template_refs(value: Any, path: str = "input") -> list[tuple[str, str]]:
+    """Return ``[(field path, reference)]`` for every ``{{ ... }}`` in ``value``."""
+    return [(p, m.group(1)) for p, s in _strings(value, path) for m in _TEMPLATE.finditer(s)]
+
+
+def _lookup(ref: str, context: dict[str, Any]) -> Any:
+    parts = ref.split(".")
+    if parts[0] == "inputs":
+        return context["inputs"][parts[1]]
+    value: Any = context["nodes"][parts[1]]["result"]
+    for part in parts[3:]:
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(ref)
+        value = value[part]
+    return value
+
+
+def render(value: Any, context: dict[str, Any]) -> Any:
+    """Fill templates in ``value`` from ``{"inputs": {...}, "nodes": {key: {"result": ...}}}``.
+
+    A string that is exactly one template takes the referenced value as is
+    (numbers stay numbers); otherwise values are interpolated as text (JSON for
+    objects and lists).
+
+    Raises:
+        KeyError: naming the reference, when a value is missing at run time.
+    """
+    if isinstance(value, dict):
+        return {k: render(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, context) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = _TEMPLATE.fullmatch(value.strip())
+    if whole:
+        return _lookup(whole.group(1), context)
+
+    def sub(m: re.Match[str]) -> str:
+        v = _lookup(m.group(1), context)
+        return v if isinstance(v, str) else json.dumps(v)
+
+    return _TEMPLATE.sub(sub, value)
+
+
+def parse_inputs(pairs: list[str]) -> dict[str, str]:
+    """Parse ``--input k=v`` options into a dict.
+
+    Raises:
+        ConfigError: for an item without ``=`` or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected KEY=VALUE, got {pair!r}", field="--input")
+        out[key.strip()] = val
+    return out
+
+
+def node_dependencies(node: NodeSpec) -> list[str]:
+    """``needs`` plus every node referenced by a template (SPEC §10), in order, without duplicates."""
+    deps = list(node.needs)
+    for _, ref in template_refs(node.input) + template_refs(node.prompt, "prompt") + template_refs(node.message, "message"):
+        parts = ref.split(".")
+        if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
+            deps.append(parts[1])
+    return deps
+
+
+def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
+    state: dict[str, int] = {}
+
+    def visit(key: str, trail: list[str]) -> None:
+        state[key] = 1
+        for dep in graph.get(key, []):
+            if state.get(dep) == 1:
+                cycle = " -> ".join([*trail[trail.index(dep):], dep]) if dep in trail else f"{key} -> {dep}"
+                raise ConfigError(f"cycle: {cycle}", file=file, field=what)
+            if dep not in state:
+                visit(dep, [*trail, dep])
+        state[key] = 2
+
+    for key in graph:
+        if key not in state:
+            visit(key, [key])
+
+
+def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[WorkflowSpec, dict[str, Any]]:
+    """Load, validate and resolve a workflow file (R-W1; SPEC §9, §10).
+
+    Args:
+        path: the workflow TOML file; ``project`` paths are relative to it.
+        overrides: ``--input`` values, overriding ``[inputs]`` defaults.
+
+    Returns:
+        (spec with absolute project paths, the run's inputs).
+
+    Raises:
+        ConfigError: bad TOML, unknown keys, missing nodes, cycles, bad templates,
+            unknown Apps, App config errors, bad failure policies.
+    """
+    path = Path(path)
+    file = str(path)
+    if not path.is_file():
+        raise ConfigError("workflow file not found", file=file)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    unknown = set(data) - {"name", "inputs", "nodes", "description"}
+    if unknown:
+        raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise ConfigError("must be a non-empty string", file=file, field="name")
+    defaults = data.get("inputs", {})
+    if not isinstance(defaults, dict):
+        raise ConfigError("must be a table", file=file, field="inputs")
+    nodes_table = data.get("nodes")
+    if not isinstance(nodes_table, dict) or not nodes_table:
+        raise ConfigError("a workflow needs at least one [nodes.KEY] table", file=file, field="nodes")
+    inputs = {**defaults, **(overrides or {})}
+    base = path.resolve().parent
+
+    nodes: dict[str, NodeSpec] = {}
+    apps: dict[str, AppSpec] = {}
+    for key, table in nodes_table.items():
+        prefix = f"nodes.{key}"
+        if not _KEY.match(key):
+            raise ConfigError("node keys use letters, digits, '_' and '-'", file=file, field=prefix)
+        if not isinstance(table, dict):
+            raise ConfigError("must be a table", file=file, field=prefix)
+        table = dict(table)
+        if "project" in table and isinstance(table["project"], str):
+            table["project"] = str((base / table["project"]).resolve())
+        if isinstance(table.get("tools"), list):
+            table["tools"] = [
+                {**t, "project": str((base / t["project"]).resolve())}
+                if isinstance(t, dict) and isinstance(t.get("project"), str) else t
+                for t in table["tools"]
+            ]
+        try:
+            node = NodeSpec.model_validate({**table, "key": key})
+        except ValidationError as exc:
+            raise pydantic_error(exc, file, prefix) from None
+        if node.kind == "process":
+            for field in ("project", "app"):
+                if not getattr(node, field):
+                    raise ConfigError("is required for a process node", file=file, field=f"{prefix}.{field}")
+            apps[key] = load_app(Path(node.project), node.app, file=file, field=f"{prefix}.app")  # type: ignore[arg-type]
+            if apps[key].kind != "process":
+                raise ConfigError(f"App {node.app!r} is a {apps[key].kind} App; a process node needs a process App",
+                                  file=file, field=f"{prefix}.app")
+        elif node.kind == "agent":
+            if not node.tools:
+                raise ConfigError("an agent node needs at least one Tool App", file=file, field=f"{prefix}.tools")
+            for i, ref in enumerate(node.tools):
+                spec = load_app(Path(ref.project), ref.app, file=file, field=f"{prefix}.tools[{i}].app")
+                if spec.kind != "tool":
+                    raise ConfigError(f"App {ref.app!r} is not a Tool App", file=file, field=f"{prefix}.tools[{i}].app")
+        elif node.kind == "remote_agent":
+            if not node.url:
+                raise ConfigError("is required for a remote_agent node", file=file, field=f"{prefix}.url")
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(node.url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigError("must be an http:// or https:// URL", file=file, field=f"{prefix}.url")
+        nodes[key] = node
+
+    policies = {k: parse_policy(n.on_failure, file, f"nodes.{k}.on_failure") for k, n in nodes.items()}
+    graph: dict[str, list[str]] = {}
+    for key, node in nodes.items():
+        prefix = f"nodes.{key}"
+        for dep in node.needs:
+            if dep not in nodes:
+                raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
+            if dep == key:
+                raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
+        refs = template_refs(node.input, f"{prefix}.input") + template_refs(node.prompt, f"{prefix}.prompt") \
+            + template_refs(node.message, f"{prefix}.message")
+        for field, ref in refs:
+            if not _REF.match(ref):
+                raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
+                                  file=file, field=field)
+            parts = ref.split(".")
+            if parts[0] == "inputs":
+                if parts[1] not in inputs:
+                    raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
+                                      "with --input", file=file, field=field)
+                continue
+            target = parts[1]
+            if target not in nodes:
+                raise ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
+            if target == key:
+                raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
+            contract = apps[target].output if target in apps else {}
+            if contract and len(parts) > 3 and parts[3] not in contract:
+                raise ConfigError(f"{{{{ {ref} }}}}: App {nodes[target].app!r} declares no output field {parts[3]!r}",
+                                  file=file, field=field)
+        policy = policies[key]
+        if policy.kind == "fallback":
+            if policy.fallback not in nodes or policy.fallback == key:
+                raise ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
+                                  file=file, field=f"{prefix}.on_failure.fallback")
+        graph[key] = node_dependencies(node)
+    _check_cycles(graph, file, "needs")
+    _check_cycles({k: [p.fallback] for k, p in policies.items() if p.fallback}, file, "on_failure.fallback")
+    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes)
+    return spec, inputs

@@ -1,0 +1,105 @@
+"""The runner <-> App file protocol, version 1.
+
+The runner creates one *call directory* per process it starts and names it in
+the environment variable ``WORKRUN_CALL_DIR``. Nothing travels over stdout,
+which belongs to the App. Files in the call directory:
+
+- ``input.json`` (runner -> App): ``{"v": 1, "kind": "process"|"compensation"|"tool",
+  "input": {...}, "context": {...} | null, "tool": name | null}``
+- ``result.json`` (App -> runner): ``{"v": 1, "result": {...}}``
+- ``resources.json`` (App -> runner): ``{"v": 1, "resources": [{"kind", "id", ...}]}``
+- ``claim`` : created exclusively by whoever gets there first, the launcher
+  (``started <pid>``) or the runner's recovery (``abandoned``). It fences a
+  call that the runner may have died before starting.
+- ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int}`` written when
+  the App's code returns or raises, so the outcome survives the runner dying.
+
+Every file is written atomically (temporary file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CALL_DIR_ENV",
+    "VERSION",
+    "call_dir",
+    "read_envelope",
+    "write_json_atomic",
+    "claim",
+]
+
+VERSION = 1
+CALL_DIR_ENV = "WORKRUN_CALL_DIR"
+
+
+def call_dir(function: str) -> Path:
+    """Return the call directory of this App process.
+
+    Raises:
+        NotInAppError: when the process was not started by the runner.
+    """
+    from workrun_sdk.errors import NotInAppError
+
+    value = os.environ.get(CALL_DIR_ENV)
+    if not value or not Path(value, "input.json").is_file():
+        raise NotInAppError(function)
+    return Path(value)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (tmp file, fsync, rename).
+
+    Raises:
+        TypeError: when ``data`` is not JSON-serialisable.
+    """
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_envelope(path: Path) -> dict[str, Any]:
+    """Read a versioned envelope written by the other side.
+
+    Raises:
+        SDKError: when the file is missing, not JSON, or of another version.
+    """
+    from workrun_sdk.errors import SDKError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SDKError(f"{path}: cannot read call file: {exc}") from None
+    if not isinstance(data, dict) or data.get("v") != VERSION:
+        raise SDKError(f"{path}: envelope version {data.get('v') if isinstance(data, dict) else '?'} "
+                       f"is not {VERSION}; the runner and SDK versions differ")
+    return data
+
+
+def claim(directory: Path, text: str) -> bool:
+    """Create ``directory/claim`` exclusively with ``text``; True when this caller won."""
+    try:
+        fd = os.open(directory / "claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True

@@ -1,0 +1,83 @@
+"""Inside a compensation call (``compensate.py``): the original call's record.
+
+Example::
+
+    from workrun_sdk import compensation
+    ctx = compensation.context()
+    Path(ctx.original_result["file_path"]).unlink(missing_ok=True)
+    compensation.result({"removed": True})
+
+Exit 0 means done; any other exit means not done (retried with backoff).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import copy
+from typing import Any, Mapping
+
+from workrun_sdk import _call
+
+__all__ = ["Context", "context", "result"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """The record of the call being compensated (R-C2). Immutable.
+
+    Attributes:
+        original_operation_id: stable id of the original call.
+        compensation_id: stable id of this compensation; use it as an idempotency key.
+        original_input: the input the original call actually got.
+        original_result: the result the original call saved.
+        resources: resources the call recorded, each ``{"kind", "id", ...}``.
+        attempt: 1 for the first attempt of this compensation, 2 for the next, ...
+        app: the App name; node_key / run_id: where the call was made.
+    """
+
+    original_operation_id: str
+    compensation_id: str
+    original_input: Mapping[str, Any]
+    original_result: Mapping[str, Any]
+    resources: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+    attempt: int = 1
+    app: str = ""
+    node_key: str = ""
+    run_id: str = ""
+
+
+def _freeze(value: Any) -> Any:
+    # Fresh plain copies: the Context is frozen, and what it holds stays JSON-serialisable.
+    return copy.deepcopy(value)
+
+
+def context() -> Context:
+    """Return the immutable :class:`Context` of this compensation.
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+        WrongCallKindError: inside a normal (non-compensation) call.
+    """
+    _, env = _call.require_kind("compensation.context", "compensation")
+    ctx = env.get("context") or {}
+    return Context(
+        original_operation_id=ctx["original_operation_id"],
+        compensation_id=ctx["compensation_id"],
+        original_input=_freeze(ctx.get("original_input") or {}),
+        original_result=_freeze(ctx.get("original_result") or {}),
+        resources=tuple(_freeze(list(ctx.get("resources") or []))),
+        attempt=int(ctx.get("attempt", 1)),
+        app=ctx.get("app", ""),
+        node_key=ctx.get("node_key", ""),
+        run_id=ctx.get("run_id", ""),
+    )
+
+
+def result(data: dict[str, Any]) -> None:
+    """Optionally save ``data`` as this compensation's result (shown in ``runs show``).
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+        TypeError: when ``data`` is not a JSON-serialisable dict.
+    """
+    _call.write_result("compensation.result", data, "compensation")

@@ -1,0 +1,29 @@
+"""Errors raised by the SDK inside an App process.
+
+    SDKError(RuntimeError)
+      NotInAppError        called outside a call started by the runner
+      WrongCallKindError   e.g. compensation.context() inside a normal call
+"""
+
+__all__ = ["NotInAppError", "SDKError", "WrongCallKindError"]
+
+
+class SDKError(RuntimeError):
+    """Raised when the SDK is used in a way the runner cannot honour."""
+
+
+class NotInAppError(SDKError):
+    """Raised when an SDK function is called outside a process started by Workrun."""
+
+    def __init__(self, function: str) -> None:
+        super().__init__(
+            f"workrun_sdk.{function}() works only inside an App call started by Workrun "
+            "(WORKRUN_CALL_DIR is not set); run the App with `workrun app run PROJECT APP`"
+        )
+
+
+class WrongCallKindError(SDKError):
+    """Raised when a function of one call kind is used in another (e.g. context() in main.py)."""
+
+    def __init__(self, function: str, kind: str) -> None:
+        super().__init__(f"workrun_sdk.{function}() is not available in a {kind!r} call")

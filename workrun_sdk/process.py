@@ -1,0 +1,59 @@
+"""Inside a normal App call: read the input, save the result, record resources.
+
+Example (``main.py`` of a Process App)::
+
+    from workrun_sdk import process
+    data = process.input()
+    process.resource("file", "/tmp/x.txt")
+    process.result({"file_path": "/tmp/x.txt"})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workrun_sdk import _call, _wire
+
+__all__ = ["input", "result", "resource"]
+
+_resources: list[dict[str, Any]] = []
+
+
+def input() -> dict[str, Any]:  # noqa: A001 - the SDK's public name
+    """Return this call's input (the node's rendered ``input`` table) as a dict.
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+    """
+    _, env = _call.require_kind("process.input", "process", "tool")
+    return dict(env.get("input") or {})
+
+
+def result(data: dict[str, Any]) -> None:
+    """Save ``data`` as this call's result (R-A3: checked against the App's output contract).
+
+    Calling it again replaces the earlier result. Results over 1 MiB fail the call.
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+        TypeError: when ``data`` is not a JSON-serialisable dict.
+    """
+    _call.write_result("process.result", data, "process", "tool")
+
+
+def resource(kind: str, id: str, **attrs: Any) -> None:  # noqa: A002 - SPEC §10 names it id
+    """Record a resource this call created, e.g. ``resource("file", path)`` (R-C2).
+
+    The compensation of this call receives the list as ``context().resources``,
+    each ``{"kind": kind, "id": id, **attrs}``. Recorded immediately (atomically),
+    so a resource is known even if the App fails afterwards.
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+        TypeError: when kind/id are not strings or attrs are not JSON-serialisable.
+    """
+    directory, _ = _call.require_kind("process.resource", "process", "tool")
+    if not isinstance(kind, str) or not isinstance(id, str):
+        raise TypeError("workrun_sdk.process.resource(kind, id): kind and id must be strings")
+    _resources.append({"kind": kind, "id": id, **attrs})
+    _wire.write_json_atomic(directory / "resources.json", {"v": _wire.VERSION, "resources": _resources})
