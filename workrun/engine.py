@@ -25,6 +25,7 @@ from workrun.calls import call_app
 from workrun.compensation import plan_records
 from workrun.errors import ConfigError
 from workrun.models import NodeSpec, WorkflowSpec
+from workrun.remote import cancel_open_tasks
 from workrun.services import Services, new_id
 from workrun.workflow import FailurePolicy, node_dependencies, parse_policy, render
 
@@ -254,6 +255,7 @@ class Engine:
                               "reason": "stopped by the user"})], "run.stopped")
             svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
                     f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
+            cancel_open_tasks(svc, run_id)
             return "stopped"
         if failed_node is None and any(n["status"] == "failed" and not n["handled"] for n in nodes):
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
@@ -267,6 +269,7 @@ class Engine:
             for r in records:
                 text = f"compensation {r['compensation_id']} of {r['node_key']}: {r['status']}"
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
+            cancel_open_tasks(svc, run_id)
             return "failed"
         svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "succeeded", "ended_at": now})],
                           "run.succeeded")

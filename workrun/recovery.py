@@ -85,6 +85,10 @@ def drive(svc: Services, run_id: str) -> str:
     if svc.stopping():
         return svc.journal.run(run_id)["status"]
     run = svc.journal.run(run_id)
+    if status in ("failed", "stopped"):
+        from workrun.remote import cancel_open_tasks
+
+        cancel_open_tasks(svc, run_id)  # a run that ended while the runner was down (R-C10); sent at most once
     if status in ("failed", "stopped") and not run["eval"]:
         recover_attempts(svc, run_id)
         _ensure_planned(svc, run)

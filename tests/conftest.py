@@ -1,0 +1,156 @@
+"""Shared test fixtures: an isolated data dir per test, real uv App projects in tmp dirs, the CLI.
+
+Every test gets its own ``WORKRUN_HOME``, ``NO_COLOR`` and a wide ``COLUMNS``
+(one autouse fixture, as Hatch does), and a short SIGTERM->SIGKILL grace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "workrun-home"
+    monkeypatch.setenv("WORKRUN_HOME", str(home))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("WORKRUN_GRACE", "1")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    for var in ("VIRTUAL_ENV", "WORKRUN_FAULT", "WORKRUN_CONCURRENCY"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+def _uv() -> str:
+    import uv
+
+    return uv.find_uv_bin()
+
+
+@pytest.fixture
+def make_project(tmp_path: Path) -> Callable[..., Path]:
+    """Create a real uv App project: ``make_project(name, apps_toml, {file: source})`` -> its directory.
+
+    ``apps_toml`` is the ``[tool.workrun...]`` part of ``pyproject.toml``; sources are dedented.
+    ``uv lock`` is run so the project is complete (R-A1).
+    """
+
+    def make(name: str, apps_toml: str, files: dict[str, str], *, lock: bool = True) -> Path:
+        project = tmp_path / "projects" / name
+        project.mkdir(parents=True)
+        (project / "pyproject.toml").write_text(
+            f'[project]\nname = "{name}"\nversion = "0.1.0"\nrequires-python = ">=3.11"\ndependencies = []\n\n'
+            + textwrap.dedent(apps_toml))
+        for rel, src in files.items():
+            path = project / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(src))
+        if lock:
+            subprocess.run([_uv(), "lock", "--quiet"], cwd=project, check=True,
+                           env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+        return project
+
+    return make
+
+
+@pytest.fixture
+def write_workflow(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Write a workflow TOML (dedented) into ``tmp_path/workflows/NAME.toml``."""
+
+    def write(name: str, text: str) -> Path:
+        path = tmp_path / "workflows" / f"{name}.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+class Result:
+    """A finished CLI call: ``code``, ``out``, ``err`` and ``json()``."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.code = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    def __repr__(self) -> str:
+        return f"Result(code={self.code}, out={self.out[-2000:]!r}, err={self.err[-2000:]!r})"
+
+
+@pytest.fixture
+def workrun() -> Callable[..., Result]:
+    """Run the real CLI in a subprocess: ``workrun("run", path, "--json")`` -> Result."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 180, cwd: Path | None = None,
+            input: str | None = None) -> Result:
+        full_env = {**os.environ, **(env or {})}
+        proc = subprocess.run([sys.executable, "-m", "workrun", *map(str, args)], capture_output=True, text=True,
+                              env=full_env, timeout=timeout, cwd=cwd, input=input)
+        return Result(proc)
+
+    return run
+
+
+# Small App sources used by many tests -------------------------------------------------
+
+MARKER_APP = """
+[tool.workrun.apps.mark]
+kind = "process"
+entry = "main.py"
+timeout = 60
+compensation = { entry = "compensate.py", backoff = 0.05 }
+"""
+
+MARKER_MAIN = """
+import os, json, time
+from pathlib import Path
+from workrun_sdk import process
+data = process.input()
+if data.get("sleep"):
+    time.sleep(float(data["sleep"]))
+if data.get("fail"):
+    raise SystemExit(3)
+process.result({"name": data.get("name", "x"), "approved": data.get("approved", True)})
+"""
+
+MARKER_COMPENSATE = """
+import json, os, time
+from pathlib import Path
+from workrun_sdk import compensation
+ctx = compensation.context()
+log = Path(os.environ["TEST_LOG"]) if "TEST_LOG" in os.environ else None
+name = ctx.original_result["name"]
+if ctx.original_input.get("comp_sleep"):
+    time.sleep(float(ctx.original_input["comp_sleep"]))
+if ctx.original_input.get("comp_fail"):
+    raise SystemExit(4)
+if log:
+    with open(log, "a") as fh:
+        fh.write(json.dumps({"name": name, "t0": time.time(), "cid": ctx.compensation_id}) + "\\n")
+compensation.result({"undone": name})
+"""
+
+
+@pytest.fixture
+def marker_project(make_project: Callable[..., Path]) -> Path:
+    """A project with App ``mark``: result ``{name, approved}``; its compensation appends to ``$TEST_LOG``.
+
+    Input knobs: ``name``, ``sleep`` (s), ``fail`` (exit 3), ``comp_sleep``, ``comp_fail`` (exit 4).
+    """
+    return make_project("marker", MARKER_APP, {"main.py": MARKER_MAIN, "compensate.py": MARKER_COMPENSATE})
