@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Set up Workrun in ./.venv (first time only) and run the tutorial or the tests.
+
+    python3 scripts/dev.py tutorial     # the tutorial workflow; exits 1 because the run fails on purpose
+    python3 scripts/dev.py test [ARGS]  # the whole test suite (extra ARGS go to pytest)
+
+Needs only Python 3.11+ with pip; everything else comes from PyPI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".venv"
+PY = VENV / "bin" / "python"
+
+
+def ensure(extras: str) -> None:
+    """Create .venv and install workrun (editable) with ``extras``, unless already done for this pyproject."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"error: Workrun needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    if not PY.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    stamp = VENV / f".workrun-installed-{extras or 'base'}-{digest}"
+    if not stamp.exists():
+        spec = f"{ROOT}[{extras}]" if extras else str(ROOT)
+        subprocess.run([str(PY), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", spec],
+                       check=True)
+        stamp.write_text("ok\n")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("tutorial", "test"):
+        print(__doc__)
+        return 2
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    if argv[0] == "tutorial":
+        ensure("")
+        wf = ROOT / "demo_apps" / "workflows" / "tutorial.toml"
+        return subprocess.run([str(VENV / "bin" / "workrun"), "run", str(wf), *argv[1:]], env=env).returncode
+    ensure("test")
+    return subprocess.run([str(PY), "-m", "pytest", "-q", *argv[1:]], cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
