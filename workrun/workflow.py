@@ -140,7 +140,9 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
 def node_dependencies(node: NodeSpec) -> list[str]:
     """``needs`` plus every node referenced by a template (SPEC §10), in order, without duplicates."""
     deps = list(node.needs)
-    for _, ref in template_refs(node.input) + template_refs(node.prompt, "prompt") + template_refs(node.message, "message"):
+    refs = template_refs(node.input) + template_refs(node.prompt, "prompt") + template_refs(node.message, "message") \
+        + template_refs(node.script, "script")
+    for _, ref in refs:
         parts = ref.split(".")
         if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
             deps.append(parts[1])
@@ -238,6 +240,16 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 spec = load_app(Path(ref.project), ref.app, file=file, field=f"{prefix}.tools[{i}].app")
                 if spec.kind != "tool":
                     raise ConfigError(f"App {ref.app!r} is not a Tool App", file=file, field=f"{prefix}.tools[{i}].app")
+            for i, step in enumerate(node.script):  # scripted steps: {tool, args} or {error} (issue 5)
+                where = f"{prefix}.script[{i}]"
+                if set(step) - {"tool", "args", "error"}:
+                    raise ConfigError("unknown key " + repr(sorted(set(step) - {"tool", "args", "error"})[0]),
+                                      file=file, field=where)
+                if "error" not in step and not isinstance(step.get("tool"), str):
+                    raise ConfigError("a script step needs tool = \"NAME\" (or error = \"...\")", file=file,
+                                      field=where)
+                if not isinstance(step.get("args", {}), dict):
+                    raise ConfigError("must be a table of tool arguments", file=file, field=f"{where}.args")
         elif node.kind == "remote_agent":
             if not node.url:
                 raise ConfigError("is required for a remote_agent node", file=file, field=f"{prefix}.url")
@@ -258,7 +270,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             if dep == key:
                 raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
         refs = template_refs(node.input, f"{prefix}.input") + template_refs(node.prompt, f"{prefix}.prompt") \
-            + template_refs(node.message, f"{prefix}.message")
+            + template_refs(node.message, f"{prefix}.message") + template_refs(node.script, f"{prefix}.script")
         for field, ref in refs:
             if not _REF.match(ref):
                 raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",

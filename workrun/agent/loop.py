@@ -2,9 +2,10 @@
 
 Backends (``model`` in the node):
 
-- ``scripted``: deterministic; plays ``script`` (a list of ``{tool, args}``;
-  a step ``{error = "..."}`` makes the model fail there), then answers
-  ``answer`` (or fails to answer when ``fail_answer = true``).
+- ``scripted``: deterministic; plays ``script`` (a list of ``{tool, args}``,
+  templates in ``args`` filled like a node's ``input``; a step
+  ``{error = "..."}`` makes the model fail there), then answers ``answer``
+  (or fails to answer when ``fail_answer = true``).
 - anything else: an OpenAI-compatible chat-completions backend
   (:mod:`workrun.agent.openai_backend`), tool calls mapped from the
   discovered schemas.
@@ -17,6 +18,8 @@ terminal before a normal call (or needs ``--yes``); compensation never asks.
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -30,7 +33,11 @@ __all__ = ["Backend", "ScriptedBackend", "ToolCall", "run_agent_node"]
 
 
 class ToolCall(dict):
-    """A proposed tool call: ``{"tool": name, "args": {...}, "id": str | None}``."""
+    """A proposed tool call: ``{"tool": name, "args": {...}, "id": str | None}``.
+
+    A call the model got wrong (arguments that are not a JSON object) has ``args`` None and
+    ``error`` set: the loop does not make it and reports the error back to the model.
+    """
 
 
 class Backend(Protocol):
@@ -45,10 +52,16 @@ class Backend(Protocol):
 
 
 class ScriptedBackend:
-    """Plays a fixed script (deterministic; for tests and demos)."""
+    """Plays a fixed script (deterministic; for tests and demos).
 
-    def __init__(self, node: NodeSpec, skip: int) -> None:
-        self.steps: Iterator[dict[str, Any]] = iter(node.script[skip:])
+    Args:
+        node: the agent node (``answer``, ``fail_answer``).
+        script: the node's ``script`` with templates already filled.
+        skip: steps already played before a runner restart.
+    """
+
+    def __init__(self, node: NodeSpec, script: list[dict[str, Any]], skip: int) -> None:
+        self.steps: Iterator[dict[str, Any]] = iter(script[skip:])
         self.node = node
 
     def next(self, observation: dict[str, Any] | None) -> ToolCall | str:
@@ -62,19 +75,44 @@ class ScriptedBackend:
         return self.node.answer if self.node.answer is not None else "done"
 
 
+_ASKING = threading.Lock()  # agent nodes run in parallel threads: one question on the terminal at a time
+
+
 def _confirm(svc: Services, app: AppSpec, tool: str, args: dict[str, Any]) -> str | None:
-    """Return None when the call may go ahead, else why not (normal calls only; never compensation)."""
+    """Return None when the call may go ahead, else why not (normal calls only; never compensation, R-C5).
+
+    ``confirm = "always"`` asks on the terminal (``svc.interactive``), is approved by ``--yes``
+    (``svc.assume_yes``), and otherwise refuses with a message that says so.
+    """
     policy = app.tools.get(tool)
     if policy is None or policy.confirm != "always" or svc.assume_yes:
         return None
     if not svc.interactive:
-        return (f"tool {tool!r} asks for confirmation (confirm = \"always\") and there is no terminal; "
-                "pass --yes to approve")
-    import typer
+        return (f"tool {tool!r} of App {app.name!r} asks for confirmation (confirm = \"always\") and there is no "
+                "terminal; pass --yes to approve")
+    import click
 
-    if typer.confirm(f"Call tool {tool!r} of App {app.name!r} with {args}?", default=False):
-        return None
-    return f"tool call {tool!r} was declined"
+    with _ASKING:
+        try:
+            approved = click.confirm(f"Call tool {tool!r} of App {app.name!r} with {json.dumps(args)}?",
+                                     default=False)
+        except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
+            approved = False
+    return None if approved else f"tool call {tool!r} was declined on the terminal"
+
+
+def _played(script: list[dict[str, Any]], known: set[str], calls_made: int) -> int:
+    """How many script steps produced the ``calls_made`` journaled calls (steps naming an unknown
+    tool make no call), so a resumed scripted agent continues after them."""
+    if calls_made == 0:
+        return 0
+    made = 0
+    for i, step in enumerate(script):
+        if "error" not in step and step.get("tool") in known:
+            made += 1
+            if made == calls_made:
+                return i + 1
+    return len(script)
 
 
 def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str, Any],
@@ -95,6 +133,7 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
             for t in discover(svc, Path(ref.project), app):
                 tools[t["name"]] = (Path(ref.project), app, t)
         prompt = render(node.prompt, context)
+        script = render(node.script, context) if node.model == "scripted" else []
     except (ConfigError, WorkrunError) as exc:
         return NodeOutcome("failed", error=exc.line())
     except KeyError as exc:
@@ -105,7 +144,7 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
     if any(o["status"] == "unknown" for o in prior):
         return NodeOutcome("failed", error="a tool call's outcome is unknown after a restart; not re-sent")
     if node.model == "scripted":
-        backend: Backend = ScriptedBackend(node, skip=len(prior))
+        backend: Backend = ScriptedBackend(node, script, skip=_played(script, set(tools), len(prior)))
     else:
         if prior:
             return NodeOutcome("failed", error="the agent's conversation was interrupted by a runner restart; its "
@@ -130,6 +169,11 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
         if name not in tools:
             observation = {"id": step.get("id"), "error": f"unknown tool {name!r}"}
             svc.say(run_id, node.key, "warning", f"model asked for unknown tool {name!r}")
+            continue
+        if not isinstance(step.get("args"), dict):
+            error = step.get("error") or "tool arguments must be a JSON object"
+            observation = {"id": step.get("id"), "error": error}
+            svc.say(run_id, node.key, "warning", f"model asked for tool {name!r} with bad arguments: {error}")
             continue
         project, app, _ = tools[name]
         refusal = _confirm(svc, app, name, step["args"])

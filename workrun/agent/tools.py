@@ -14,14 +14,26 @@ from workrun.models import AppSpec
 from workrun.runner.uv import collect, spawn, wait
 from workrun.services import Services, new_id
 
-__all__ = ["discover"]
+__all__ = ["DISCOVERY_TIMEOUT", "discover"]
+
+DISCOVERY_TIMEOUT = 120.0  # seconds at most to import a Tool App module and list its tools
 
 
 def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]:
     """Return ``[{name, description, input_schema}]`` of a Tool App (cached per code fingerprint).
 
+    Args:
+        project: the App project directory.
+        app: a Tool App of that project.
+
+    Returns:
+        One dict per ``@tool`` function, sorted by name; ``input_schema`` is a JSON Schema object.
+        The listing is cached under ``<data>/tool-cache/<fingerprint>-<app>.json`` (R-J2), so a
+        code change lists again.
+
     Raises:
-        ConfigError: the module fails to import, a hint is unsupported, or two tools share a name.
+        ConfigError: the module fails to import, a hint is unsupported, two tools share a name,
+            or listing takes longer than ``min(app.timeout, 120)`` seconds.
         EnvironmentUnavailableError: the App's environment cannot be prepared.
     """
     project = Path(project).resolve()
@@ -31,20 +43,22 @@ def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]
         return json.loads(cache.read_text())
     python = svc.envs.python(project)
     call_dir = svc.call_dir(new_id("discover"))
+    envelope = {"kind": "tool", "input": {}, "context": None, "tool": None}
     try:
-        proc = spawn(python, project, project / app.entry, call_dir, {"kind": "tool", "input": {}, "context": None,
-                                                                     "tool": None}, svc.sdk_dir)
-        outcome = wait(proc, svc.watchdog, time.time() + min(app.timeout, 120))
+        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
+        outcome = wait(proc, svc.watchdog, time.time() + min(app.timeout, DISCOVERY_TIMEOUT))
         got = collect(call_dir)
     finally:
-        pass
+        shutil.rmtree(call_dir, ignore_errors=True)
     if outcome.exit_code != 0 or got.error or not isinstance(got.result, dict):
         last = (got.stderr_tail.strip().splitlines() or [got.error or "no result"])[-1]
-        shutil.rmtree(call_dir, ignore_errors=True)
+        if outcome.timed_out:
+            last = f"listing the tools timed out after {min(app.timeout, DISCOVERY_TIMEOUT):g} s"
         raise ConfigError(f"cannot list the tools of Tool App {app.name!r}: {last}",
                           file=str(project / app.entry), field=f"tool.workrun.apps.{app.name}.entry")
-    shutil.rmtree(call_dir, ignore_errors=True)
     tools = got.result.get("tools", [])
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(tools))
+    tmp = cache.with_name(f"{cache.name}.{new_id('tmp')}")
+    tmp.write_text(json.dumps(tools))
+    tmp.replace(cache)  # atomic: a concurrent reader never sees half a listing
     return tools

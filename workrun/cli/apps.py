@@ -16,6 +16,7 @@ from workrun.apps import load_app, load_project
 from workrun.cli.common import JsonOpt, reading
 from workrun.cli.output import console, print_json, styled
 from workrun.errors import ConfigError, UsageError
+from workrun.models import AppSpec
 from workrun.workflow import parse_inputs
 
 app = typer.Typer(no_args_is_help=True, help="Create, run and list Apps.")
@@ -119,6 +120,12 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
     raise typer.Exit(0 if op["status"] == "succeeded" else 1)
 
 
+def _asks(spec: AppSpec, tool: str) -> bool:
+    """True when the tool's App config says ``confirm = "always"`` (shown as ``(confirm)``)."""
+    policy = spec.tools.get(tool)
+    return policy is not None and policy.confirm == "always"
+
+
 @app.command("list")
 def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App project directory."),
               json_mode: bool = JsonOpt) -> None:
@@ -145,5 +152,6 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     for r in rows:
         table.add_row(r["app"], r["kind"], r["entry"], (r["compensation"] or {}).get("entry", "-"),
                       ", ".join(f"{k}: {v['type']}{'!' if v['required'] else ''}" for k, v in r["output"].items()) or "-",
-                      ", ".join(str(t["name"]) for t in r["tools"]) or "-")
+                      ", ".join(str(t["name"]) + (" (confirm)" if _asks(apps[r["app"]], str(t["name"])) else "")
+                                for t in r["tools"]) or "-")
     console.print(table)
