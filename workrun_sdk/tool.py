@@ -17,6 +17,7 @@ The function's return value (a dict) is the tool call's result.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 import typing
@@ -63,23 +64,41 @@ def _schema(hint: Any, where: str) -> dict[str, Any]:
 def input_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     """Derive a JSON Schema object for ``fn``'s parameters from its type hints.
 
+    Returns:
+        ``{"type": "object", "properties": {name: schema}, "required": [names without default],
+        "additionalProperties": False}``; a default is kept as the property's ``default``.
+        ``str``/``int``/``float``/``bool`` map to string/integer/number/boolean, ``list[X]`` to an
+        array of X, ``dict[str, X]`` to an object of X, ``Optional[X]`` adds ``"null"``.
+
     Raises:
-        TypeError: for *args/**kwargs, a missing hint, or an unsupported hint.
+        TypeError: for a positional-only parameter, *args/**kwargs, a missing or unresolvable
+            hint, an unsupported hint, or a default that is not JSON.
     """
-    hints = typing.get_type_hints(fn)
+    name_of = getattr(fn, "__name__", repr(fn))
+    if not callable(fn) or not inspect.isfunction(inspect.unwrap(fn)):
+        raise TypeError(f"@tool decorates a function, not {type(fn).__name__}")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # NameError for a string hint naming nothing, TypeError for a bad one
+        raise TypeError(f"tool {name_of}: cannot resolve type hints: {exc}") from None
     props: dict[str, Any] = {}
     required: list[str] = []
     for name, param in inspect.signature(fn).parameters.items():
-        where = f"tool {fn.__name__}: parameter {name!r}"
+        where = f"tool {name_of}: parameter {name!r}"
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"{where}: *args/**kwargs cannot be described as a tool input")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise TypeError(f"{where}: positional-only parameters cannot be passed by name")
         if name not in hints:
             raise TypeError(f"{where}: needs a type hint")
         prop = _schema(hints[name], where)
         if param.default is param.empty:
             required.append(name)
         else:
-            prop["default"] = param.default
+            try:
+                prop["default"] = json.loads(json.dumps(param.default, allow_nan=False))
+            except (TypeError, ValueError):
+                raise TypeError(f"{where}: default {param.default!r} is not JSON") from None
         props[name] = prop
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
@@ -101,6 +120,8 @@ def tool(*, name: str, description: str) -> Callable[[Callable[..., Any]], Calla
         raise ValueError(f"@tool(name={name!r}): description must be a non-empty string")
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not inspect.isfunction(fn):
+            raise TypeError(f"@tool(name={name!r}) decorates a function, not {type(fn).__name__}")
         fn.__workrun_tool__ = ToolInfo(name, description.strip(), input_schema(fn))  # type: ignore[attr-defined]
         return fn
 
