@@ -98,10 +98,11 @@ def drive(svc: Services, run_id: str) -> str:
 
 
 def unfinished_runs(svc: Services) -> list[str]:
-    """Runs with nodes still to run or compensations still to run, oldest first (R-R1)."""
+    """Runs with nodes, compensations or remote-task cancels still to run, oldest first (R-R1, R-C10)."""
     ids = [r["run_id"] for r in svc.journal.runs_with_status("running")]
     ids += [r for r in svc.journal.runs_with_open_compensation() if r not in ids]
     ids += [r for r in _runs_with_attempts_in_flight(svc) if r not in ids]
+    ids += [r for r in svc.journal.runs_with_open_remote_tasks() if r not in ids]  # owed one cancel (R-C10)
     return ids
 
 

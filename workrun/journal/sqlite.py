@@ -28,7 +28,7 @@ __all__ = ["FAULT_POINTS", "Journal"]
 FAULT_POINTS = (
     "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
     "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
-    "attempt.finished",
+    "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
 )
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
@@ -328,8 +328,21 @@ class Journal:
         """Remote A2A tasks of a run."""
         return self._query("SELECT * FROM remote_tasks WHERE run_id = ? ORDER BY updated_at", (run_id,))
 
-    def upsert_remote_task(self, row: dict[str, Any]) -> None:
-        """Insert or replace a remote task's record."""
+    def upsert_remote_task(self, row: dict[str, Any], fault: str | None = None) -> None:
+        """Insert or replace a remote task's record and commit; then hit ``fault``."""
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
-        self._tx([(f"INSERT OR REPLACE INTO remote_tasks ({cols}) VALUES ({marks})", tuple(row.values()))], None)
+        self._tx([(f"INSERT OR REPLACE INTO remote_tasks ({cols}) VALUES ({marks})", tuple(row.values()))], fault)
+
+    def runs_with_open_remote_tasks(self) -> list[str]:
+        """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first.
+
+        That is a task with a task id, not in a terminal state and no cancel yet, or a
+        cancel left ``sending`` by a runner that died (to be marked ``unknown``).
+        """
+        rows = self._query(
+            "SELECT DISTINCT r.run_id, r.created_at FROM runs r JOIN remote_tasks t USING (run_id) "
+            "WHERE r.status IN ('failed', 'stopped') AND (t.cancel_status = 'sending' OR (t.cancel_status IS NULL "
+            "AND t.task_id IS NOT NULL AND COALESCE(t.state, '') NOT IN ('completed', 'failed', 'canceled', "
+            "'rejected'))) ORDER BY r.created_at")
+        return [r["run_id"] for r in rows]
