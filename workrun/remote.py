@@ -422,7 +422,7 @@ def cancel_open_tasks(svc: Services, run_id: str) -> None:
             error = _one_line(_error_text(exc))
             svc.journal.update("remote_tasks", (run_id, key), None, cancel_status="error", cancel_answer=error,
                                updated_at=svc.now())
-            svc.say(run_id, key, "warning", f"sent one cancel for remote task {task_id} to {t['url']}; "
+            svc.say(run_id, key, "warning", f"one cancel for remote task {task_id} to {t['url']}: "
                     f"error: {error} (not retried, R-C10)")
             continue
         answer = _one_line(answer)

@@ -231,6 +231,15 @@ needs = ["remote"]
     assert not any("cancel" in t for t in _texts(view, "remote"))
 
 
+def test_node_timeout_fails_the_node_and_cancels_once(workrun, write_workflow, agent):
+    res = workrun("run", write_workflow("timeout", _remote("remote", agent.url, f"slow {SLOW}", timeout=1.5)), "--json")
+    assert res.code == 1, res
+    view = res.json()
+    assert any("did not finish within the node's timeout (1.5 s)" in t for t in _texts(view, "remote"))
+    assert agent.count("CancelTask") == 1 and agent.requests[-1] == "CancelTask", agent.requests
+    assert _task(view, "remote")["state"] == "canceled"
+
+
 @pytest.mark.parametrize("how", ["sigint", "workrun stop"])
 def test_stop_during_task_sends_one_cancel(workrun, write_workflow, agent, how):
     wf = write_workflow("stop", _remote("remote", agent.url, f"slow {SLOW}"))

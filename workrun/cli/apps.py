@@ -12,12 +12,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from workrun.apps import load_app, load_project
 from workrun.cli.common import JsonOpt, reading
 from workrun.cli.output import console, print_json, styled
 from workrun.errors import ConfigError, UsageError
 from workrun.models import AppSpec
-from workrun.workflow import parse_inputs
 
 app = typer.Typer(no_args_is_help=True, help="Create, run and list Apps.")
 
@@ -90,8 +88,10 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
         tool: Optional[str] = typer.Option(None, "--tool", help="For a Tool App: the tool to call."),
         json_mode: bool = JsonOpt) -> None:
     """Run one App alone: journaled, never compensated (R-A6). Exit 0 if the call succeeded, else 1."""
+    from workrun.apps import load_app
     from workrun.calls import call_app
     from workrun.recovery import recover_operations
+    from workrun.workflow import parse_inputs
 
     spec = load_app(project, app_name, field="APP")
     data: dict[str, object] = dict(parse_inputs(input))
@@ -130,6 +130,8 @@ def _asks(spec: AppSpec, tool: str) -> bool:
 def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App project directory."),
               json_mode: bool = JsonOpt) -> None:
     """List a project's Apps (and each Tool App's tools)."""
+    from workrun.apps import load_project
+
     apps = load_project(project)
     rows = []
     tools: dict[str, list[dict[str, object]]] = {}

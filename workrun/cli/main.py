@@ -88,6 +88,7 @@ def run(
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started" + (" (evaluation run)" if eval_run else ""))
         drive(svc, run_id)
         code = _finish_run(svc, run_id, json_mode)
+        code = 130 if svc.stopping() else code
     raise typer.Exit(code)
 
 
@@ -119,6 +120,7 @@ def rerun(
                 + ("" if path.is_file() else f"; {path} is gone, so the recorded workflow is used"))
         drive(svc, new_id)
         code = _finish_run(svc, new_id, json_mode)
+        code = 130 if svc.stopping() else code
     raise typer.Exit(code)
 
 
@@ -161,19 +163,14 @@ def stop(
 @app.command()
 def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Continue every unfinished run and compensation in the data dir (R-R1); exit 0 if all ended well."""
-    from workrun.recovery import resume_all, unfinished_runs
+    from workrun.recovery import resume_all
 
     with scheduling(json_mode, wait, resume_first=False) as svc:
-        before = {r: svc.journal.run(r)["status"] for r in unfinished_runs(svc)}
         handled = resume_all(svc)
         views = [run_view(svc.journal, r) for r in handled]
-        ok = True
-        for v in views:
-            comps = [op["compensation"] for op in v["operations"] if op["compensation"]]
-            if any(c["status"] not in ("succeeded", "skipped") for c in comps):
-                ok = False
-            if v["status"] == "stopped" or (before.get(v["run_id"]) == "running" and v["status"] != "succeeded"):
-                ok = False
+        # SPEC §10: 0 when every compensation it handled ended succeeded or skipped
+        ok = all(op["compensation"]["status"] in ("succeeded", "skipped")
+                 for v in views for op in v["operations"] if op["compensation"])
         if json_mode:
             print_json({"runs": views})
         else:

@@ -1,0 +1,134 @@
+"""Crash matrix (issue 3, R-R1..R-R4): SIGKILL the runner at every journal write, then resume twice.
+
+``WORKRUN_FAULT=<point>[@N]`` makes the runner SIGKILL itself right after the
+N-th commit of that journal write (workrun/faults.py). For every point and
+every workflow shape we check, after two ``workrun resume``:
+
+- every App call ran exactly as often as the workflow needs (no call re-sent
+  after its outcome could be recovered, none lost from the journal);
+- every compensation that should exist is ``succeeded`` (the App processes
+  outlive the runner and leave an exit record, so nothing is ``unknown``);
+- every compensate script ran at most once per compensation (marker counts).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+APP = """
+[tool.workrun.apps.mark]
+kind = "process"
+entry = "main.py"
+timeout = 60
+compensation = { entry = "compensate.py", backoff = 0.05 }
+"""
+
+MAIN = """
+import json, os, time
+from pathlib import Path
+from workrun_sdk import process
+data = process.input()
+name = data["name"]
+with open(os.environ["CALL_LOG"], "a") as fh:
+    fh.write(name + "\\n")
+time.sleep(float(data.get("sleep", 0.1)))
+if data.get("flaky"):
+    flag = Path(os.environ["CALL_LOG"] + "." + name + ".flag")
+    if not flag.exists():
+        flag.write_text("1")
+        raise SystemExit(3)
+if data.get("fail"):
+    raise SystemExit(5)
+process.result({"name": name})
+"""
+
+COMPENSATE = """
+import os, time
+from workrun_sdk import compensation
+ctx = compensation.context()
+time.sleep(0.1)
+with open(os.environ["COMP_LOG"], "a") as fh:
+    fh.write(ctx.compensation_id + " " + ctx.original_result["name"] + "\\n")
+compensation.result({"undone": ctx.original_result["name"]})
+"""
+
+SHAPES = {
+    # nodes: (needs, extra input); the expected succeeded calls per node; App main executions per node
+    "chain": ({"a": ([], {}), "b": (["a"], {}), "boom": (["b"], {"fail": True})},
+              {"a": 1, "b": 1}, {"a": 1, "b": 1, "boom": 1}),
+    "diamond": ({"a": ([], {}), "b": (["a"], {}), "c": (["a"], {}), "boom": (["b", "c"], {"fail": True})},
+                {"a": 1, "b": 1, "c": 1}, {"a": 1, "b": 1, "c": 1, "boom": 1}),
+    "two_calls": ({"a": ([], {}), "r": (["a"], {"flaky": True}), "boom": (["r"], {"fail": True})},
+                  {"a": 1, "r": 1}, {"a": 1, "r": 2, "boom": 1}),
+}
+
+POINTS = ["run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished", "run.failed",
+          "attempt.intent", "attempt.started", "attempt.finished", "op.started@2", "attempt.started@2",
+          "attempt.finished@2"]
+
+
+def _workflow(write_workflow, project: Path, shape: str) -> Path:
+    nodes, _, _ = SHAPES[shape]
+    text = ""
+    for key, (needs, extra) in nodes.items():
+        inp = {"name": key, **extra}
+        inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in inp.items())
+        text += f'[nodes.{key}]\nproject = "{project}"\napp = "mark"\ninput = {{ {inline} }}\nneeds = {json.dumps(needs)}\n'
+        if extra.get("flaky"):
+            text += "on_failure = { retry = { attempts = 2, backoff = 0 } }\n"
+        text += "\n"
+    return write_workflow(shape, text)
+
+
+@pytest.fixture(scope="module")
+def crash_project(tmp_path_factory):
+    import subprocess
+    import textwrap
+
+    import uv
+
+    project = tmp_path_factory.mktemp("crash") / "crashy"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[project]\nname = "crashy"\nversion = "0.1.0"\n'
+                                            'requires-python = ">=3.11"\ndependencies = []\n' + APP)
+    (project / "main.py").write_text(textwrap.dedent(MAIN))
+    (project / "compensate.py").write_text(textwrap.dedent(COMPENSATE))
+    subprocess.run([uv.find_uv_bin(), "lock", "--quiet"], cwd=project, check=True)
+    return project
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_at_point_then_resume(workrun, write_workflow, crash_project, tmp_path, shape, point):
+    calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
+    env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
+    wf = _workflow(write_workflow, crash_project, shape)
+    first = workrun("run", wf, "--json", env={**env, "WORKRUN_FAULT": point})
+    assert first.code == -signal.SIGKILL, f"fault point {point} was not reached: {first}"
+    for _ in range(2):
+        res = workrun("resume", "--json", env=env)
+        assert res.code in (0, 1), res
+    runs = workrun("runs", "list", "--json").json()
+    if point == "run.created@1" or not runs:
+        pytest.fail("the run was lost")
+    assert len(runs) == 1
+    view = workrun("runs", "show", runs[0]["run_id"], "--json").json()
+    assert view["status"] == "failed", view["status"]
+    _, expected_ok, expected_calls = SHAPES[shape]
+    ok = Counter(o["node_key"] for o in view["operations"] if o["status"] == "succeeded")
+    assert dict(ok) == expected_ok
+    assert not [o for o in view["operations"] if o["status"] in ("running", "unknown")]
+    executed = Counter(calls.read_text().split())
+    assert dict(executed) == expected_calls, "an App call ran a different number of times than the workflow needs"
+    comp_objs = [o["compensation"] for o in view["operations"] if o["status"] == "succeeded"]
+    assert all(c is not None and c["status"] == "succeeded" for c in comp_objs), comp_objs
+    lines = comps.read_text().splitlines()
+    per_comp = Counter(line.split()[0] for line in lines)
+    assert all(n == 1 for n in per_comp.values()), per_comp  # never run twice after success (R-R2, R-R4)
+    assert set(per_comp) == {c["compensation_id"] for c in comp_objs}
+    assert view["unfinished_compensations"] == []

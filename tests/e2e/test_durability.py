@@ -1,0 +1,266 @@
+"""Kill -9 from outside, stop, single scheduler, re-run and eval runs (issue 3: R-R1..R-R3, R-C9, R-J3, R-W5, R-W6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SLOW_APP = """
+[tool.workrun.apps.slow]
+kind = "process"
+entry = "main.py"
+timeout = 60
+compensation = { entry = "compensate.py", backoff = 0.05 }
+"""
+
+SLOW_MAIN = """
+import os, signal, sys, time
+from workrun_sdk import process
+data = process.input()
+if data.get("trap"):
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+with open(os.environ["CALL_LOG"], "a") as fh:
+    fh.write(data["name"] + "\\n")
+time.sleep(float(data.get("sleep", 0)))
+if data.get("fail"):
+    raise SystemExit(2)
+process.result({"name": data["name"], "slept": float(data.get("sleep", 0))})
+"""
+
+SLOW_COMPENSATE = """
+import os, time
+from workrun_sdk import compensation
+ctx = compensation.context()
+time.sleep(float(ctx.original_input.get("comp_sleep", 0)))
+with open(os.environ["COMP_LOG"], "a") as fh:
+    fh.write(ctx.compensation_id + "\\n")
+compensation.result({"undone": ctx.original_result["name"]})
+"""
+
+
+@pytest.fixture
+def slow_project(make_project):
+    return make_project("slow", SLOW_APP, {"main.py": SLOW_MAIN, "compensate.py": SLOW_COMPENSATE})
+
+
+@pytest.fixture
+def logs(tmp_path):
+    calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
+    calls.touch()
+    comps.touch()
+    return {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
+
+
+def spawn_cli(*args, env):
+    return subprocess.Popen([sys.executable, "-m", "workrun", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+
+
+def wait_for(predicate, timeout=30.0, what="condition", proc=None):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"workrun exited {proc.returncode} while waiting for {what}: {proc.communicate()}")
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    detail = ""
+    if proc is not None:
+        proc.kill()
+        detail = str(proc.communicate())
+    raise AssertionError(f"timed out waiting for {what}: {detail}")
+
+
+def current_view(workrun):
+    runs = workrun("runs", "list", "--json").json()
+    if not runs:
+        return None
+    return workrun("runs", "show", runs[0]["run_id"], "--json").json()
+
+
+def op_running(workrun, node):
+    view = current_view(workrun)
+    return view if view and any(o["node_key"] == node and o["status"] == "running" for o in view["operations"]) \
+        else None
+
+
+def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sleep=0.0):
+    return write_workflow("two", f"""
+        [nodes.first]
+        project = "{project}"
+        app = "slow"
+        input = {{ name = "first", comp_sleep = {comp_sleep} }}
+        [nodes.second]
+        project = "{project}"
+        app = "slow"
+        input = {{ name = "second", sleep = {sleep}, trap = {str(trap).lower()} }}
+        needs = ["first"]
+        [nodes.boom]
+        project = "{project}"
+        app = "slow"
+        input = {{ name = "boom", fail = true }}
+        needs = ["second"]
+    """)
+
+
+def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_workflow, slow_project, logs):
+    """R-R3: the App outlives the runner; its result is recovered on resume, not marked unknown."""
+    wf = two_node_workflow(write_workflow, slow_project, sleep=1.5)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+    view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(2.0)  # the App finishes while no runner is alive
+    assert Path(logs["CALL_LOG"]).read_text().split() == ["first", "second"]
+    res = workrun("resume", "--json", env=logs)
+    assert res.code == 0, res
+    view = workrun("runs", "show", view["run_id"], "--json").json()
+    second = next(o for o in view["operations"] if o["node_key"] == "second")
+    assert second["status"] == "succeeded" and second["result"] == {"name": "second", "slept": 1.5}
+    assert view["status"] == "failed"
+    assert [o["compensation"]["status"] for o in view["operations"] if o["status"] == "succeeded"] == \
+        ["succeeded", "succeeded"]
+    assert Path(logs["CALL_LOG"]).read_text().split() == ["first", "second", "boom"]  # nothing re-sent
+    assert len(Path(logs["COMP_LOG"]).read_text().split()) == 2
+
+
+def test_resume_waits_for_live_orphan(workrun, write_workflow, slow_project, logs):
+    """SPEC §10: a live orphaned process group is waited for before its outcome is decided."""
+    wf = two_node_workflow(write_workflow, slow_project, sleep=2.5)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+    view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = workrun("resume", "--json", env=logs)  # starts while the App still runs
+    assert res.code == 0, res
+    view = workrun("runs", "show", view["run_id"], "--json").json()
+    assert next(o for o in view["operations"] if o["node_key"] == "second")["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("how", ["sigint", "stop-command"])
+@pytest.mark.parametrize("trap", [False, True])
+def test_stop_ends_app_marks_stopped_no_compensation(workrun, write_workflow, slow_project, logs, how, trap):
+    """R-C9: stop ends the App's process group; the run is stopped (exit 130), nothing compensated,
+    even when the App traps SIGTERM and exits 1."""
+    wf = two_node_workflow(write_workflow, slow_project, sleep=30, trap=trap)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+    view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    t0 = time.monotonic()
+    if how == "sigint":
+        proc.send_signal(signal.SIGINT)
+    else:
+        res = workrun("stop", view["run_id"])
+        assert res.code == 0, res
+    out, err = proc.communicate(timeout=20)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 130, (out, err)
+    final = json.loads(out)
+    assert final["status"] == "stopped"
+    nodes = {n["node_key"]: n["status"] for n in final["nodes"]}
+    assert nodes == {"first": "succeeded", "second": "stopped", "boom": "skipped"}
+    assert all(o["compensation"] is None for o in final["operations"])
+    assert any("NOT undone" in m["text"] for m in final["messages"])
+    assert Path(logs["COMP_LOG"]).read_text() == ""
+    # the App's process group is gone
+    second = next(o for o in final["operations"] if o["node_key"] == "second")
+    assert second["status"] == "failed" and "stopped by the user" in second["error"]
+    # an operator may still ask explicitly (R-C9)
+    res = workrun("compensate", final["run_id"], "--json", env=logs)
+    assert res.code == 0, res
+    comps = [o["compensation"] for o in res.json()["operations"] if o["compensation"]]
+    assert [c["status"] for c in comps] == ["succeeded"]
+    assert len(Path(logs["COMP_LOG"]).read_text().split()) == 1
+
+
+def test_stop_during_compensation_keeps_it_pending_for_resume(workrun, write_workflow, slow_project, logs):
+    wf = two_node_workflow(write_workflow, slow_project, sleep=0, comp_sleep=20)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+
+    def comp_running():
+        view = current_view(workrun)
+        return view if view and any(o["compensation"] and o["compensation"]["status"] == "running"
+                                    and o["node_key"] == "first" for o in view["operations"]) else None
+
+    wait_for(comp_running, what="compensation of first to run")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    view = json.loads(out)
+    assert view["status"] == "failed"  # the run keeps its failure; the compensation waits (R-C6)
+    first = next(o for o in view["operations"] if o["node_key"] == "first")["compensation"]
+    assert first["status"] == "pending" and first["attempts"][-1]["status"] == "stopped"
+    assert first["compensation_id"] not in Path(logs["COMP_LOG"]).read_text()
+    res = workrun("resume", "--json", env={**logs})
+    assert res.code == 0, res
+    after = next(o for o in res.json()["runs"][0]["operations"] if o["node_key"] == "first")["compensation"]
+    assert after["status"] == "succeeded" and [a["status"] for a in after["attempts"]] == ["stopped", "succeeded"]
+    assert Path(logs["COMP_LOG"]).read_text().split().count(first["compensation_id"]) == 1
+
+
+def test_second_scheduler_exits_3_or_waits(workrun, write_workflow, slow_project, logs, tmp_path):
+    """R-J3: a second scheduling command refuses at once (exit 3, naming the holder's pid) or waits."""
+    wf = two_node_workflow(write_workflow, slow_project, sleep=2.0)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+    wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    res = workrun("run", ROOT / "demo_apps/workflows/tutorial.toml", env=logs)
+    assert res.code == 3
+    assert res.err.count("\n") == 1 and f"pid {proc.pid}" in res.err
+    assert workrun("runs", "list", "--json").code == 0  # readers still work
+    waited = workrun("resume", "--wait", env=logs)
+    assert proc.wait(timeout=30) == 1
+    assert waited.code == 0, waited
+    calls = Path(logs["CALL_LOG"]).read_text().split()
+    assert sorted(calls) == ["boom", "first", "second"]
+    comps = Path(logs["COMP_LOG"]).read_text().split()
+    assert len(comps) == len(set(comps)) == 2
+
+
+def test_lock_of_dead_scheduler_is_taken_over(workrun, write_workflow, slow_project, logs):
+    wf = two_node_workflow(write_workflow, slow_project, sleep=1.0)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+    wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = workrun("resume", env=logs)
+    assert res.code == 0, res
+
+
+def test_rerun_creates_new_run_and_keeps_old_record(workrun):
+    first = workrun("run", ROOT / "demo_apps/workflows/tutorial.toml", "--json", "--input", "note=again")
+    assert first.code == 1
+    old = first.json()
+    before = workrun("runs", "show", old["run_id"], "--json").json()
+    second = workrun("rerun", old["run_id"], "--json")
+    assert second.code == 1
+    new = second.json()
+    assert new["run_id"] != old["run_id"] and new["rerun_of"] == old["run_id"]
+    assert new["inputs"] == old["inputs"] == {"note": "again"}
+    new_create = next(o for o in new["operations"] if o["node_key"] == "create")
+    old_create = next(o for o in old["operations"] if o["node_key"] == "create")
+    assert new_create["operation_id"] != old_create["operation_id"]
+    assert new_create["result"]["file_path"] != old_create["result"]["file_path"]  # nothing reused (R-W5)
+    assert workrun("runs", "show", old["run_id"], "--json").json() == before
+
+
+def test_eval_run_never_compensates(workrun):
+    res = workrun("run", ROOT / "demo_apps/workflows/tutorial.toml", "--eval", "--json")
+    assert res.code == 1
+    view = res.json()
+    assert view["status"] == "failed" and view["eval"] is True
+    assert all(o["compensation"] is None for o in view["operations"])
+    path = Path(next(o for o in view["operations"] if o["node_key"] == "create")["result"]["file_path"])
+    assert path.exists()
+    assert workrun("compensations", "list", "--json").json() == []
+    refused = workrun("compensate", view["run_id"])
+    assert refused.code == 2 and "evaluation" in refused.err
+    path.unlink()
