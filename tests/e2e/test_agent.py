@@ -521,3 +521,36 @@ def test_script_step_without_tool_is_a_config_error(workrun, write_workflow, too
     assert res.err.strip() == (f'error: {wf}: nodes.agent.script[0]: a script step needs tool = "NAME" '
                                '(or error = "...")')
     assert workrun("runs", "list", "--json").json() == []
+
+
+@pytest.mark.parametrize("calls_made, played", [(0, 0), (1, 2), (2, 3), (3, 5)])
+def test_resumed_script_skips_the_steps_already_played(calls_made, played):
+    """A resumed scripted agent continues after the steps that made its journaled calls; a step naming an
+    unknown tool made no call, so it is not counted as one."""
+    from workrun.agent.loop import _played
+
+    script = [{"tool": "nope"}, {"tool": "make"}, {"tool": "make"}, {"tool": "nope"}, {"tool": "make"},
+              {"tool": "make"}]
+    assert _played(script, {"make"}, calls_made) == played
+
+
+def test_agent_killed_mid_loop_resumes_after_its_journaled_calls(workrun, write_workflow, tool_project, log):
+    """R-R4 for agent nodes: kill -9 right after the 2nd tool call is journaled; `workrun resume` makes only
+    the remaining call (no call twice), then the run fails and every call is compensated once."""
+    wf = _agent_workflow(write_workflow, tool_project, """[
+        { tool = "make", args = { name = "a" } },
+        { tool = "no_such_tool" },
+        { tool = "make", args = { name = "b" } },
+        { tool = "make", args = { name = "c" } },
+    ]""")
+    res = workrun("run", wf, "--json", env={"TEST_LOG": str(log), "WORKRUN_FAULT": "op.finished@2"})
+    assert res.code == -9, res
+    res = workrun("resume", "--json", env={"TEST_LOG": str(log)})
+    assert res.code == 0, res  # SPEC §10: every compensation it handled succeeded
+    view = workrun("runs", "show", workrun("runs", "list", "--json").json()[0]["run_id"], "--json").json()
+    assert view["status"] == "failed"
+    ops = _ops(view, "agent")
+    assert [(o["tool_call_index"], o["input"]["name"], o["status"]) for o in ops] == [
+        (0, "a", "succeeded"), (1, "b", "succeeded"), (2, "c", "succeeded")]
+    assert [o["compensation"]["status"] for o in ops] == ["succeeded"] * 3
+    assert sorted(e["name"] for e in _logged(log)) == ["a", "b", "c"]

@@ -178,6 +178,8 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
         project, app, _ = tools[name]
         refusal = _confirm(svc, app, name, step["args"])
         if refusal:
+            if svc.stopping():  # Ctrl-C while the question was on the terminal
+                return NodeOutcome("stopped", error="stopped by the user")
             return NodeOutcome("failed", error=refusal)
         op = call_app(svc, project=project, app=app, input=step["args"], run_id=run_id, node_key=node.key,
                       depends_on=depends_on, tool_name=name, tool_call_index=len(calls))
