@@ -102,18 +102,21 @@ class Journal:
             raise JournalVersionError(
                 f"journal schema version {version} is newer than this Workrun knows ({len(MIGRATIONS)}); "
                 "upgrade Workrun", file=str(self.path))
-        for number in range(version, len(MIGRATIONS)):
-            with self._lock:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
+        if version == len(MIGRATIONS):
+            return
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # another process may be migrating: re-read under the write lock
+            try:
+                version = self._db.execute("PRAGMA user_version").fetchone()["user_version"]
+                for number in range(version, len(MIGRATIONS)):
                     for statement in MIGRATIONS[number].split(";"):
                         if statement.strip():
                             self._db.execute(statement)
                     self._db.execute(f"PRAGMA user_version = {number + 1}")
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     @property
     def schema_version(self) -> int:
