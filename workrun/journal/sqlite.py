@@ -7,6 +7,9 @@ durable against the runner being killed (the threat model of R-R4); set
 
 After each committed write :func:`workrun.faults.hit` is called with the
 write's point name (``FAULT_POINTS``) so tests can kill the runner there.
+``WORKRUN_MAX_PAGES=N`` (test-only) caps the file at N pages so writes fail
+as on a full disk. A failed write raises JournalError; the transaction is
+rolled back, so nothing is marked done that was not.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class Journal:
             sync = "FULL" if os.environ.get("WORKRUN_SYNC", "").lower() == "full" else "NORMAL"
             self._db.execute(f"PRAGMA synchronous = {sync}")
             self._db.execute("PRAGMA foreign_keys = ON")
+            if os.environ.get("WORKRUN_MAX_PAGES", "").isdigit():  # test-only: simulate a full disk (SQLITE_FULL)
+                self._db.execute(f"PRAGMA max_page_count = {int(os.environ['WORKRUN_MAX_PAGES'])}")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"cannot open the journal: {exc}", file=str(self.path)) from None

@@ -1,0 +1,113 @@
+"""Pure unit tests: SDK outside an App, public names, App config validation, templates, fingerprints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import workrun
+import workrun_sdk
+from workrun.apps import check_contract, diff_fingerprints, fingerprint, load_project
+from workrun.errors import ConfigError
+from workrun.models import OutputField
+from workrun.workflow import parse_inputs, render
+
+
+def test_public_names_are_pinned():
+    assert sorted(workrun.__all__) == ["ConfigError", "WorkrunError", "__version__"]
+    assert sorted(workrun_sdk.__all__) == ["NotInAppError", "SDKError", "__version__", "compensation", "process",
+                                           "tool"]
+
+
+@pytest.mark.parametrize("code", ["process.input()", "process.result({})", "compensation.context()",
+                                  "process.resource('file', 'x')"])
+def test_sdk_outside_an_app_raises_clear_error(code):
+    proc = subprocess.run([sys.executable, "-c", f"from workrun_sdk import process, compensation\n{code}"],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1
+    assert "NotInAppError" in proc.stderr and "only inside an App call started by Workrun" in proc.stderr
+
+
+def test_sdk_never_imports_workrun():
+    for path in Path(workrun_sdk.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        assert "import workrun\n" not in text and "from workrun " not in text and "from workrun." not in text
+
+
+def test_contract_types():
+    out = {"s": OutputField(type="string", required=True), "n": OutputField(type="number"),
+           "i": OutputField(type="integer"), "b": OutputField(type="boolean")}
+    assert check_contract({"s": "x", "n": 1.5, "i": 2, "b": False, "extra": 1}, out) is None
+    assert "'s' is required" in check_contract({}, out)
+    assert "'i' must be integer" in check_contract({"s": "x", "i": True}, out)
+    assert "'n' must be number" in check_contract({"s": "x", "n": "1"}, out)
+    assert "JSON object" in check_contract([1], out)
+
+
+def _project(tmp_path: Path, apps: str, files=("main.py", "compensate.py")) -> Path:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "p"\nversion = "0"\n' + textwrap.dedent(apps))
+    (tmp_path / "uv.lock").write_text("version = 1\n")
+    for f in files:
+        (tmp_path / f).write_text("print(1)\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("apps, field, message", [
+    ('[tool.workrun.apps.a]\nentry = "main.py"\nkind = "job"\n', "tool.workrun.apps.a.kind", "Input should be"),
+    ('[tool.workrun.apps.a]\nentry = "main.py"\ncolour = 1\n', "tool.workrun.apps.a.colour", "unknown key"),
+    ('[tool.workrun.apps.a]\nkind = "process"\n', "tool.workrun.apps.a.entry", "is required"),
+    ('[tool.workrun.apps.a]\nentry = "main.py"\n[tool.workrun.apps.a.output]\nx = { type = "str" }\n',
+     "tool.workrun.apps.a.output.x.type", "Input should be"),
+    ('[tool.workrun.apps.a]\nentry = "main.py"\ntimeout = -1\n', "tool.workrun.apps.a.timeout", "greater than"),
+])
+def test_app_config_errors_name_file_and_field(tmp_path, apps, field, message):
+    project = _project(tmp_path, apps)
+    with pytest.raises(ConfigError) as err:
+        load_project(project)
+    assert err.value.file == str(project / "pyproject.toml")
+    assert err.value.field == field
+    assert message in err.value.message
+
+
+def test_missing_lock_is_an_error(tmp_path):
+    project = _project(tmp_path, '[tool.workrun.apps.a]\nentry = "main.py"\n')
+    (project / "uv.lock").unlink()
+    with pytest.raises(ConfigError, match="uv.lock is missing"):
+        load_project(project)
+
+
+def test_render_keeps_types_and_interpolates():
+    ctx = {"inputs": {"n": "3"}, "nodes": {"a": {"result": {"x": {"y": 5}, "s": "hi"}}}}
+    assert render({"v": "{{ nodes.a.result.x.y }}", "t": "n={{ inputs.n }} s={{nodes.a.result.s}}"}, ctx) == \
+        {"v": 5, "t": "n=3 s=hi"}
+    with pytest.raises(KeyError):
+        render("{{ nodes.a.result.missing }}", ctx)
+
+
+def test_parse_inputs():
+    assert parse_inputs(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(ConfigError):
+        parse_inputs(["novalue"])
+
+
+def test_fingerprint_file_set_and_diff(tmp_path):
+    project = _project(tmp_path, '[tool.workrun.apps.a]\nentry = "main.py"\n')
+    (project / ".venv").mkdir()
+    (project / ".venv" / "x.py").write_text("ignored")
+    (project / "__pycache__").mkdir()
+    (project / "__pycache__" / "m.py").write_text("ignored")
+    (project / "data.txt").write_text("not source")
+    (project / "pkg").mkdir()
+    (project / "pkg" / "mod.py").write_text("x = 1\n")
+    fp = fingerprint(project)
+    assert sorted(fp.files) == ["compensate.py", "main.py", "pkg/mod.py", "pyproject.toml", "uv.lock"]
+    (project / "main.py").write_text("print(2)\n")
+    (project / "new.py").write_text("")
+    (project / "compensate.py").unlink()
+    fp2 = fingerprint(project)
+    assert fp2.digest != fp.digest
+    assert diff_fingerprints(fp.files, fp2.files) == ["main.py changed", "new.py added", "compensate.py removed"]
