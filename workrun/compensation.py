@@ -76,6 +76,10 @@ def _holders_text(by_id: dict[str, dict[str, Any]], holders: list[str]) -> str:
 def _announce(svc: Services, comp: dict[str, Any], old: str | None) -> None:
     if comp["status"] != old:
         text = f"{_label(comp)}: {comp['status']}" + (f" ({comp['reason']})" if comp.get("reason") else "")
+        if comp["status"] == "succeeded" and comp.get("result") is not None:
+            from workrun.engine import brief
+
+            text += f" -> {brief(comp['result'])}"
         level = {"succeeded": "info", "failed": "error", "unknown": "error", "blocked": "warning"}.get(
             comp["status"], "info")
         svc.say(comp["run_id"], comp["node_key"], level, text)

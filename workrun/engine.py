@@ -29,7 +29,15 @@ from workrun.remote import cancel_open_tasks
 from workrun.services import Services, new_id
 from workrun.workflow import FailurePolicy, node_dependencies, parse_policy, render
 
-__all__ = ["Engine", "NodeOutcome", "create_run"]
+__all__ = ["Engine", "NodeOutcome", "brief", "create_run"]
+
+
+def brief(value: Any, limit: int = 160) -> str:
+    """A short one-line JSON rendering of a result for progress messages."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass
@@ -117,7 +125,8 @@ class Engine:
                           run_id=run_id, node_key=node.key, depends_on=depends_on)
             svc.say(run_id, node.key, "info" if op["status"] == "succeeded" else "error",
                     f"operation {op['operation_id']} ({app.name}): {op['status']}"
-                    + (f": {op['error']}" if op["error"] else ""))
+                    + (f": {op['error']}" if op["error"] else "")
+                    + (f" -> {brief(op['result'])}" if op["status"] == "succeeded" else ""))
             if op["status"] == "succeeded":
                 return NodeOutcome("succeeded", op["result"])
             error = op["error"]
