@@ -41,15 +41,19 @@ app.add_typer(comp_cli.app, name="compensations")
 _state = {"debug": False}
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"workrun {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_print_version),
 ) -> None:
     _state["debug"] = debug
-    if version:
-        console.print(f"workrun {__version__}")
-        raise typer.Exit(0)
 
 
 def _finish_run(svc, run_id: str, json_mode: bool) -> int:
@@ -243,8 +247,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise
         print_error(exc.line())
         code = exc.exit_code
-    except click_exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined]
-        console.print(exc.ctx.get_help() if exc.ctx else "")
+    except click_exceptions.NoArgsIsHelpError:  # type: ignore[attr-defined]  # help was printed already
         code = 2
     except click_exceptions.UsageError as exc:
         if debug:
@@ -252,7 +255,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         where = f"{exc.ctx.command_path}: " if exc.ctx else ""
         print_error(where + exc.format_message())
         code = 2
-    except click_exceptions.Abort:
+    except typer.Abort:  # typer >= 0.20 vendors click without an Abort in typer._click.exceptions
         print_error("aborted")
         code = 130
     except KeyboardInterrupt:
