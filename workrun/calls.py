@@ -192,8 +192,10 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     try:
         python = svc.envs.python(source, offline=bool(op.get("snapshot")))
     except EnvironmentUnavailableError as exc:
-        svc.journal.update("compensations", (cid,), "comp.status", status="pending",
-                           reason=f"environment unavailable: {exc.message}", updated_at=svc.now())
+        reason = exc.message if exc.message.startswith("environment unavailable") \
+            else f"environment unavailable: {exc.message}"
+        svc.journal.update("compensations", (cid,), "comp.status", status="pending", reason=reason,
+                           updated_at=svc.now())
         return svc.journal.compensation(cid)
     config = AppSpec.model_validate(op["config"])
     assert config.compensation is not None

@@ -162,7 +162,9 @@ class EnvManager:
             raise EnvironmentUnavailableError(f"environment unavailable: uv sync failed: {exc}",
                                               file=str(project)) from None
         if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or ["no output"]
+            # uv ends with a hint; the `error:` line says what is wrong (e.g. the lock is out of date)
+            last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1])
             raise EnvironmentUnavailableError(f"environment unavailable: `uv sync --locked` exited "
                                               f"{proc.returncode}: {last}", file=str(project))
 
