@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,18 +182,41 @@ class Fingerprint:
     files: dict[str, str]
 
 
+def _git_ignored(project: Path, rels: list[str]) -> set[str]:
+    """The paths among ``rels`` (relative to ``project``) that git ignores: untracked and matched by
+    ``.gitignore``, ``.git/info/exclude`` or the global excludes file. Empty when git is missing or the
+    project is not in a git work tree (then nothing is ignored)."""
+    git = shutil.which("git")
+    if not git or not rels:
+        return set()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # never another repo's GIT_DIR
+    try:
+        proc = subprocess.run([git, "-C", str(project), "check-ignore", "-z", "--stdin"],
+                              input="".join(f"{r}\0" for r in rels).encode(), capture_output=True, env=env,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    if proc.returncode != 0:  # 1: none ignored; 128: not a git work tree
+        return set()
+    return {p for p in proc.stdout.decode(errors="surrogateescape").split("\0") if p}
+
+
 def _fingerprinted_files(project: Path) -> list[Path]:
-    """The exact file set: every ``*.py`` under the project (outside excluded dirs and dot-dirs),
-    plus top-level ``pyproject.toml``, ``uv.lock`` and ``.python-version``."""
+    """The exact file set: every ``*.py`` under the project (outside excluded dirs and dot-dirs, and
+    not ignored by git), plus top-level ``pyproject.toml``, ``uv.lock`` and ``.python-version``
+    (always, even when git ignores them)."""
     found: list[Path] = []
     for name in FINGERPRINT_TOP_FILES:
         if (project / name).is_file():
             found.append(project / name)
+    sources: list[str] = []
     for root, dirs, files in os.walk(project):
-        dirs[:] = [d for d in dirs if d not in FINGERPRINT_EXCLUDED_DIRS and not d.startswith(".")]
+        dirs[:] = sorted(d for d in dirs if d not in FINGERPRINT_EXCLUDED_DIRS and not d.startswith("."))
         for f in files:
             if f.endswith(".py"):
-                found.append(Path(root, f))
+                sources.append(Path(root, f).relative_to(project).as_posix())
+    ignored = _git_ignored(project, sources)
+    found += [project / rel for rel in sources if rel not in ignored]
     return found
 
 
