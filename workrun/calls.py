@@ -161,11 +161,15 @@ def backoff_delay(base: float, failed_attempts: int) -> float:
 
 def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str | None]:
     """Where the compensation runs from: the live project, or its snapshot (R-C8) -> (dir, code-change reason)."""
+    project = Path(op["project"])
     if op.get("snapshot"):
         from workrun.snapshots import materialize
 
-        return materialize(svc.data_dir, op["snapshot"]), None
-    project = Path(op["project"])
+        try:
+            return materialize(svc.data_dir, op["snapshot"]), None
+        except (OSError, ValueError, KeyError) as exc:  # removed by hand: block, never crash the scheduler
+            return project, (f"code snapshot {op['snapshot'][:12]} is missing from the data dir ({exc}); "
+                             "`--accept-code-change` runs today's project instead")
     now = fingerprint(project) if project.is_dir() else None
     if now is None:
         return project, "code changed since the call: the project directory is gone (" + ", ".join(

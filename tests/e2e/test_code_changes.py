@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -462,6 +463,14 @@ def test_gc_keeps_snapshots_of_unfinished_compensations(workrun, write_workflow,
     assert not (isolated_env / "snapshot-trees" / s1).exists()
     assert (isolated_env / "snapshots" / f"{s2}.json").exists()
     assert objects() == set(m2.values())
+    # a snapshot removed by hand blocks its compensation (the scheduler does not crash)
+    (isolated_env / "snapshots" / f"{s2}.json").rename(tmp_path / "moved.json")
+    shutil.rmtree(isolated_env / "snapshot-trees" / s2)
+    gone = workrun("compensations", "retry", comp["compensation_id"], "--json")
+    assert gone.code == 1, gone
+    assert gone.json()["status"] == "blocked" and len(gone.json()["attempts"]) == 1
+    assert gone.json()["reason"].startswith(f"code snapshot {s2[:12]} is missing from the data dir")
+    (tmp_path / "moved.json").rename(isolated_env / "snapshots" / f"{s2}.json")
     assert workrun("compensations", "resolve", comp["compensation_id"], "--note", "cleaned by hand").code == 0
     res = workrun("gc")
     assert res.code == 0 and "removed 1 snapshot(s); kept 0" in res.out, res
