@@ -273,13 +273,15 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
         what = _describe_exit(outcome, timeout) + (f": {detail}" if detail else "")
         a.update(status="failed", error=what)
         failures += 1
-        if attempt["trigger"] == "operator" or failures >= int(comp["max_attempts"]):
-            c.update(status="failed", reason=f"attempt {number} failed ({what}); "
-                     f"{failures} failed attempt(s) of {comp['max_attempts']}: needs an operator "
+        if attempt["trigger"] == "operator":  # an operator's retry is one attempt, outside the automatic budget
+            c.update(status="failed", reason=f"attempt {number} (operator retry) failed ({what}): needs an operator "
                      f"(`workrun compensations show {cid}`)")
+        elif failures >= int(comp["max_attempts"]):
+            c.update(status="failed", reason=f"attempt {number} failed ({what}); all {comp['max_attempts']} "
+                     f"attempt(s) failed: needs an operator (`workrun compensations show {cid}`)")
         else:
             delay = backoff_delay(float(comp["backoff"]), failures)
-            c.update(status="pending", reason=f"attempt {number} failed ({what}); retrying in {delay:.1f} s",
+            c.update(status="pending", reason=f"attempt {number} failed ({what}); retrying in {delay:.2g} s",
                      next_attempt_at=now + delay)
     svc.journal.write([("update", "attempts", (cid, number), a), ("update", "compensations", (cid,), c)],
                       "attempt.finished")

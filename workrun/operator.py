@@ -106,6 +106,9 @@ def note(svc: Services, compensation_id: str, text: str, attach: Path | None = N
 def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dict[str, Any]:
     """Mark a compensation fixed by hand: it becomes ``succeeded`` and releases what it held back.
 
+    Returns:
+        The compensation row afterwards, plus ``released``: ids of held-back compensations now ``pending``.
+
     Raises:
         ActionRefusedError: already done, or an attempt is running.
     """
@@ -120,14 +123,17 @@ def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dic
                                                     "next_attempt_at": None, "updated_at": svc.now()})]
     svc.journal.add_event(_event(svc, comp, "resolve", {"previous_status": comp["status"]}, text), changes)
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: succeeded ({reason})")
-    refresh_holds(svc, comp["run_id"])
-    return svc.journal.compensation(cid)
+    _, _, released = refresh_holds(svc, comp["run_id"])
+    return {**svc.journal.compensation(cid), "released": sorted(released)}
 
 
 def confirm(svc: Services, compensation_id: str, *, done: bool, text: str | None = None) -> dict[str, Any]:
     """Settle an ``unknown`` compensation after checking outside (R-R3).
 
     ``done`` -> ``succeeded`` (releases what it held back); not done -> ``failed``, retryable.
+
+    Returns:
+        The compensation row afterwards, plus ``released``: ids of held-back compensations now ``pending``.
 
     Raises:
         ActionRefusedError: the compensation is not ``unknown``.
@@ -146,5 +152,5 @@ def confirm(svc: Services, compensation_id: str, *, done: bool, text: str | None
     svc.journal.add_event(_event(svc, comp, "confirm", {"done": done}, text), changes)
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: {fields['status']} "
             f"({fields['reason']})")
-    refresh_holds(svc, comp["run_id"])
-    return svc.journal.compensation(cid)
+    _, _, released = refresh_holds(svc, comp["run_id"])
+    return {**svc.journal.compensation(cid), "released": sorted(released)}

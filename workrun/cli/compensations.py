@@ -28,6 +28,12 @@ def _full(journal: Journal, c: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+def _released(c: dict[str, Any]) -> None:
+    if c.get("released"):
+        console.print(f"released {len(c['released'])} held-back compensation(s) ({', '.join(c['released'])}): "
+                      "`workrun resume` runs them")
+
+
 @app.command("list")
 def list_compensations(
     status: Optional[str] = typer.Option(None, "--status", help="Only this status."),
@@ -73,12 +79,17 @@ def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
         for line in tail:
             timeline.append((a["started_at"], f"    stderr: {escape(line)}"))
     for e in view["events"]:
-        timeline.append((e["at"], f"{e['action']} by {escape(e['actor'])}"
+        args = ", ".join(f"{k}={v}" for k, v in (e["args"] or {}).items() if v is not None)
+        timeline.append((e["at"], f"{e['action']}" + (f" ({escape(args)})" if args else "")
+                         + f" by {escape(e['actor'])}"
                          + (f": {escape(e['text'])}" if e["text"] else "")
-                         + (f" [attachment {escape(e['attachment'])}]" if e["attachment"] else "")))
+                         + (f" \\[attachment {escape(e['attachment'])}]" if e["attachment"] else "")))
     for at, text in sorted(timeline, key=lambda t: t[0] or ""):
         console.print(f"  [dim]{at}[/] {text}")
-    console.print(f"attempts: {len(view['attempts'])} of at most {view['max_attempts']}")
+    auto = sum(1 for a in view["attempts"] if a["trigger"] == "auto")
+    operator_made = len(view["attempts"]) - auto
+    console.print(f"attempts: {auto} automatic of at most {view['max_attempts']}"
+                  + (f", {operator_made} by an operator" if operator_made else ""))
 
 
 @app.command("retry")
@@ -122,8 +133,8 @@ def resolve(compensation_id: str = IdArg,
 
     with reading() as svc:
         c = operator.resolve(svc, compensation_id, note_text)
-    console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')}); "
-                  "`workrun resume` runs what it was holding back")
+    console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')})")
+    _released(c)
 
 
 @app.command("confirm")
@@ -139,3 +150,4 @@ def confirm(compensation_id: str = IdArg,
     with reading() as svc:
         c = operator.confirm(svc, compensation_id, done=done, text=note_text)
     console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')})")
+    _released(c)

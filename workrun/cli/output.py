@@ -93,8 +93,9 @@ def run_table(view: dict[str, Any]) -> Group:
 def compensation_table(rows: list[dict[str, Any]]) -> Table:
     """A table of compensations (``compensations list``)."""
     table = Table()
-    for col in ("compensation", "run", "node", "status", "attempts", "reason"):
-        table.add_column(col, overflow="fold")
+    for col in ("compensation", "run", "node", "status", "attempts"):  # ids stay whole: people copy them
+        table.add_column(col, no_wrap=True)
+    table.add_column("reason", overflow="fold")
     for c in rows:
         table.add_row(c["compensation_id"], c["run_id"], c.get("node_key") or "-", styled(c["status"]),
                       str(len(c["attempts"])), escape(c["reason"] or ""))
