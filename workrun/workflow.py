@@ -57,8 +57,11 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
     if isinstance(value, dict) and len(value) == 1:
         (kind, arg), = value.items()
         if kind == "retry":
+            if not isinstance(arg, dict):
+                raise ConfigError("must be a table: { retry = { attempts = 3, backoff = 0.5 } }", file=file,
+                                  field=f"{field}.retry")
             try:
-                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg if isinstance(arg, dict) else {}))
+                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg))
             except ValidationError as exc:
                 raise pydantic_error(exc, file, f"{field}.retry") from None
         if kind == "fallback" and isinstance(arg, str):
@@ -165,6 +168,48 @@ def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
     for key in graph:
         if key not in state:
             visit(key, [key])
+
+
+def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePolicy], file: str) -> None:
+    """Fallback rules (R-W7): no cycles; a fallback node runs only in place of its primary, so no other
+    node may depend on it (downstream reads it through the primary), and everything it depends on must
+    be upstream of the primary (done when the primary fails).
+
+    Raises:
+        ConfigError: naming ``nodes.KEY.on_failure.fallback`` or the dependent node's field.
+    """
+    fallback_of = {p.fallback: k for k, p in policies.items() if p.fallback}
+    for key in policies:
+        seen, cur = [key], policies[key].fallback
+        while cur:
+            if cur in seen:
+                raise ConfigError("fallback cycle: " + " -> ".join([*seen[seen.index(cur):], cur]), file=file,
+                                  field=f"nodes.{key}.on_failure.fallback")
+            seen.append(cur)
+            cur = policies[cur].fallback if cur in policies else None
+
+    def upstream(key: str) -> set[str]:
+        out: set[str] = set()
+        todo = list(graph.get(key, []))
+        while todo:
+            dep = todo.pop()
+            if dep not in out:
+                out.add(dep)
+                todo.extend(graph.get(dep, []))
+        return out
+
+    for key, deps in graph.items():
+        for dep in deps:
+            if dep in fallback_of:
+                raise ConfigError(f"depends on {dep!r}, the fallback of {fallback_of[dep]!r}, which runs only in its "
+                                  f"place: depend on {fallback_of[dep]!r} instead (it carries the fallback's result)",
+                                  file=file, field=f"nodes.{key}")
+    for fb, primary in fallback_of.items():
+        missing = [d for d in graph.get(fb, []) if d not in upstream(primary)]
+        if missing:
+            raise ConfigError(f"fallback {fb!r} depends on {missing[0]!r}, which is not upstream of {primary!r}: a "
+                              f"fallback runs in place of {primary!r}, only with what {primary!r} depends on done",
+                              file=file, field=f"nodes.{primary}.on_failure.fallback")
 
 
 def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[WorkflowSpec, dict[str, Any]]:
@@ -297,6 +342,6 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                                   file=file, field=f"{prefix}.on_failure.fallback")
         graph[key] = node_dependencies(node)
     _check_cycles(graph, file, "needs")
-    _check_cycles({k: [p.fallback] for k, p in policies.items() if p.fallback}, file, "on_failure.fallback")
+    _check_fallbacks(graph, policies, file)
     spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes)
     return spec, inputs
