@@ -91,7 +91,7 @@ def note(svc: Services, compensation_id: str, text: str, attach: Path | None = N
     comp = svc.journal.compensation(compensation_id)
     stored = None
     if attach is not None:
-        attach = Path(attach)
+        attach = Path(attach).absolute()  # the audit row names the file unambiguously
         if not attach.is_file():
             raise UsageError("attachment is not a readable file", file=str(attach), field="--attach")
         folder = svc.data_dir / "attachments" / comp["compensation_id"]
