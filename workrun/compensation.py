@@ -106,9 +106,10 @@ def refresh_holds(svc: Services, run_id: str, in_flight: set[str] = frozenset())
     decision = plan(items)
     for cid, holders in decision.hold.items():
         c = by_id[cid]
-        if c["status"] != "blocked" or list(c["held_back_by"] or []) != holders:
+        reason = _holders_text(by_id, holders)
+        if c["status"] != "blocked" or list(c["held_back_by"] or []) != holders or c["reason"] != reason:
             svc.journal.update("compensations", (cid,), "comp.status", status="blocked", held_back_by=holders,
-                               reason=_holders_text(by_id, holders), updated_at=svc.now())
+                               reason=reason, updated_at=svc.now())
             _announce(svc, svc.journal.compensation(cid), c["status"])
     for cid in decision.release:
         svc.journal.update("compensations", (cid,), "comp.status", status="pending", held_back_by=None,

@@ -260,6 +260,9 @@ class Engine:
                 for n in nodes if n["status"] == "pending"]
         run = svc.journal.run(run_id)
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
+            # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too
+            skip += [("update", "nodes", (run_id, n["node_key"]), {"status": "stopped", "ended_at": now})
+                     for n in nodes if n["status"] == "running"]
             svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "stopped", "ended_at": now,
                               "reason": "stopped by the user"})], "run.stopped")
             svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "

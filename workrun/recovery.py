@@ -143,10 +143,16 @@ def stop_orphaned_run(svc: Services, run_id: str) -> str:
                 finish_operation(svc, op, outcome)
                 continue
             pid = int((call_dir / "claim").read_text().split()[1])
-        if _alive(pid, op["proc_start"] if op["pid"] else None):
+        was_alive = _alive(pid, op["proc_start"] if op["pid"] else None)
+        if was_alive:
             kill_group(pid, svc.grace)
-        code = _read_exit(call_dir)
-        finish_operation(svc, op, Outcome(exit_code=code) if code is not None else Outcome(stopped=True))
+        record = _read_exit(call_dir)
+        if was_alive:
+            outcome = Outcome(stopped=True, exit_code=record.exit_code if record else None,
+                              signal=record.signal if record else None)
+        else:
+            outcome = record or Outcome(unknown=True)
+        finish_operation(svc, op, outcome)
     svc.request_stop()
     from workrun.engine import Engine
 

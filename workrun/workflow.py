@@ -228,6 +228,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
     """
     path = Path(path)
     file = str(path)
+    if path.is_dir():
+        raise ConfigError("is a directory, not a workflow file", file=file)
     if not path.is_file():
         raise ConfigError("workflow file not found", file=file)
     try:
@@ -274,6 +276,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             for field in ("project", "app"):
                 if not getattr(node, field):
                     raise ConfigError("is required for a process node", file=file, field=f"{prefix}.{field}")
+            if not Path(node.project).is_dir():  # type: ignore[arg-type]
+                raise ConfigError(f"App project directory {node.project} not found", file=file,
+                                  field=f"{prefix}.project")
             apps[key] = load_app(Path(node.project), node.app, file=file, field=f"{prefix}.app")  # type: ignore[arg-type]
             if apps[key].kind != "process":
                 raise ConfigError(f"App {node.app!r} is a {apps[key].kind} App; a process node needs a process App",
@@ -282,6 +287,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             if not node.tools:
                 raise ConfigError("an agent node needs at least one Tool App", file=file, field=f"{prefix}.tools")
             for i, ref in enumerate(node.tools):
+                if not Path(ref.project).is_dir():
+                    raise ConfigError(f"App project directory {ref.project} not found", file=file,
+                                      field=f"{prefix}.tools[{i}].project")
                 spec = load_app(Path(ref.project), ref.app, file=file, field=f"{prefix}.tools[{i}].app")
                 if spec.kind != "tool":
                     raise ConfigError(f"App {ref.app!r} is not a Tool App", file=file, field=f"{prefix}.tools[{i}].app")

@@ -16,6 +16,7 @@ from workrun.views import compensation_view, iso
 
 app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
 
+STATUSES = ("pending", "running", "succeeded", "failed", "blocked", "unknown", "skipped")
 IdArg = typer.Argument(..., metavar="COMPENSATION_ID", help="Compensation id or unique prefix.")
 
 
@@ -41,6 +42,8 @@ def list_compensations(
     json_mode: bool = JsonOpt,
 ) -> None:
     """List compensations (all runs), oldest first."""
+    if status is not None and status not in STATUSES:
+        raise UsageError(f"unknown status {status!r} (one of: {', '.join(STATUSES)})", field="--status")
     with reading(json_mode) as svc:
         run_id = svc.journal.run(run)["run_id"] if run else None
         rows = [_full(svc.journal, c) for c in svc.journal.list_compensations(status, run_id)]
@@ -104,7 +107,7 @@ def retry(compensation_id: str = IdArg,
         t0 = svc.now()
         c = operator.retry(svc, compensation_id, accept_code_change=accept_code_change)
         handled = [_full(svc.journal, x) for x in svc.journal.compensations(c["run_id"])
-                   if x["compensation_id"] == c["compensation_id"]
+                   if x["compensation_id"] == c["compensation_id"] or x["updated_at"] >= t0
                    or any(a["started_at"] >= t0 for a in svc.journal.attempts(x["compensation_id"]))]
         ok = all(r["status"] in ("succeeded", "skipped") for r in handled)
         if json_mode:

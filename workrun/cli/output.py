@@ -62,7 +62,10 @@ class CliReporter:
         where = f"{node_key:<12}" if node_key else f"{'run':<12}"
         style = _LEVEL_STYLE.get(level, "")
         body = escape(text)
-        console.print(f"[dim]{stamp}[/] {escape(where)} " + (f"[{style}]{body}[/]" if style else body))
+        try:
+            console.print(f"[dim]{stamp}[/] {escape(where)} " + (f"[{style}]{body}[/]" if style else body))
+        except (OSError, SystemExit):  # stdout closed (e.g. `| head`): progress is optional, the run goes on
+            self.quiet = True
 
 
 def run_table(view: dict[str, Any]) -> Group:

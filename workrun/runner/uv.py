@@ -294,7 +294,7 @@ def collect(call_dir: Path) -> Collected:
                     out.error = "result.json: not a version-1 result envelope"
                 else:
                     out.result = data["result"]
-                    if len(json.dumps(out.result)) > RESULT_LIMIT_BYTES:
+                    if len(json.dumps(out.result, ensure_ascii=False).encode("utf-8")) > RESULT_LIMIT_BYTES:
                         out.error = f"result is over the 1 MiB limit ({RESULT_LIMIT_BYTES} bytes)"
                         out.result = None
             except (ValueError, UnicodeDecodeError) as exc:
@@ -398,15 +398,22 @@ def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float) -> 
         code = proc.wait()
     finally:
         watchdog.forget(proc.pid)
+    if flags["killing"]:
+        # the leader is gone, but members of its group that ignore SIGTERM may not be: end them all now
+        kill_group(proc.pid, watchdog.grace)
     return Outcome(exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                    timed_out=flags["timed_out"], stopped=flags["stopped"])
 
 
-def _read_exit(call_dir: Path) -> int | None:
+def _read_exit(call_dir: Path) -> Outcome | None:
+    """The launcher's exit record as an Outcome (exit code or signal), or None when there is none."""
     try:
         data = json.loads((call_dir / "exit.json").read_text())
-        return int(data["exit_code"])
-    except (OSError, ValueError, KeyError, TypeError):
+        code, sig = data.get("exit_code"), data.get("signal")
+        if code is None and sig is None:
+            return None
+        return Outcome(exit_code=None if code is None else int(code), signal=None if sig is None else int(sig))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -444,7 +451,4 @@ def recover(pid: int | None, start: str | None, call_dir: Path, deadline: float 
             kill_group(pid, grace)
             return Outcome(timed_out=True, signal=signal.SIGTERM)
         time.sleep(0.05)
-    code = _read_exit(call_dir)
-    if code is None:
-        return Outcome(unknown=True)
-    return Outcome(exit_code=code)
+    return _read_exit(call_dir) or Outcome(unknown=True)

@@ -1,0 +1,157 @@
+"""Regression tests for bugs found by trying to break Workrun (kill -9, odd Apps, bad input)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.e2e.test_durability import op_running, spawn_cli, wait_for
+
+STUBBORN = """
+[tool.workrun.apps.stubborn]
+entry = "main.py"
+timeout = 2
+compensation = { entry = "compensate.py" }
+"""
+STUBBORN_MAIN = """
+import os, signal, subprocess, sys, time
+from workrun_sdk import process
+d = process.input()
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+open(d["pidfile"], "w").write(str(child.pid))
+if d.get("exit_early"):
+    process.result({"ok": 1})
+    os._exit(0)
+time.sleep(float(d.get("sleep", 30)))
+process.result({"ok": 1})
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state == "Z"
+
+
+def test_timeout_ends_children_that_ignore_sigterm(workrun, make_project, tmp_path):
+    """R-A7: the whole process group ends on timeout, even a child ignoring SIGTERM."""
+    proj = make_project("stub", STUBBORN, {"main.py": STUBBORN_MAIN, "compensate.py": "print(1)\n"})
+    pidfile = tmp_path / "child.pid"
+    res = workrun("app", "run", proj, "stubborn", "--input", f"pidfile={pidfile}", "--json")
+    assert res.code == 1
+    assert "timed out after 2 s" in res.json()["error"]
+    assert _gone(int(pidfile.read_text()))
+
+
+def test_app_exiting_with_os_exit_is_recovered_after_runner_kill(workrun, write_workflow, make_project, tmp_path):
+    """R-R3: the launcher's supervisor records the exit status even for os._exit."""
+    proj = make_project("exiter", """
+        [tool.workrun.apps.ex]
+        entry = "main.py"
+        compensation = { entry = "compensate.py" }
+    """, {"main.py": """
+        import os, time
+        from workrun_sdk import process
+        time.sleep(1.5)
+        process.result({"ok": 1})
+        os._exit(0)
+    """, "compensate.py": "print('undo')\n"})
+    wf = write_workflow("ex", f"""
+        [nodes.a]
+        project = "{proj}"
+        app = "ex"
+        [nodes.boom]
+        project = "{proj}"
+        app = "ex"
+        input = {{ x = "{{{{ nodes.a.result.missing }}}}" }}
+    """)
+    proc = spawn_cli("run", wf, "--json", env={})
+    view = wait_for(lambda: op_running(workrun, "a"), what="a to run", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(2.0)
+    res = workrun("resume", "--json")
+    view = workrun("runs", "show", view["run_id"], "--json").json()
+    a = next(o for o in view["operations"] if o["node_key"] == "a")
+    assert a["status"] == "succeeded", a
+    assert a["compensation"]["status"] == "succeeded"
+    assert res.code == 0, res
+
+
+def test_stop_of_orphaned_run_marks_node_stopped(workrun, write_workflow, make_project, tmp_path):
+    proj = make_project("stub", STUBBORN.replace("timeout = 2", "timeout = 60"),
+                        {"main.py": STUBBORN_MAIN, "compensate.py": "print(1)\n"})
+    pidfile = tmp_path / "child.pid"
+    wf = write_workflow("orphan", f"""
+        [nodes.long]
+        project = "{proj}"
+        app = "stubborn"
+        input = {{ pidfile = "{pidfile}" }}
+    """)
+    proc = spawn_cli("run", wf, "--json", env={})
+    view = wait_for(lambda: op_running(workrun, "long"), what="long to run", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = workrun("stop", view["run_id"])
+    assert res.code == 0, res
+    view = workrun("runs", "show", view["run_id"], "--json").json()
+    assert view["status"] == "stopped"
+    assert [n["status"] for n in view["nodes"]] == ["stopped"]
+    assert view["operations"][0]["status"] == "failed" and "stopped" in view["operations"][0]["error"]
+    wait_for(lambda: pidfile.exists() and _gone(int(pidfile.read_text())), timeout=10, what="child gone")
+
+
+def test_non_ascii_result_under_limit_is_accepted(workrun, make_project):
+    proj = make_project("wide", """
+        [tool.workrun.apps.w]
+        entry = "main.py"
+    """, {"main.py": "from workrun_sdk import process\nprocess.result({'x': '中' * 200000})\n"})
+    res = workrun("app", "run", proj, "w", "--json")
+    assert res.code == 0, res
+    assert len(res.json()["result"]["x"]) == 200000
+
+
+def test_closed_stdout_does_not_abort_the_run(tmp_path, marker_project, write_workflow):
+    wf = write_workflow("pipe", f"""
+        [nodes.a]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "a", sleep = 0.3 }}
+        [nodes.b]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "b", fail = true }}
+        needs = ["a"]
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=os.environ.copy())
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    proc.wait(timeout=60)
+    runs = json.loads(subprocess.run([sys.executable, "-m", "workrun", "runs", "list", "--json"],
+                                     capture_output=True, text=True).stdout)
+    assert runs[0]["status"] == "failed"  # the run finished (and compensated) instead of dying mid-way
+    view = json.loads(subprocess.run([sys.executable, "-m", "workrun", "runs", "show", runs[0]["run_id"], "--json"],
+                                     capture_output=True, text=True).stdout)
+    assert view["unfinished_compensations"] == []
+
+
+def test_bad_status_filter_and_missing_project_dir(workrun, write_workflow, tmp_path):
+    res = workrun("compensations", "list", "--status", "bogus")
+    assert res.code == 2 and "--status" in res.err
+    wf = write_workflow("missing", """
+        [nodes.a]
+        project = "../nonexist"
+        app = "x"
+    """)
+    res = workrun("run", wf)
+    assert res.code == 2 and res.err.startswith(f"error: {wf}: nodes.a.project: ")
