@@ -204,7 +204,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     config = AppSpec.model_validate(op["config"])
     assert config.compensation is not None
     number = len(svc.journal.attempts(cid)) + 1
-    call_dir = svc.call_dir(f"{cid}-{number}")
+    call_dir = svc.call_dir(f"{cid}-{number}", replace=True)  # a runner killed before the intent leaves one
     started = svc.now()
     svc.journal.write([
         ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,

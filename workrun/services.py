@@ -91,9 +91,22 @@ class Services:
             self._sdk = sdk_path(self.data_dir)
         return self._sdk
 
-    def call_dir(self, name: str) -> Path:
-        """A fresh call directory under ``<data>/calls``."""
+    def call_dir(self, name: str, *, replace: bool = False) -> Path:
+        """A fresh call directory under ``<data>/calls``.
+
+        Args:
+            replace: remove a leftover directory of the same name first. Safe only when no process
+                can have used it: an attempt's directory is made before its intent is journaled and
+                its process starts after, so a leftover without a journaled attempt was never used.
+
+        Raises:
+            FileExistsError: the directory exists and ``replace`` is False.
+        """
         path = self.data_dir / "calls" / name
+        if replace and path.exists():
+            import shutil
+
+            shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=False)
         return path
 

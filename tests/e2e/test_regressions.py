@@ -155,3 +155,19 @@ def test_bad_status_filter_and_missing_project_dir(workrun, write_workflow, tmp_
     """)
     res = workrun("run", wf)
     assert res.code == 2 and res.err.startswith(f"error: {wf}: nodes.a.project: ")
+
+
+def test_leftover_attempt_directory_from_a_crash_does_not_wedge_resume(workrun, isolated_env):
+    """A runner killed after making an attempt's directory but before journaling its intent
+    (found by the crash matrix under load): resume must still run that compensation."""
+    root = Path(__file__).resolve().parents[2]
+    res = workrun("run", root / "demo_apps/workflows/tutorial.toml", "--json", env={"WORKRUN_FAULT": "run.failed"})
+    assert res.code == -signal.SIGKILL
+    run_id = workrun("runs", "list", "--json").json()[0]["run_id"]
+    view = workrun("runs", "show", run_id, "--json").json()
+    cid = next(o for o in view["operations"] if o["node_key"] == "create")["compensation"]["compensation_id"]
+    (isolated_env / "calls" / f"{cid}-1").mkdir(parents=True)
+    res = workrun("resume", "--json")
+    assert res.code == 0, res
+    comp = next(o for o in res.json()["runs"][0]["operations"] if o["node_key"] == "create")["compensation"]
+    assert comp["status"] == "succeeded" and len(comp["attempts"]) == 1
