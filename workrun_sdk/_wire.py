@@ -14,7 +14,7 @@ which belongs to the App. Files in the call directory:
 - ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int}`` written when
   the App's code returns or raises, so the outcome survives the runner dying.
 
-Every file is written atomically (temporary file, fsync, rename).
+Every file is written atomically (temporary file, rename).
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ def call_dir(function: str) -> Path:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (tmp file, fsync, rename).
+    """Write ``data`` as JSON to ``path`` atomically (tmp file, rename).
+
+    Not fsynced: the file survives any process dying (the threat model of
+    R-R4: the runner or the App killed); the rename makes a torn file impossible.
 
     Raises:
         TypeError: when ``data`` is not JSON-serialisable.
@@ -63,8 +66,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -100,6 +101,4 @@ def claim(directory: Path, text: str) -> bool:
         return False
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
     return True
