@@ -75,7 +75,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     op_id = new_id("op")
     call_dir = svc.call_dir(op_id)
     snapshot = None
-    if app.compensation is not None and app.compensation.code == "snapshot":
+    if app.compensation is not None and app.compensation.code == "snapshot" and not standalone:
         from workrun.snapshots import take
 
         snapshot = take(svc.data_dir, project, fp)

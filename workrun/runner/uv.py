@@ -153,8 +153,7 @@ class EnvManager:
         argv = [_uv_bin(), "sync", "--locked", "--no-progress", "--quiet"]
         if offline:
             argv.append("--offline")
-        env = _clean_env()
-        env.pop("UV_OFFLINE", None) if not offline else None
+        env = _clean_env()  # keeps the user's UV_OFFLINE, cache and index settings
         try:
             proc = subprocess.run(argv, cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, errors="replace", timeout=900)
