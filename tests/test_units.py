@@ -111,3 +111,21 @@ def test_fingerprint_file_set_and_diff(tmp_path):
     fp2 = fingerprint(project)
     assert fp2.digest != fp.digest
     assert diff_fingerprints(fp.files, fp2.files) == ["main.py changed", "new.py added", "compensate.py removed"]
+
+
+def test_journal_enforces_the_state_machine(tmp_path):
+    from workrun.errors import InvalidTransitionError
+    from workrun.journal import Journal
+    from workrun.states import TRANSITIONS, allowed
+
+    j = Journal(tmp_path / "j.sqlite3")
+    j.create_run({"run_id": "r1", "workflow": "w", "workflow_path": "/w", "spec": {}, "inputs": {},
+                  "status": "running", "created_at": 0.0}, ["a"])
+    j.update("runs", ("r1",), None, status="failed")
+    with pytest.raises(InvalidTransitionError, match="failed -> succeeded"):
+        j.update("runs", ("r1",), None, status="succeeded")
+    with pytest.raises(InvalidTransitionError):
+        j.write([("update", "nodes", ("r1", "a"), {"status": "succeeded"})])  # pending -> succeeded skips running
+    assert j.run("r1")["status"] == "failed" and j.nodes("r1")[0]["status"] == "pending"  # nothing written
+    assert not allowed("compensations", "succeeded", "pending")  # a saved success is final (R-R2)
+    assert "skipped" not in TRANSITIONS["compensations"]

@@ -8,6 +8,7 @@
       SchedulerBusyError(WorkrunError)            exit 3: another scheduler holds the data dir (R-J3)
       JournalError(WorkrunError)                  exit 1: the journal cannot be read or written
         JournalVersionError                       the journal is newer than this Workrun
+        InvalidTransitionError                    a status change outside workrun/states.py (a bug)
       EnvironmentUnavailableError(WorkrunError)   exit 1: an App's uv environment cannot be prepared
 """
 
@@ -19,6 +20,7 @@ __all__ = [
     "EnvironmentUnavailableError",
     "JournalError",
     "JournalVersionError",
+    "InvalidTransitionError",
     "NotFoundError",
     "SchedulerBusyError",
     "UsageError",
@@ -83,3 +85,7 @@ class JournalVersionError(JournalError):
 
 class EnvironmentUnavailableError(WorkrunError):
     """Raised when an App project's uv environment cannot be prepared (sync failed, uv missing)."""
+
+
+class InvalidTransitionError(JournalError):
+    """Raised when code asks the journal for a status change the state machine does not allow."""

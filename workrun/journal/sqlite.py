@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from workrun import faults
-from workrun.errors import JournalError, JournalVersionError, NotFoundError
+from workrun.errors import InvalidTransitionError, JournalError, JournalVersionError, NotFoundError
 from workrun.journal.migrations import MIGRATIONS
+from workrun.states import allowed
 
 __all__ = ["FAULT_POINTS", "Journal"]
 
@@ -128,11 +129,19 @@ class Journal:
         """The applied schema version (number of migrations)."""
         return self._db.execute("PRAGMA user_version").fetchone()["user_version"]
 
-    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None) -> None:
+    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None,
+            checks: Iterable[tuple[str, tuple[Any, ...], str]] = ()) -> None:
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
+                    for table, key, new in checks:  # the state machine (workrun/states.py), under the write lock
+                        where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
+                        row = self._db.execute(f"SELECT status FROM {table} WHERE {where}", key).fetchone()
+                        if row is not None and not allowed(table, row["status"], new):
+                            raise InvalidTransitionError(
+                                f"{table} {'/'.join(map(str, key))}: {row['status']} -> {new} is not a transition "
+                                "of the state machine (workrun/states.py); nothing was written")
                     for sql, params in statements:
                         self._db.execute(sql, params)
                     self._db.execute("COMMIT")
@@ -170,8 +179,13 @@ class Journal:
         return f"INSERT INTO {table} ({cols}) VALUES ({marks})", values
 
     def update(self, table: str, key: tuple[Any, ...], fault: str | None = None, **fields: Any) -> None:
-        """Update one row of ``table`` by primary key and commit; then hit ``fault``."""
-        self._tx([self._update_sql(table, fields, key)], fault)
+        """Update one row of ``table`` by primary key and commit; then hit ``fault``.
+
+        Raises:
+            InvalidTransitionError: a ``status`` change not in :mod:`workrun.states`.
+        """
+        checks = [(table, key, fields["status"])] if "status" in fields else []
+        self._tx([self._update_sql(table, fields, key)], fault, checks)
 
     def write(self, changes: list[tuple[str, str, Any, dict[str, Any]]], fault: str | None = None) -> None:
         """Commit several changes in one transaction.
@@ -180,7 +194,8 @@ class Journal:
             changes: ``(op, table, key_or_None, fields)`` with op ``"insert"`` or ``"update"``.
         """
         stmts = [self._insert_sql(t, f) if op == "insert" else self._update_sql(t, f, k) for op, t, k, f in changes]
-        self._tx(stmts, fault)
+        checks = [(t, k, f["status"]) for op, t, k, f in changes if op == "update" and "status" in f]
+        self._tx(stmts, fault, checks)
 
     def close(self) -> None:
         """Close the connection."""

@@ -1,0 +1,84 @@
+"""The state machine of runs, nodes, operations (calls), compensations and attempts (issue 3).
+
+One implementation: :data:`TRANSITIONS` below is checked by the journal on
+every status write (``Journal.update``/``Journal.write`` refuse any other
+transition), so no code path can move a record in a way not written here.
+
+Durability rule: every transition that precedes a side effect is committed
+before the side effect starts (intent before a process, ``pending`` records
+before any compensation). Marked (D) below: the state is committed *before*
+the side effect it announces.
+
+Runs (``runs.status``)::
+
+    running -> succeeded | failed | stopped
+    (a failed run's compensations continue separately; the run stays failed)
+
+Nodes::
+
+    pending -> running (D) -> succeeded | failed | stopped
+    pending -> skipped                      (the run ended first)
+    running -> running                      (resumed after a restart)
+
+Operations (one App call)::
+
+    starting (D: intent, before the process exists)
+      -> running (D: pid recorded)          -> succeeded | failed | unknown
+      -> failed                             (environment unavailable; not started)
+      -> succeeded | failed | unknown       (settled by recovery from the exit record)
+
+Compensations::
+
+    pending (D: planned at final failure, same transaction as run failed)
+      -> running (D: with its attempt's intent) -> succeeded | pending (retry after backoff;
+                                                    stopped; never started) | failed | unknown
+      -> blocked   (held back by a downstream one, or its code changed)
+      -> pending   (reason changes, e.g. environment unavailable)
+      -> succeeded (operator: resolve)
+    blocked -> pending (released; operator retry) | blocked | succeeded (resolve) | running
+    failed  -> pending (operator retry) | succeeded (resolve)
+    unknown -> succeeded | failed (operator confirm --done / --not-done) | succeeded (resolve)
+    skipped    (final: the call's App had no compensation entry)
+
+Attempts (one compensation process)::
+
+    starting (D) -> running (D) -> succeeded | failed | stopped | unknown
+    starting -> not_started | stopped | unknown | succeeded | failed   (settled by recovery)
+"""
+
+from __future__ import annotations
+
+__all__ = ["TRANSITIONS", "allowed"]
+
+TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
+    "runs": {
+        "running": frozenset({"succeeded", "failed", "stopped"}),
+    },
+    "nodes": {
+        "pending": frozenset({"running", "skipped"}),
+        "running": frozenset({"running", "succeeded", "failed", "stopped"}),
+    },
+    "operations": {
+        "starting": frozenset({"running", "succeeded", "failed", "unknown"}),
+        "running": frozenset({"succeeded", "failed", "unknown"}),
+    },
+    "compensations": {
+        "pending": frozenset({"pending", "running", "blocked", "succeeded"}),
+        "running": frozenset({"succeeded", "pending", "failed", "unknown", "blocked"}),
+        "blocked": frozenset({"pending", "blocked", "succeeded", "running"}),
+        "failed": frozenset({"pending", "succeeded"}),
+        "unknown": frozenset({"succeeded", "failed"}),
+    },
+    "attempts": {
+        "starting": frozenset({"running", "succeeded", "failed", "stopped", "unknown", "not_started"}),
+        "running": frozenset({"succeeded", "failed", "stopped", "unknown"}),
+    },
+}
+
+
+def allowed(table: str, old: str, new: str) -> bool:
+    """True when ``table``'s status may move from ``old`` to ``new`` (tables without a machine: always)."""
+    machine = TRANSITIONS.get(table)
+    if machine is None:
+        return True
+    return new in machine.get(old, frozenset())
