@@ -265,8 +265,12 @@ class Engine:
                      for n in nodes if n["status"] == "running"]
             svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "stopped", "ended_at": now,
                               "reason": "stopped by the user"})], "run.stopped")
-            svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
-                    f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
+            if any(o["status"] == "succeeded" for o in svc.journal.operations(run_id)):
+                svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
+                        f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
+            else:
+                svc.say(run_id, None, "warning", "run stopped by the user: no call had succeeded, so there is "
+                        "nothing to undo (side effects of a stopped call are NOT undone)")
             cancel_open_tasks(svc, run_id)
             return "stopped"
         if failed_node is None and any(n["status"] == "failed" and not n["handled"] for n in nodes):

@@ -59,7 +59,8 @@ MAX_RESULT = 1024 * 1024
 REQUEST_TIMEOUT = 30.0
 CANCEL_TIMEOUT = 10.0
 POLL_FIRST, POLL_MAX = 0.5, 2.0
-MISSING_EXTRA = "remote_agent nodes need the A2A client: pip install 'workrun[a2a]'"
+MISSING_EXTRA = ("remote_agent nodes need the A2A client: pip install 'workrun[a2a]' "
+                 "(from a checkout: pip install -e '.[a2a]')")
 
 _cards: dict[str, Any] = {}  # node url -> agent card, so a cancel in the same process needs no second fetch
 

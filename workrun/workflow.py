@@ -311,6 +311,12 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             parts = urlsplit(node.url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ConfigError("must be an http:// or https:// URL", file=file, field=f"{prefix}.url")
+            try:  # found before anything runs, not as a failed run (SPEC §10)
+                import a2a.client  # noqa: F401
+            except ImportError:
+                from workrun.remote import MISSING_EXTRA
+
+                raise ConfigError(MISSING_EXTRA, file=file, field=f"{prefix}.kind") from None
         nodes[key] = node
 
     policies = {k: parse_policy(n.on_failure, file, f"nodes.{k}.on_failure") for k, n in nodes.items()}

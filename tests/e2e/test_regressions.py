@@ -171,3 +171,23 @@ def test_leftover_attempt_directory_from_a_crash_does_not_wedge_resume(workrun, 
     assert res.code == 0, res
     comp = next(o for o in res.json()["runs"][0]["operations"] if o["node_key"] == "create")["compensation"]
     assert comp["status"] == "succeeded" and len(comp["attempts"]) == 1
+
+
+def test_compensate_of_stopped_run_with_nothing_to_undo_is_finished(workrun, write_workflow, marker_project):
+    """A stopped run with no succeeded call, compensated on request, must not be 'resumed' forever."""
+    wf = write_workflow("stopearly", f"""
+        [nodes.a]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "a", sleep = 30 }}
+    """)
+    proc = spawn_cli("run", wf, "--json", env={})
+    view = wait_for(lambda: op_running(workrun, "a"), what="a to run", proc=proc)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert any("nothing to undo" in m["text"] for m in json.loads(out)["messages"])
+    res = workrun("compensate", view["run_id"])
+    assert res.code == 0, res
+    res = workrun("resume")
+    assert res.code == 0 and "nothing to resume" in res.out

@@ -54,7 +54,7 @@ compensation.result({"undone": ctx.original_operation_id})
 @app.command("new")
 def new(name: str = typer.Argument(..., help="App (and project) name."),
         directory: Optional[Path] = typer.Option(None, "--dir", help="Where to create it (default ./NAME).")) -> None:
-    """Create an App project: pyproject.toml with [tool.workrun], main.py, compensate.py, uv.lock."""
+    r"""Create an App project: pyproject.toml with \[tool.workrun], main.py, compensate.py, uv.lock."""
     from workrun.runner.uv import _clean_env, _uv_bin
 
     if not re.match(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$", name):

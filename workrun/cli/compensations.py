@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -70,7 +71,8 @@ def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
         console.print(f"reason: {escape(view['reason'])}")
     console.print(f"original call {op['operation_id']} of App {op['app']} ({op['project']}): {op['status']}, "
                   f"ended {iso(op['ended_at'])}")
-    console.print(f"  input:  {escape(str(op['input']))}\n  result: {escape(str(op['result']))}")
+    console.print(f"  input:  {escape(json.dumps(op['input'], ensure_ascii=False))}\n"
+                  f"  result: {escape(json.dumps(op['result'], ensure_ascii=False))}")
     timeline: list[tuple[str, str]] = []
     for a in view["attempts"]:
         text = (f"attempt {a['number']} ({a['trigger']}): {styled(a['status'])}"

@@ -236,12 +236,12 @@ class Journal:
         return self._query(f"SELECT * FROM runs WHERE status IN ({marks}) ORDER BY created_at", statuses)
 
     def runs_with_open_compensation(self) -> list[str]:
-        """Ids of runs with a compensation ``pending`` or ``running``, or an explicit request not yet planned."""
+        """Ids of runs with a compensation ``pending`` or ``running``, or with succeeded calls whose
+        compensation is owed (failed run, or a stopped run an operator asked to compensate) but not planned."""
         rows = self._query(
             "SELECT DISTINCT run_id FROM compensations WHERE status IN ('pending', 'running') "
-            "UNION SELECT run_id FROM runs WHERE compensate_requested = 1 AND status = 'stopped' "
-            "AND run_id NOT IN (SELECT run_id FROM compensations) "
-            "UNION SELECT run_id FROM runs WHERE status = 'failed' AND eval = 0 AND run_id IN "
+            "UNION SELECT run_id FROM runs WHERE eval = 0 "
+            "AND (status = 'failed' OR (status = 'stopped' AND compensate_requested = 1)) AND run_id IN "
             "(SELECT run_id FROM operations WHERE status = 'succeeded' AND operation_id NOT IN "
             "(SELECT operation_id FROM compensations))")
         return [r["run_id"] for r in rows]
