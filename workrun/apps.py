@@ -182,12 +182,18 @@ class Fingerprint:
     files: dict[str, str]
 
 
+def _in_git_work_tree(project: Path) -> bool:
+    """A cheap look for ``.git`` in the project or a parent, so projects outside git cost no subprocess."""
+    here = project.resolve()
+    return any((folder / ".git").exists() for folder in (here, *here.parents))
+
+
 def _git_ignored(project: Path, rels: list[str]) -> set[str]:
     """The paths among ``rels`` (relative to ``project``) that git ignores: untracked and matched by
     ``.gitignore``, ``.git/info/exclude`` or the global excludes file. Empty when git is missing or the
     project is not in a git work tree (then nothing is ignored)."""
     git = shutil.which("git")
-    if not git or not rels:
+    if not git or not rels or not _in_git_work_tree(project):
         return set()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # never another repo's GIT_DIR
     try:

@@ -101,7 +101,7 @@ class Engine:
     def _run_process(self, run_id: str, node: NodeSpec, policy: FailurePolicy, context: dict[str, Any],
                      depends_on: list[str]) -> NodeOutcome:
         svc = self.svc
-        prior = [o for o in svc.journal.operations(run_id) if o["node_key"] == node.key]
+        prior = svc.journal.operations(run_id, node.key)
         used = sum(1 for o in prior if o["status"] == "failed" and not (o["error"] or "").startswith("not started"))
         if prior:
             last = prior[-1]
@@ -164,7 +164,7 @@ class Engine:
         if nodes[key]["status"] != "running":
             svc.journal.update("nodes", (run_id, key), "node.running", status="running", started_at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
-        ops = svc.journal.operations(run_id)
+        ops = svc.journal.operation_statuses(run_id)
         run = svc.journal.run(run_id)
         context = {"inputs": run["inputs"], "nodes": {
             k: {"result": n["result"]} for k, n in nodes.items()
@@ -265,7 +265,7 @@ class Engine:
                      for n in nodes if n["status"] == "running"]
             svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "stopped", "ended_at": now,
                               "reason": "stopped by the user"})], "run.stopped")
-            if any(o["status"] == "succeeded" for o in svc.journal.operations(run_id)):
+            if any(o["status"] == "succeeded" for o in svc.journal.operation_statuses(run_id)):
                 svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
                         f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
             else:

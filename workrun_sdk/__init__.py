@@ -5,8 +5,17 @@ Standard library only, so it works in any App environment; it never imports
 App process it starts, so App projects need not declare it as a dependency.
 """
 
-from workrun_sdk import compensation, process, tool
+# Submodules load on first use (``from workrun_sdk import process`` imports only that one):
+# App start-up time is paid on every call.
 from workrun_sdk.errors import NotInAppError, SDKError
+
+
+def __getattr__(name: str):  # PEP 562: workrun_sdk.process etc. without importing all eagerly
+    if name in ("compensation", "process", "tool"):
+        import importlib
+
+        return importlib.import_module(f"workrun_sdk.{name}")
+    raise AttributeError(f"module 'workrun_sdk' has no attribute {name!r}")
 
 __all__ = ["NotInAppError", "SDKError", "compensation", "process", "tool", "__version__"]
 __version__ = "0.1.0"

@@ -191,3 +191,25 @@ def test_compensate_of_stopped_run_with_nothing_to_undo_is_finished(workrun, wri
     assert res.code == 0, res
     res = workrun("resume")
     assert res.code == 0 and "nothing to resume" in res.out
+
+
+def test_app_exits_like_python_threads_and_atexit(workrun, make_project):
+    """The launcher skips module teardown for speed but still joins non-daemon threads and runs atexit."""
+    proj = make_project("threads", """
+        [tool.workrun.apps.t]
+        entry = "main.py"
+    """, {"main.py": """
+        import atexit, sys, threading, time
+        from workrun_sdk import process
+        def later():
+            time.sleep(0.3)
+            process.result({"from": "thread"})
+        threading.Thread(target=later).start()
+        atexit.register(lambda: print("atexit ran", flush=True))
+        print("main done")
+    """})
+    res = workrun("app", "run", proj, "t", "--json")
+    assert res.code == 0, res
+    out = res.json()
+    assert out["result"] == {"from": "thread"}
+    assert out["stdout_tail"].splitlines() == ["main done", "atexit ran"]

@@ -138,7 +138,7 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
         return NodeOutcome("failed", error=exc.line())
     except KeyError as exc:
         return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
-    prior = [o for o in svc.journal.operations(run_id) if o["node_key"] == node.key]
+    prior = svc.journal.operations(run_id, node.key)
     calls = [{"tool": o["tool_name"], "operation_id": o["operation_id"], "status": o["status"], "result": o["result"]}
              for o in prior]
     if any(o["status"] == "unknown" for o in prior):

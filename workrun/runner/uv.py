@@ -3,7 +3,7 @@
 - :class:`EnvManager` syncs each project's environment with ``uv sync --locked``
   once per (project, lock) and reuses it; ``uv.lock`` is never rewritten.
   A file lock per project keeps concurrent calls from racing on ``.venv``.
-- :func:`spawn` starts ``<project>/.venv/bin/python -m workrun_sdk._launch ENTRY``
+- :func:`spawn` starts ``<project>/.venv/bin/python <sdk>/workrun_sdk/_launch.py ENTRY``
   in its own session (process group), with a clean environment, stdin from
   /dev/null and stdout/stderr to files in the call directory (so the App
   survives the runner dying, R-R3). The launcher is the SDK's own module.
@@ -326,7 +326,7 @@ def spawn(venv_python: str, project: Path, entry: Path, call_dir: Path, envelope
     _wire.write_json_atomic(call_dir / "input.json", {"v": _wire.VERSION, **envelope})
     with open(call_dir / "stdout", "wb") as out, open(call_dir / "stderr", "wb") as err:
         return subprocess.Popen(
-            [venv_python, "-m", "workrun_sdk._launch", str(entry)],
+            [venv_python, str(sdk_dir / "workrun_sdk" / "_launch.py"), str(entry)],
             cwd=project, env=app_environment(venv_python, sdk_dir, call_dir),
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, close_fds=True,
         )
