@@ -75,10 +75,14 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     op_id = new_id("op")
     call_dir = svc.call_dir(op_id)
     snapshot = None
+    refused = None
     if app.compensation is not None and app.compensation.code == "snapshot" and not standalone:
         from workrun.snapshots import take
 
-        snapshot = take(svc.data_dir, project, fp)
+        try:
+            snapshot = take(svc.data_dir, project, fp)
+        except ValueError as exc:
+            refused = str(exc)
     row = {
         "operation_id": op_id, "run_id": run_id, "node_key": node_key, "tool_call_index": tool_call_index,
         "app": app.name, "project": str(project), "kind": app.kind, "tool_name": tool_name,
@@ -87,6 +91,10 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
     }
     svc.journal.insert_operation(row)
+    if refused:
+        _claim_never_started(call_dir)
+        svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=refused, ended_at=svc.now())
+        return svc.journal.operation(op_id)
     try:
         python = svc.envs.python(project)
     except EnvironmentUnavailableError as exc:
@@ -94,7 +102,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=exc.message,
                            ended_at=svc.now())
         return svc.journal.operation(op_id)
-    envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name}
+    envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
@@ -144,6 +152,9 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
             fields.update(status="failed", error=f"{config.name}: {problem}")
         else:
             fields.update(status="succeeded", result=got.result if got.result is not None else {})
+            extra = _recorded_dependencies(svc, op, got.depends_on)
+            if extra:
+                fields["depends_on"] = list(op["depends_on"] or []) + extra
     else:
         detail = _last_line(got.stderr_tail) if got else ""
         fields.update(status="failed",
@@ -151,6 +162,16 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     svc.journal.update("operations", (op["operation_id"],), "op.finished", **fields)
     shutil.rmtree(call_dir, ignore_errors=True)
     return svc.journal.operation(op["operation_id"])
+
+
+def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:
+    """Dependencies an App recorded with ``process.depends_on``: kept only when they are earlier
+    succeeded calls of the same run (so the call graph stays acyclic)."""
+    if not wanted or not op.get("run_id"):
+        return []
+    ok = {o["operation_id"] for o in svc.journal.operation_statuses(op["run_id"]) if o["status"] == "succeeded"}
+    have = set(op["depends_on"] or [])
+    return [d for d in dict.fromkeys(wanted) if d in ok and d not in have and d != op["operation_id"]]
 
 
 def backoff_delay(base: float, failed_attempts: int) -> float:

@@ -19,14 +19,28 @@ from typing import Any
 
 from workrun.apps import Fingerprint
 
-__all__ = ["gc", "materialize", "take"]
+__all__ = ["gc", "materialize", "max_bytes", "take"]
+
+
+def max_bytes() -> int:
+    """The per-snapshot size bound in bytes: ``WORKRUN_SNAPSHOT_MAX_BYTES``, default 64 MiB."""
+    value = os.environ.get("WORKRUN_SNAPSHOT_MAX_BYTES", "")
+    return int(value) if value.isdigit() else 64 * 1024 * 1024
 
 
 def take(data_dir: Path, project: Path, fp: Fingerprint) -> str:
-    """Store the project's fingerprinted files; return the snapshot id (the fingerprint digest)."""
+    """Store the project's fingerprinted files; return the snapshot id (the fingerprint digest).
+
+    Raises:
+        ValueError: the files add up to more than :func:`max_bytes` (the call then fails before it starts).
+    """
     manifest = data_dir / "snapshots" / f"{fp.digest}.json"
     if manifest.is_file():
         return fp.digest
+    size = sum((project / rel).stat().st_size for rel in fp.files)
+    if size > max_bytes():
+        raise ValueError(f"code snapshot would be {size} bytes, over the {max_bytes()}-byte bound "
+                         "(WORKRUN_SNAPSHOT_MAX_BYTES); use code = \"live\" or raise the bound")
     objects = data_dir / "objects"
     for rel, digest in fp.files.items():
         target = objects / digest[:2] / digest

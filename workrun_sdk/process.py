@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 
 from workrun_sdk import _call, _wire
 
-__all__ = ["input", "result", "resource"]
+__all__ = ["depends_on", "input", "operation_id", "result", "resource"]
 
 _resources: list[dict[str, Any]] = []
+_depends: list[str] = []
 
 
 def input() -> dict[str, Any]:  # noqa: A001 - the SDK's public name
@@ -61,3 +62,34 @@ def resource(kind: str, id: str, **attrs: Any) -> None:  # noqa: A002 - SPEC §1
     _resources.append({"kind": kind, "id": id, **attrs})
     _wire.write_json_atomic(os.path.join(directory, "resources.json"),
                             {"v": _wire.VERSION, "resources": _resources})
+
+
+def operation_id() -> str:
+    """Return this call's operation id (stable; e.g. to hand to a later call that builds on it).
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+    """
+    _, env = _call.require_kind("process.operation_id", "process", "tool")
+    return str(env.get("operation_id") or "")
+
+
+def depends_on(*operation_ids: str) -> None:
+    """Record that this call builds on earlier calls of the same run (by operation id).
+
+    Compensation then undoes this call before those (R-C3), and a failing compensation of this
+    call holds them back (R-C4). Useful for an agent's tool calls, which are otherwise
+    independent of each other. Ids that are not succeeded calls of the same run are ignored.
+
+    Raises:
+        NotInAppError: outside a call started by the runner.
+        TypeError: when an id is not a string.
+    """
+    directory, _ = _call.require_kind("process.depends_on", "process", "tool")
+    for op in operation_ids:
+        if not isinstance(op, str):
+            raise TypeError("workrun_sdk.process.depends_on(): operation ids are strings")
+        if op not in _depends:
+            _depends.append(op)
+    _wire.write_json_atomic(os.path.join(directory, "dependencies.json"),
+                            {"v": _wire.VERSION, "depends_on": _depends})

@@ -213,3 +213,24 @@ def test_app_exits_like_python_threads_and_atexit(workrun, make_project):
     out = res.json()
     assert out["result"] == {"from": "thread"}
     assert out["stdout_tail"].splitlines() == ["main done", "atexit ran"]
+
+
+def test_snapshot_over_the_bound_fails_the_call_before_it_starts(workrun, make_project, write_workflow, tmp_path):
+    proj = make_project("snap", """
+        [tool.workrun.apps.s]
+        entry = "main.py"
+        compensation = { entry = "compensate.py", code = "snapshot" }
+    """, {"main.py": "open(__import__('os').environ['MARK'], 'w').write('ran')\n", "compensate.py": "print(1)\n"})
+    wf = write_workflow("snap", f"""
+        [nodes.s]
+        project = "{proj}"
+        app = "s"
+    """)
+    mark = tmp_path / "ran"
+    res = workrun("run", wf, "--json", env={"WORKRUN_SNAPSHOT_MAX_BYTES": "10", "MARK": str(mark)})
+    assert res.code == 1, res
+    op = res.json()["operations"][0]
+    assert op["status"] == "failed" and "over the 10-byte bound" in op["error"]
+    assert not mark.exists()
+    res = workrun("run", wf, "--json", env={"MARK": str(mark)})
+    assert res.code == 0 and mark.exists()

@@ -40,7 +40,7 @@ _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fi
 _COLUMNS = {
     "runs": {"status", "reason", "stop_requested", "compensate_requested", "ended_at"},
     "nodes": {"status", "handled", "result", "started_at", "ended_at"},
-    "operations": {"status", "error", "result", "resources", "pid", "proc_start", "deadline", "started_at",
+    "operations": {"status", "error", "result", "resources", "depends_on", "pid", "proc_start", "deadline", "started_at",
                    "ended_at", "exit_code", "signal", "stdout_tail", "stderr_tail", "snapshot"},
     "compensations": {"status", "reason", "result", "context", "next_attempt_at", "accept_code_change", "held_back_by",
                       "max_attempts", "updated_at"},

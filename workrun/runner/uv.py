@@ -262,6 +262,7 @@ class Collected:
 
     result: Any = None
     resources: list[dict[str, Any]] = field(default_factory=list)
+    depends_on: list[str] = field(default_factory=list)
     error: str | None = None
     stdout_tail: str = ""
     stderr_tail: str = ""
@@ -298,6 +299,13 @@ def collect(call_dir: Path) -> Collected:
                         out.result = None
             except (ValueError, UnicodeDecodeError) as exc:
                 out.error = f"result.json: not JSON ({exc})"
+    dep_file = call_dir / "dependencies.json"
+    if dep_file.exists():
+        try:
+            data = json.loads(dep_file.read_text(encoding="utf-8"))
+            out.depends_on = [d for d in data.get("depends_on", []) if isinstance(d, str)]
+        except (ValueError, OSError, AttributeError):
+            out.error = out.error or "dependencies.json: not JSON"
     res_file = call_dir / "resources.json"
     if res_file.exists():
         try:
