@@ -33,7 +33,7 @@ class Context:
         compensation_id: stable id of this compensation; use it as an idempotency key.
         original_input: the input the original call actually got (a dict, your own copy).
         original_result: the result the original call saved (a dict, your own copy).
-        resources: resources the call recorded, a tuple of ``{"kind", "id", ...}`` dicts.
+        resources: resources the call recorded, a list of ``{"kind", "id", ...}`` dicts (SPEC §10).
         attempt: 1 for the first attempt of this compensation, 2 for the next, ...
         app: the App name; node_key / run_id: where the call was made.
     """
@@ -43,7 +43,7 @@ class Context:
     compensation_id: str
     original_input: Mapping[str, Any]
     original_result: Mapping[str, Any]
-    resources: tuple[Mapping[str, Any], ...]
+    resources: list[Mapping[str, Any]]
     attempt: int
     app: str
     node_key: str
@@ -87,7 +87,7 @@ def context() -> Context:
         compensation_id=ctx["compensation_id"],
         original_input=_freeze(ctx.get("original_input") or {}),
         original_result=_freeze(ctx.get("original_result") or {}),
-        resources=tuple(_freeze(list(ctx.get("resources") or []))),
+        resources=_freeze(list(ctx.get("resources") or [])),
         attempt=int(ctx.get("attempt", 1)),
         app=ctx.get("app", ""),
         node_key=ctx.get("node_key", ""),

@@ -234,3 +234,45 @@ def test_snapshot_over_the_bound_fails_the_call_before_it_starts(workrun, make_p
     assert not mark.exists()
     res = workrun("run", wf, "--json", env={"MARK": str(mark)})
     assert res.code == 0 and mark.exists()
+
+
+def test_context_is_immutable_with_resources_as_a_list(workrun, write_workflow, make_project, tmp_path):
+    """SPEC §10: context() is an immutable object with attributes; resources is a list of {kind, id, ...}."""
+    report = tmp_path / "ctx.json"
+    proj = make_project("ctx", """
+        [tool.workrun.apps.c]
+        entry = "main.py"
+        compensation = { entry = "compensate.py" }
+    """, {"main.py": """
+        from workrun_sdk import process
+        process.resource("file", "/tmp/a", size=3)
+        process.resource("upload", "u-1")
+        process.result({"ok": True})
+    """, "compensate.py": f"""
+        import json
+        from workrun_sdk import compensation
+        ctx = compensation.context()
+        try:
+            ctx.compensation_id = "x"
+            mutable = True
+        except AttributeError:
+            mutable = False
+        json.dump({{"resources": ctx.resources, "is_list": isinstance(ctx.resources, list), "mutable": mutable,
+                   "ids": [ctx.original_operation_id, ctx.compensation_id]}}, open({str(report)!r}, "w"))
+    """})
+    wf = write_workflow("ctx", f"""
+        [nodes.c]
+        project = "{proj}"
+        app = "c"
+        [nodes.boom]
+        project = "{proj}"
+        app = "c"
+        input = {{ x = "{{{{ nodes.c.result.missing }}}}" }}
+    """)
+    res = workrun("run", wf, "--json")
+    assert res.code == 1, res
+    got = json.loads(report.read_text())
+    assert got["resources"] == [{"kind": "file", "id": "/tmp/a", "size": 3}, {"kind": "upload", "id": "u-1"}]
+    assert got["is_list"] is True and got["mutable"] is False
+    op = next(o for o in res.json()["operations"] if o["node_key"] == "c")
+    assert got["ids"] == [op["operation_id"], op["compensation"]["compensation_id"]]
