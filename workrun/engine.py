@@ -250,9 +250,11 @@ class Engine:
                     outcome = fut.result()
                     if outcome.status == "failed" and failed_node is None:
                         failed_node = key
-        return self._finish(run_id, failed_node)
+        return self.finish(run_id, failed_node)
 
-    def _finish(self, run_id: str, failed_node: str | None) -> str:
+    def finish(self, run_id: str, failed_node: str | None) -> str:
+        """End a run: ``stopped`` when a stop was requested, ``failed`` (with compensation records, in one
+        transaction, SPEC §10) when a node failed unhandled, else ``succeeded``; return that status."""
         svc = self.svc
         nodes = svc.journal.nodes(run_id)
         now = svc.now()

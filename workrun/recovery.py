@@ -27,7 +27,8 @@ from workrun.engine import Engine
 from workrun.runner.uv import recover
 from workrun.services import Services
 
-__all__ = ["drive", "recover_attempts", "recover_operations", "resume_all", "unfinished_runs"]
+__all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
+           "stop_orphaned_run", "unfinished_runs"]
 
 
 def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
@@ -63,7 +64,7 @@ def recover_attempts(svc: Services, run_id: str) -> None:
                                updated_at=svc.now())
 
 
-def _ensure_planned(svc: Services, run: dict[str, Any]) -> None:
+def ensure_planned(svc: Services, run: dict[str, Any]) -> None:
     """Write missing compensation records of a failed run, or of a stopped run an operator asked to compensate."""
     if run["eval"]:
         return
@@ -90,11 +91,16 @@ def drive(svc: Services, run_id: str) -> str:
 
         cancel_open_tasks(svc, run_id)  # a run that ended while the runner was down (R-C10); sent at most once
     if status in ("failed", "stopped") and not run["eval"]:
-        recover_attempts(svc, run_id)
-        _ensure_planned(svc, run)
-        if svc.journal.compensations(run_id):
-            compensate_run(svc, run_id)
+        compensate_now(svc, run_id)
     return svc.journal.run(run_id)["status"]
+
+
+def compensate_now(svc: Services, run_id: str) -> None:
+    """Settle in-flight attempts, plan what is owed, and run the run's pending compensations."""
+    recover_attempts(svc, run_id)
+    ensure_planned(svc, svc.journal.run(run_id))
+    if svc.journal.compensations(run_id):
+        compensate_run(svc, run_id)
 
 
 def unfinished_runs(svc: Services) -> list[str]:
@@ -156,4 +162,4 @@ def stop_orphaned_run(svc: Services, run_id: str) -> str:
     svc.request_stop()
     from workrun.engine import Engine
 
-    return Engine(svc)._finish(run_id, None)
+    return Engine(svc).finish(run_id, None)

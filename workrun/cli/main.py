@@ -193,9 +193,8 @@ def compensate(
     wait: bool = WaitOpt,
 ) -> None:
     """Explicitly compensate a run the user stopped (R-C9), or finish a failed run's compensation."""
-    from workrun.compensation import compensate_run
     from workrun.operator import actor
-    from workrun.recovery import _ensure_planned, recover_attempts
+    from workrun.recovery import compensate_now
 
     with scheduling(json_mode, wait) as svc:
         run = svc.journal.run(run_id)
@@ -211,9 +210,7 @@ def compensate(
                                ("insert", "events", None, {"run_id": rid, "at": svc.now(), "actor": actor(),
                                                            "action": "compensate", "args": {}})])
             svc.say(rid, None, "info", f"compensation of stopped run {rid} requested by {actor()}")
-        recover_attempts(svc, rid)
-        _ensure_planned(svc, svc.journal.run(rid))
-        compensate_run(svc, rid)
+        compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
         ok = all(c["status"] in ("succeeded", "skipped") for c in comps)
