@@ -72,7 +72,6 @@ def test_failure_holds_back_upstream_only():
 
 
 def test_hold_reason_names_root_holders_through_held_back_and_uncompensated():
-    ops = {"a": [], "b": ["a"], "c": ["b"], "d": ["c"]}
     items = [Item("a", "a", (), "c-a", "pending"), Item("b", "b", ("a",), None, None),
              Item("c", "c", ("b",), "c-c", "blocked", held_back=True), Item("d", "d", ("c",), "c-d", "unknown")]
     p = plan(items)

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from workrun.journal import Journal
 from workrun.paths import data_dir as default_data_dir

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MARKER_APP, MARKER_COMPENSATE, MARKER_MAIN
 
 ALPHA_APP = """
 [tool.workrun.apps.alpha]

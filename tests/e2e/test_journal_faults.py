@@ -4,7 +4,6 @@ a damaged journal is refused without writes; a newer schema is refused naming bo
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 BIG = """
 [tool.workrun.apps.big]

@@ -26,7 +26,7 @@ from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
 from workrun.cli.common import EXIT, JsonOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
-from workrun.errors import ActionRefusedError, ConfigError, WorkrunError
+from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.views import run_view
 
 __all__ = ["app", "main"]
