@@ -175,9 +175,9 @@ def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str])
 
 
 def backoff_delay(base: float, failed_attempts: int) -> float:
-    """Seconds to wait after ``failed_attempts`` failures: ``base * 2**(n-1)``, capped at 60, jittered ±25%."""
-    delay = min(60.0, base * (2 ** max(0, failed_attempts - 1)))
-    return delay * random.uniform(0.75, 1.25) if delay else 0.0
+    """Seconds to wait after ``failed_attempts`` failures: ``base * 2**(n-1)`` jittered ±25%, capped at 60 s."""
+    delay = base * (2 ** max(0, failed_attempts - 1))
+    return min(60.0, delay * random.uniform(0.75, 1.25)) if delay else 0.0
 
 
 def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str | None]:

@@ -276,3 +276,34 @@ def test_context_is_immutable_with_resources_as_a_list(workrun, write_workflow, 
     assert got["is_list"] is True and got["mutable"] is False
     op = next(o for o in res.json()["operations"] if o["node_key"] == "c")
     assert got["ids"] == [op["operation_id"], op["compensation"]["compensation_id"]]
+
+
+def test_debug_keeps_exit_code_and_error_line(workrun):
+    res = workrun("--debug", "runs", "show", "run_nope")
+    assert res.code == 2
+    assert "Traceback" in res.err and res.err.strip().splitlines()[-1] == "error: RUN: no run matches 'run_nope'"
+
+
+def test_backoff_is_capped_at_60_seconds_after_jitter():
+    from workrun.calls import backoff_delay
+
+    assert all(backoff_delay(40, n) <= 60.0 for n in range(1, 8) for _ in range(200))
+    assert 0.75 <= backoff_delay(1, 1) <= 1.25 and backoff_delay(0, 3) == 0.0
+
+
+def test_unknown_id_is_exit_2_even_while_a_scheduler_runs(workrun, write_workflow, marker_project):
+    wf = write_workflow("busy", f"""
+        [nodes.a]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "a", sleep = 20 }}
+    """)
+    proc = spawn_cli("run", wf, "--json", env={})
+    wait_for(lambda: op_running(workrun, "a"), what="a to run", proc=proc)
+    try:
+        assert workrun("compensations", "retry", "cmp_nope").code == 2
+        assert workrun("compensate", "run_nope").code == 2
+        assert workrun("resume").code == 3
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)

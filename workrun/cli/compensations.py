@@ -105,6 +105,8 @@ def retry(compensation_id: str = IdArg,
     """Run a new attempt now (history kept); then run what it was holding back. Exit 0 if all succeeded."""
     from workrun import operator
 
+    with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
+        ro.journal.compensation(compensation_id)
     with scheduling(json_mode, wait) as svc:
         t0 = svc.now()
         c = operator.retry(svc, compensation_id, accept_code_change=accept_code_change)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import List, Optional
 
@@ -196,6 +197,8 @@ def compensate(
     from workrun.operator import actor
     from workrun.recovery import compensate_now
 
+    with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
+        ro.journal.run(run_id)
     with scheduling(json_mode, wait) as svc:
         run = svc.journal.run(run_id)
         rid = run["run_id"]
@@ -240,15 +243,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         code = app(args=args, standalone_mode=False, prog_name="workrun")
     except WorkrunError as exc:
-        if debug:
-            raise
+        if debug:  # the traceback first, then the same one line and exit code as without --debug
+            traceback.print_exc()
         print_error(exc.line())
         code = exc.exit_code
     except click_exceptions.NoArgsIsHelpError:  # type: ignore[attr-defined]  # help was printed already
         code = 2
     except click_exceptions.UsageError as exc:
         if debug:
-            raise
+            traceback.print_exc()
         where = f"{exc.ctx.command_path}: " if exc.ctx else ""
         print_error(where + exc.format_message())
         code = 2
@@ -260,7 +263,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = 130
     except Exception as exc:  # never a traceback without --debug
         if debug:
-            raise
+            traceback.print_exc()
         print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
         code = 1
     sys.exit(code if isinstance(code, int) else 0)

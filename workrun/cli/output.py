@@ -7,6 +7,7 @@ Errors are one line on stderr, ``error: FILE: FIELD: message``, never wrapped (S
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,8 @@ from rich.text import Text
 
 __all__ = ["CliReporter", "console", "print_error", "print_json", "run_table", "compensation_table", "STATUS_STYLE"]
 
-console = Console(highlight=False, soft_wrap=True)
+# NO_COLOR (no-color.org): no colour; with color_system=None rich writes no escape codes at all
+console = Console(highlight=False, soft_wrap=True, color_system=None if os.environ.get("NO_COLOR") else "auto")
 
 STATUS_STYLE = {
     "succeeded": "green", "failed": "red", "unknown": "magenta", "blocked": "yellow", "running": "cyan",
