@@ -129,3 +129,17 @@ def test_journal_enforces_the_state_machine(tmp_path):
     assert j.run("r1")["status"] == "failed" and j.nodes("r1")[0]["status"] == "pending"  # nothing written
     assert not allowed("compensations", "succeeded", "pending")  # a saved success is final (R-R2)
     assert "skipped" not in TRANSITIONS["compensations"]
+
+
+def test_operator_write_is_conditional_on_the_status_it_saw(tmp_path):
+    from workrun.errors import ActionRefusedError
+    from workrun.journal import Journal
+
+    j = Journal(tmp_path / "j.sqlite3")
+    j.create_run({"run_id": "r1", "workflow": "w", "workflow_path": "/w", "spec": {}, "inputs": {},
+                  "status": "running", "created_at": 0.0}, ["a"])
+    j.update("nodes", ("r1", "a"), None, status="running")
+    with pytest.raises(ActionRefusedError, match="changed from pending to running meanwhile"):
+        j.write([("update", "nodes", ("r1", "a"), {"status": "succeeded", "_expect_status": "pending"})])
+    j.write([("update", "nodes", ("r1", "a"), {"status": "succeeded", "_expect_status": "running"})])
+    assert j.nodes("r1")[0]["status"] == "succeeded"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
-from workrun.errors import EnvironmentUnavailableError
+from workrun.errors import ActionRefusedError, EnvironmentUnavailableError
 from workrun.models import AppSpec
 from workrun.runner.uv import Outcome, collect, proc_start_time, spawn, wait
 from workrun.services import Services, new_id
@@ -227,11 +227,16 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     number = len(svc.journal.attempts(cid)) + 1
     call_dir = svc.call_dir(f"{cid}-{number}", replace=True)  # a runner killed before the intent leaves one
     started = svc.now()
-    svc.journal.write([
-        ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,
-                                      "status": "starting", "call_dir": str(call_dir), "started_at": started}),
-        ("update", "compensations", (cid,), {"status": "running", "reason": None, "updated_at": started}),
-    ], "attempt.intent")
+    try:
+        svc.journal.write([
+            ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,
+                                          "status": "starting", "call_dir": str(call_dir), "started_at": started}),
+            ("update", "compensations", (cid,), {"status": "running", "_expect_status": comp["status"],
+                                                 "reason": None, "updated_at": started}),
+        ], "attempt.intent")
+    except ActionRefusedError:  # an operator resolved or changed it meanwhile: nothing was written, run nothing
+        shutil.rmtree(call_dir, ignore_errors=True)
+        return svc.journal.compensation(cid)
     context = {**(comp["context"] or {}), "attempt": number}
     envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
     attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}

@@ -72,7 +72,7 @@ def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = Fal
     if status == "blocked" and comp["held_back_by"]:
         raise _refuse(comp, "retry", f"{comp['reason']}; retry or resolve those first")
     changes = [("update", "compensations", (cid,), {
-        "status": "pending", "next_attempt_at": None, "updated_at": svc.now(),
+        "status": "pending", "_expect_status": status, "next_attempt_at": None, "updated_at": svc.now(),
         "reason": f"retry requested by {actor()}",
         **({"accept_code_change": 1} if accept_code_change else {})})]
     svc.journal.add_event(_event(svc, comp, "retry", {"accept_code_change": accept_code_change}), changes)
@@ -119,7 +119,8 @@ def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dic
                       else "an attempt is running now")
     who = actor()
     reason = f"resolved by hand by {who}" + (f": {text}" if text else "")
-    changes = [("update", "compensations", (cid,), {"status": "succeeded", "reason": reason, "held_back_by": None,
+    changes = [("update", "compensations", (cid,), {"status": "succeeded", "_expect_status": comp["status"],
+                                                    "reason": reason, "held_back_by": None,
                                                     "next_attempt_at": None, "updated_at": svc.now()})]
     svc.journal.add_event(_event(svc, comp, "resolve", {"previous_status": comp["status"]}, text), changes)
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: succeeded ({reason})")
@@ -148,7 +149,7 @@ def confirm(svc: Services, compensation_id: str, *, done: bool, text: str | None
     else:
         fields = {"status": "failed", "reason": f"confirmed not done by {who}; `workrun compensations retry {cid}` "
                   "runs it again"}
-    changes = [("update", "compensations", (cid,), {**fields, "updated_at": svc.now()})]
+    changes = [("update", "compensations", (cid,), {**fields, "_expect_status": "unknown", "updated_at": svc.now()})]
     svc.journal.add_event(_event(svc, comp, "confirm", {"done": done}, text), changes)
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: {fields['status']} "
             f"({fields['reason']})")

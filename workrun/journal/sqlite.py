@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from workrun import faults
-from workrun.errors import InvalidTransitionError, JournalError, JournalVersionError, NotFoundError
+from workrun.errors import (ActionRefusedError, InvalidTransitionError, JournalError, JournalVersionError,
+                            NotFoundError)
 from workrun.journal.migrations import MIGRATIONS
 from workrun.states import allowed
 
@@ -130,14 +131,18 @@ class Journal:
         return self._db.execute("PRAGMA user_version").fetchone()["user_version"]
 
     def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None,
-            checks: Iterable[tuple[str, tuple[Any, ...], str]] = ()) -> None:
+            checks: Iterable[tuple[str, tuple[Any, ...], str, str | None]] = ()) -> None:
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    for table, key, new in checks:  # the state machine (workrun/states.py), under the write lock
+                    for table, key, new, expect in checks:  # the state machine (workrun/states.py), under the lock
                         where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
                         row = self._db.execute(f"SELECT status FROM {table} WHERE {where}", key).fetchone()
+                        if row is not None and expect is not None and row["status"] != expect:
+                            raise ActionRefusedError(
+                                f"{'/'.join(map(str, key))} changed from {expect} to {row['status']} meanwhile; "
+                                "nothing was written: look again and retry the action")
                         if row is not None and not allowed(table, row["status"], new):
                             raise InvalidTransitionError(
                                 f"{table} {'/'.join(map(str, key))}: {row['status']} -> {new} is not a transition "
@@ -184,17 +189,25 @@ class Journal:
         Raises:
             InvalidTransitionError: a ``status`` change not in :mod:`workrun.states`.
         """
-        checks = [(table, key, fields["status"])] if "status" in fields else []
+        checks = [(table, key, fields["status"], None)] if "status" in fields else []
         self._tx([self._update_sql(table, fields, key)], fault, checks)
 
     def write(self, changes: list[tuple[str, str, Any, dict[str, Any]]], fault: str | None = None) -> None:
         """Commit several changes in one transaction.
 
         Args:
-            changes: ``(op, table, key_or_None, fields)`` with op ``"insert"`` or ``"update"``.
+            changes: ``(op, table, key_or_None, fields)`` with op ``"insert"`` or ``"update"``. An update's
+                ``_expect_status`` field (not a column) makes the write conditional on the current status.
+
+        Raises:
+            ActionRefusedError: a row is no longer in its ``_expect_status`` (someone changed it meanwhile).
+            InvalidTransitionError: a status change not in :mod:`workrun.states`.
         """
-        stmts = [self._insert_sql(t, f) if op == "insert" else self._update_sql(t, f, k) for op, t, k, f in changes]
-        checks = [(t, k, f["status"]) for op, t, k, f in changes if op == "update" and "status" in f]
+        checks = [(t, k, f["status"], f.get("_expect_status")) for op, t, k, f in changes
+                  if op == "update" and "status" in f]
+        stmts = [self._insert_sql(t, f) if op == "insert"
+                 else self._update_sql(t, {n: v for n, v in f.items() if n != "_expect_status"}, k)
+                 for op, t, k, f in changes]
         self._tx(stmts, fault, checks)
 
     def close(self) -> None:
