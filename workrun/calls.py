@@ -92,32 +92,33 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     }
     svc.journal.insert_operation(row)
     if refused:
-        _claim_never_started(call_dir)
-        svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=refused, ended_at=svc.now())
-        return svc.journal.operation(op_id)
+        return _failed_before_start(svc, op_id, call_dir, refused)
     try:
         python = svc.envs.python(project)
     except EnvironmentUnavailableError as exc:
-        _claim_never_started(call_dir)
-        svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=exc.message,
-                           ended_at=svc.now())
-        return svc.journal.operation(op_id)
+        return _failed_before_start(svc, op_id, call_dir, exc.message)
     envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
         proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
     except OSError as exc:
-        _claim_never_started(call_dir)
-        svc.journal.update("operations", (op_id,), "op.finished", status="failed",
-                           error=f"cannot start the App process: {exc}", ended_at=svc.now())
-        return svc.journal.operation(op_id)
+        return _failed_before_start(svc, op_id, call_dir, f"cannot start the App process: {exc}")
     started = svc.now()
     deadline = started + app.timeout
     svc.journal.update("operations", (op_id,), "op.started", status="running", pid=proc.pid,
                        proc_start=proc_start_time(proc.pid), started_at=started, deadline=deadline)
     outcome = wait(proc, svc.watchdog, deadline)
     return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
+
+
+def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str) -> dict[str, Any]:
+    """Journal a call that failed before its process started (the directory is fenced first, so no
+    late start is possible); return the operation row."""
+    _claim_never_started(call_dir)
+    svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=error, ended_at=svc.now())
+    shutil.rmtree(call_dir, ignore_errors=True)
+    return svc.journal.operation(op_id)
 
 
 def _claim_never_started(call_dir: Path) -> None:
