@@ -30,6 +30,7 @@ __all__ = [
     "load_app",
     "load_project",
     "pydantic_error",
+    "toml_type",
 ]
 
 FINGERPRINT_EXCLUDED_DIRS = frozenset(
@@ -48,8 +49,27 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_WANTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "a boolean (true or false)",
+           "string_type": "a string", "dict_type": "a table", "model_type": "a table", "list_type": "an array"}
+
+
+def toml_type(value: Any) -> str:
+    """Name ``value``'s TOML type for a message: ``"a string ('60')"``, ``"a boolean"``, ``"an integer"``."""
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({shown!r})"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (dict, "a table"),
+                       (list, "an array")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def pydantic_error(exc: ValidationError, file: str, prefix: str) -> ConfigError:
-    """Turn the first pydantic error into a one-line ConfigError naming file and field."""
+    """Turn the first pydantic error into a one-line ConfigError naming file and field.
+
+    A wrong type (strict models: SPEC §17) reads ``must be a number, not a string ('60')``.
+    """
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
     msg = err["msg"]
@@ -57,6 +77,8 @@ def pydantic_error(exc: ValidationError, file: str, prefix: str) -> ConfigError:
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "is required"
+    elif err["type"] in _WANTED:
+        msg = f"must be {_WANTED[err['type']]}, not {toml_type(err.get('input'))}"
     return ConfigError(msg, file=file, field=loc)
 
 
@@ -64,6 +86,9 @@ def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
     pyproject = project / "pyproject.toml"
     if not project.is_dir():
         raise ConfigError("App project directory not found", file=str(project))
+    for required in (pyproject, project / "uv.lock"):
+        if required.is_dir():
+            raise ConfigError(f"{required.name} is a directory, not a file (R-A1)", file=str(required))
     if not pyproject.is_file():
         raise ConfigError("not an App project: pyproject.toml is missing (R-A1)", file=str(project))
     if not (project / "uv.lock").is_file():

@@ -25,7 +25,13 @@ FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Base of every config model: unknown keys refused, values typed as TOML types them (SPEC §17).
+
+    ``strict``: a string where a number or boolean belongs is an error, never converted; an integer
+    is a fine number; a boolean is never a number.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class OutputField(_Strict):

@@ -14,12 +14,13 @@ from typing import Any, Iterator
 
 from pydantic import ValidationError
 
-from workrun.apps import load_app, pydantic_error
+from workrun.apps import load_app, pydantic_error, toml_type
 from workrun.errors import ConfigError
 from workrun.models import AppSpec, NodeSpec, RetryPolicy, WorkflowSpec
 
 __all__ = [
     "FailurePolicy",
+    "check_template_braces",
     "load_workflow",
     "node_dependencies",
     "parse_inputs",
@@ -84,6 +85,24 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
 def template_refs(value: Any, path: str = "input") -> list[tuple[str, str]]:
     """Return ``[(field path, reference)]`` for every ``{{ ... }}`` in ``value``."""
     return [(p, m.group(1)) for p, s in _strings(value, path) for m in _TEMPLATE.finditer(s)]
+
+
+def check_template_braces(value: Any, path: str, file: str) -> None:
+    """Refuse a ``{{`` without its ``}}`` (or the reverse) anywhere in a templated value (SPEC §17).
+
+    Args:
+        value: a templated value (string, or tables and arrays of them).
+        path: its field path, e.g. ``nodes.a.input``.
+
+    Raises:
+        ConfigError: naming the string's field path.
+    """
+    for where, text in _strings(value, path):
+        rest = _TEMPLATE.sub("", text)
+        if "{{" in rest:
+            raise ConfigError("unterminated template: '{{' without its '}}'", file=file, field=where)
+        if "}}" in rest:
+            raise ConfigError("'}}' without a '{{' before it", file=file, field=where)
 
 
 def _lookup(ref: str, context: dict[str, Any]) -> Any:
@@ -212,12 +231,31 @@ def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePol
                               file=file, field=f"nodes.{primary}.on_failure.fallback")
 
 
-def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[WorkflowSpec, dict[str, Any]]:
-    """Load, validate and resolve a workflow file (R-W1; SPEC §9, §10).
+def _check_input_names(defaults: dict[str, Any], overrides: dict[str, str],
+                       refs_of: dict[str, list[tuple[str, str]]], file: str) -> None:
+    """Refuse ``--input NAME`` for a NAME the workflow neither declares nor uses (SPEC §17: no typo unnoticed).
+
+    Raises:
+        ConfigError: naming the unknown input and the known ones (field ``--input``).
+    """
+    known = set(defaults) | {ref.split(".")[1] for refs in refs_of.values() for _, ref in refs
+                             if ref.startswith("inputs.") and len(ref.split(".")) == 2}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        names = ", ".join(sorted(known)) if known else "none"
+        raise ConfigError(f"unknown input {unknown[0]!r}: this workflow declares or uses only: {names}",
+                          file=file, field="--input")
+
+
+def load_workflow(path: Path, overrides: dict[str, str] | None = None, *,
+                  known_inputs_only: bool = True) -> tuple[WorkflowSpec, dict[str, Any]]:
+    """Load, validate and resolve a workflow file (R-W1; SPEC §9, §10, §17).
 
     Args:
         path: the workflow TOML file; ``project`` paths are relative to it.
         overrides: ``--input`` values, overriding ``[inputs]`` defaults.
+        known_inputs_only: refuse an override whose name is neither under ``[inputs]`` nor used by a
+            ``{{ inputs.NAME }}`` template (SPEC §17); ``rerun`` passes False (its inputs are recorded).
 
     Returns:
         (spec with absolute project paths, the run's inputs).
@@ -242,6 +280,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name:
         raise ConfigError("must be a non-empty string", file=file, field="name")
+    if not isinstance(data.get("description", ""), str):
+        raise ConfigError(f"must be a string, not {toml_type(data['description'])}", file=file, field="description")
     defaults = data.get("inputs", {})
     if not isinstance(defaults, dict):
         raise ConfigError("must be a table", file=file, field="inputs")
@@ -320,6 +360,15 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
         nodes[key] = node
 
     policies = {k: parse_policy(n.on_failure, file, f"nodes.{k}.on_failure") for k, n in nodes.items()}
+    refs_of: dict[str, list[tuple[str, str]]] = {}
+    for key, node in nodes.items():
+        templated = [(node.input, f"nodes.{key}.input"), (node.prompt, f"nodes.{key}.prompt"),
+                     (node.message, f"nodes.{key}.message"), (node.script, f"nodes.{key}.script")]
+        for value, where in templated:
+            check_template_braces(value, where, file)
+        refs_of[key] = [ref for value, where in templated for ref in template_refs(value, where)]
+    if known_inputs_only:
+        _check_input_names(defaults, overrides or {}, refs_of, file)
     graph: dict[str, list[str]] = {}
     for key, node in nodes.items():
         prefix = f"nodes.{key}"
@@ -328,9 +377,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
             if dep == key:
                 raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
-        refs = template_refs(node.input, f"{prefix}.input") + template_refs(node.prompt, f"{prefix}.prompt") \
-            + template_refs(node.message, f"{prefix}.message") + template_refs(node.script, f"{prefix}.script")
-        for field, ref in refs:
+        for field, ref in refs_of[key]:
             if not _REF.match(ref):
                 raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
                                   file=file, field=field)

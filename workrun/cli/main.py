@@ -114,7 +114,7 @@ def rerun(
         old = ro.journal.run(run_id)
     path = Path(old["workflow_path"])
     if path.is_file():
-        spec, inputs = load_workflow(path, {k: v for k, v in old["inputs"].items()})
+        spec, inputs = load_workflow(path, {k: v for k, v in old["inputs"].items()}, known_inputs_only=False)
     else:
         spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
     with scheduling(json_mode, wait) as svc:

@@ -1,0 +1,178 @@
+"""Bad config and input are refused before anything runs (SPEC §17, issue 16): typed config, templates,
+unknown ``--input`` names, a directory where a file belongs. Each case: exit 2, one ``error:`` line naming
+the file and field, no run created, the journal untouched."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+APP = """
+[tool.workrun.apps.t]
+kind = "process"
+entry = "main.py"
+{extra}
+compensation = {{ entry = "compensate.py"{comp} }}
+[tool.workrun.apps.t.output]
+name = {{ type = "string"{out} }}
+[tool.workrun.apps.tool]
+kind = "tool"
+entry = "tool.py"
+"""
+MAIN = "from workrun_sdk import process\nprocess.result({'name': 'x'})\n"
+
+# (App line, compensation extra, output extra, field) — every typed field of an App's config
+APP_CASES = [
+    ('timeout = "60"', "", "", "timeout"),
+    ("timeout = true", "", "", "timeout"),
+    ('idempotent = "yes"', "", "", "idempotent"),
+    ("idempotent = 1", "", "", "idempotent"),
+    ("description = 3", "", "", "description"),
+    ("", ', max_retries = "3"', "", "compensation.max_retries"),
+    ("", ", max_retries = 2.5", "", "compensation.max_retries"),
+    ("", ", max_retries = true", "", "compensation.max_retries"),
+    ("", ', timeout = "120"', "", "compensation.timeout"),
+    ("", ', backoff = "1"', "", "compensation.backoff"),
+    ("", ", backoff = false", "", "compensation.backoff"),
+    ("", ', idempotent = "yes"', "", "compensation.idempotent"),
+    ("", ", code = 1", "", "compensation.code"),
+    ("", "", ', required = "yes"', "output.name.required"),
+    ("tools = { x = { confirm = true } }", "", "", "tools.x.confirm"),
+    ("tools = { x = 1 }", "", "", "tools.x"),
+]
+
+
+def _journal_digest(home: Path) -> str:
+    return hashlib.sha256((home / "journal.sqlite3").read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def refused(workrun, isolated_env):
+    """``refused(args, file, field)``: the command exits 2 with one error line naming file and field, and
+    creates no run: the journal is byte for byte what it was."""
+
+    def check(args: list, file: Path | str, field: str | None) -> str:
+        assert workrun("runs", "list", "--json").json() == []
+        before = _journal_digest(isolated_env)
+        res = workrun(*args)
+        assert res.code == 2, res
+        lines = res.err.strip().splitlines()
+        assert len(lines) == 1, res
+        prefix = f"error: {file}: " + (f"{field}: " if field else "")
+        assert lines[0].startswith(prefix), res
+        assert "Traceback" not in res.err
+        assert _journal_digest(isolated_env) == before
+        assert workrun("runs", "list", "--json").json() == []
+        return lines[0]
+
+    return check
+
+
+def _app_project(make_project, extra="", comp="", out=""):
+    return make_project("typed", APP.format(extra=extra, comp=comp, out=out),
+                        {"main.py": MAIN, "compensate.py": "print(1)\n", "tool.py": "print(1)\n"})
+
+
+@pytest.mark.parametrize("extra, comp, out, field", APP_CASES)
+def test_wrong_type_in_app_config_is_refused(refused, make_project, write_workflow, extra, comp, out, field):
+    project = _app_project(make_project, extra, comp, out)
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    line = refused(["run", wf], project / "pyproject.toml", f"tool.workrun.apps.t.{field}")
+    assert " not " in line or "should be" in line
+    # the standalone call reads the same config
+    res = refused(["app", "run", project, "t"], project / "pyproject.toml", f"tool.workrun.apps.t.{field}")
+    assert res == line
+
+
+NODE = 'project = "{project}"\napp = "t"\n'
+AGENT = 'kind = "agent"\ntools = [{{ project = "{project}", app = "tool" }}]\n'
+REMOTE = 'kind = "remote_agent"\nurl = "http://127.0.0.1:9/"\nmessage = "hi"\n'
+
+# (top-level lines, node a's base, node a's extra line, field) — every typed field of a workflow
+WORKFLOW_CASES = [
+    ("name = 1", NODE, "", "name"),
+    ("description = 2", NODE, "", "description"),
+    ("inputs = 3", NODE, "", "inputs"),
+    ("", NODE, "kind = 1", "nodes.a.kind"),
+    ("", NODE, 'needs = "b"', "nodes.a.needs"),
+    ("", NODE, "needs = [1]", "nodes.a.needs.0"),
+    ("", NODE, 'input = "x"', "nodes.a.input"),
+    ("", NODE, 'on_failure = { retry = { attempts = "3" } }', "nodes.a.on_failure.retry.attempts"),
+    ("", NODE, "on_failure = { retry = { attempts = 2.0 } }", "nodes.a.on_failure.retry.attempts"),
+    ("", NODE, 'on_failure = { retry = { backoff = "0.5" } }', "nodes.a.on_failure.retry.backoff"),
+    ("", NODE, "on_failure = { retry = { backoff = true } }", "nodes.a.on_failure.retry.backoff"),
+    ("", AGENT, 'max_steps = "5"', "nodes.a.max_steps"),
+    ("", AGENT, "max_steps = true", "nodes.a.max_steps"),
+    ("", AGENT, 'fail_answer = "yes"', "nodes.a.fail_answer"),
+    ("", AGENT, "prompt = 1", "nodes.a.prompt"),
+    ("", AGENT, "model = 1", "nodes.a.model"),
+    ("", AGENT, 'script = "x"', "nodes.a.script"),
+    ("", REMOTE, 'timeout = "60"', "nodes.a.timeout"),
+    ("", REMOTE, "timeout = false", "nodes.a.timeout"),
+]
+
+
+@pytest.mark.parametrize("top, base, extra, field", WORKFLOW_CASES)
+def test_wrong_type_in_workflow_is_refused(refused, make_project, write_workflow, top, base, extra, field):
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f"{top}\n[nodes.a]\n{base.format(project=project)}{extra}\n")
+    refused(["run", wf], wf, field)
+
+
+def test_integer_where_a_number_belongs_is_fine(workrun, make_project, write_workflow):
+    """An integer is a fine number (timeout = 60, backoff = 1); the run goes ahead."""
+    project = _app_project(make_project, comp=", backoff = 1, timeout = 30")
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n'
+                              'on_failure = { retry = { attempts = 2, backoff = 0 } }\n')
+    res = workrun("run", wf, "--json")
+    assert res.code == 0, res
+    assert res.json()["operations"][0]["result"] == {"name": "x"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{{ inputs.note", "unterminated template"),
+    ("a {{ inputs.note }} b {{ inputs.note", "unterminated template"),
+    ("inputs.note }}", "'}}' without"),
+    ("{{ inputs.note }} }}", "'}}' without"),
+])
+@pytest.mark.parametrize("line, field", [
+    ('input = { a = { b = ["%s"] } }', "nodes.a.input.a.b[0]"),
+    ('input = { a = "%s" }', "nodes.a.input.a"),
+])
+def test_unterminated_template_is_refused(refused, make_project, write_workflow, text, message, line, field):
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[inputs]\nnote = "n"\n[nodes.a]\nproject = "{project}"\napp = "t"\n{line % text}\n')
+    assert message in refused(["run", wf], wf, field)
+
+
+@pytest.mark.parametrize("node_kind, field", [("prompt", "nodes.a.prompt"), ("message", "nodes.a.message")])
+def test_unterminated_template_in_prompt_and_message(refused, make_project, write_workflow, node_kind, field):
+    project = _app_project(make_project)
+    base = AGENT.format(project=project) if node_kind == "prompt" else REMOTE.replace('message = "hi"\n', "")
+    wf = write_workflow("wf", f'[nodes.a]\n{base}{node_kind} = "Do {{{{ inputs.x"\n')
+    assert "unterminated template" in refused(["run", wf], wf, field)
+
+
+def test_unknown_input_name_is_refused_naming_the_known_ones(refused, workrun, make_project, write_workflow):
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[inputs]\nnote = "n"\n[nodes.a]\nproject = "{project}"\napp = "t"\n'
+                              'input = { x = "{{ inputs.used }}", y = "{{ inputs.note }}" }\n')
+    line = refused(["run", wf, "--input", "used=1", "--input", "nmae=2"], wf, "--input")
+    assert "'nmae'" in line and "note, used" in line
+    # both kinds of known names are accepted
+    res = workrun("run", wf, "--input", "used=1", "--input", "note=2", "--json")
+    assert res.code == 0, res
+    assert res.json()["operations"][0]["input"] == {"x": "1", "y": "2"}
+
+
+@pytest.mark.parametrize("name", ["pyproject.toml", "uv.lock"])
+def test_directory_where_a_project_file_belongs(refused, make_project, write_workflow, name):
+    project = _app_project(make_project)
+    (project / name).unlink()
+    (project / name).mkdir()
+    line = refused(["app", "run", project, "t"], project / name, None)
+    assert line.endswith(f"{name} is a directory, not a file (R-A1)")
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    assert refused(["run", wf], project / name, None) == line
