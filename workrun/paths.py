@@ -1,22 +1,89 @@
-"""Where Workrun keeps its data (R-J4): platformdirs' user data dir, or ``WORKRUN_HOME``."""
+"""Where Workrun keeps its data (R-J4): platformdirs' user data dir, or ``WORKRUN_HOME``.
+
+The data directory is private (SPEC §17): created 0700, and once it is opened
+this process's umask is 077, so everything Workrun (and the App processes it
+starts) writes there is 0600 and every directory 0700. A data directory that
+group or others can write to is refused, as ssh refuses such a ``~/.ssh``:
+anyone could plant a journal row or a compensation in it.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import platformdirs
 
-__all__ = ["data_dir"]
+from workrun import settings
+from workrun.errors import ConfigError
+
+__all__ = ["data_dir", "private_umask", "user_umask"]
+
+_USER_UMASK: int | None = None
 
 
-def data_dir() -> Path:
-    """Return the data directory, created if missing.
+def _refuse(path: Path, from_env: bool, message: str) -> ConfigError:
+    if from_env:
+        return ConfigError(f"{path} {message}", field="WORKRUN_HOME")
+    return ConfigError(f"{message} (WORKRUN_HOME chooses another data directory)", file=str(path))
 
-    ``WORKRUN_HOME`` overrides the platform default
-    (``~/.local/share/workrun`` on Linux).
+
+def data_dir(*, write: bool = True) -> Path:
+    """Return the data directory, created 0700 if missing (R-J4, SPEC §17).
+
+    Args:
+        write: the command will write there; False for read commands, which may read a
+            data directory they cannot write.
+
+    Raises:
+        ConfigError: (exit 2, naming ``WORKRUN_HOME`` or the path) a bad ``WORKRUN_HOME`` value, a path
+            that is not a directory or cannot be created, a directory group or others can write to,
+            or (``write``) one this user cannot write.
     """
-    override = os.environ.get("WORKRUN_HOME")
-    path = Path(override).expanduser() if override else Path(platformdirs.user_data_dir("workrun", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
+    home = settings.current().home
+    from_env = home is not None
+    path = home if home is not None else Path(platformdirs.user_data_dir("workrun", appauthor=False))
+    if not path.is_dir():
+        if path.exists() or path.is_symlink():
+            raise _refuse(path, from_env, "is not a directory")
+        try:
+            path.mkdir(parents=True, mode=0o700)
+            os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+        except FileExistsError:
+            if not path.is_dir():
+                raise _refuse(path, from_env, "is not a directory") from None
+        except OSError as exc:
+            raise _refuse(path, from_env, f"cannot be created: {exc.strerror or exc}") from None
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise _refuse(path, from_env, f"cannot be read: {exc.strerror or exc}") from None
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _refuse(path, from_env, f"is writable by group or others (mode {stat.S_IMODE(mode):04o}): they "
+                                      f"could plant journal rows or compensations; `chmod 700 {path}` first")
+    if write and not os.access(path, os.W_OK | os.X_OK):
+        raise _refuse(path, from_env, "is not writable by this user")
     return path.resolve()
+
+
+def private_umask() -> None:
+    """Set this process's umask to 077 (files 0600, directories 0700), remembering the user's.
+
+    Called once the data directory is opened, before any thread starts: App processes inherit it, so
+    what they write in their call directories is private too. Processes that write into the user's own
+    projects (``uv sync`` making ``.venv``) get :func:`user_umask` back.
+    """
+    global _USER_UMASK
+    old = os.umask(0o077)
+    if _USER_UMASK is None:
+        _USER_UMASK = old
+
+
+def user_umask() -> int:
+    """The umask this process started with (before :func:`private_umask`)."""
+    if _USER_UMASK is not None:
+        return _USER_UMASK
+    current = os.umask(0o022)
+    os.umask(current)
+    return current

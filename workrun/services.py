@@ -6,15 +6,16 @@ watchdog and the reporter (how progress reaches the user), plus the tunables.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Protocol
 
+from workrun import settings
 from workrun.journal import Journal
 from workrun.paths import data_dir as default_data_dir
+from workrun.paths import private_umask
 from workrun.runner.uv import EnvManager, Watchdog, sdk_path
 
 __all__ = ["Reporter", "Services", "new_id"]
@@ -37,13 +38,6 @@ class _Silent:
         pass
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 class Services:
     """Everything a scheduling or reading command needs, created once per command.
 
@@ -51,21 +45,29 @@ class Services:
         data_dir: the data directory (default: :func:`workrun.paths.data_dir`).
         reporter: receives progress messages.
         check: run the journal's integrity check on open.
+        writable: the command writes to the data dir (False: a read command, which may read a
+            data dir it cannot write).
 
-    Tunables (environment): ``WORKRUN_CONCURRENCY`` (parallel calls, default 4),
-    ``WORKRUN_GRACE`` (seconds between SIGTERM and SIGKILL, default 5).
+    Tunables (environment, checked by :mod:`workrun.settings`): ``WORKRUN_CONCURRENCY`` (parallel
+    calls, default 4), ``WORKRUN_GRACE`` (seconds between SIGTERM and SIGKILL, default 5).
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
     """
 
-    def __init__(self, data_dir: Path | None = None, reporter: Reporter | None = None, *, check: bool = True) -> None:
-        self.data_dir = data_dir or default_data_dir()
+    def __init__(self, data_dir: Path | None = None, reporter: Reporter | None = None, *, check: bool = True,
+                 writable: bool = True) -> None:
+        tunables = settings.current()
+        self.data_dir = data_dir or default_data_dir(write=writable)
+        private_umask()  # everything written in the data dir is private (SPEC §17)
         self.reporter: Reporter = reporter or _Silent()
         self._journal: Journal | None = None
         self._check = check
         self._watchdog: Watchdog | None = None
         self._sdk: Path | None = None
         self.envs = EnvManager(self.data_dir)
-        self.concurrency = max(1, int(_env_float("WORKRUN_CONCURRENCY", 4)))
-        self.grace = _env_float("WORKRUN_GRACE", 5.0)
+        self.concurrency = tunables.concurrency
+        self.grace = tunables.grace
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.interactive = False

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from workrun import settings
 from workrun.apps import Fingerprint
 
 __all__ = ["gc", "materialize", "max_bytes", "take"]
@@ -24,8 +25,7 @@ __all__ = ["gc", "materialize", "max_bytes", "take"]
 
 def max_bytes() -> int:
     """The per-snapshot size bound in bytes: ``WORKRUN_SNAPSHOT_MAX_BYTES``, default 64 MiB."""
-    value = os.environ.get("WORKRUN_SNAPSHOT_MAX_BYTES", "")
-    return int(value) if value.isdigit() else 64 * 1024 * 1024
+    return settings.current().snapshot_max_bytes
 
 
 def take(data_dir: Path, project: Path, fp: Fingerprint) -> str:

@@ -53,14 +53,14 @@ def refused(workrun, isolated_env):
     """``refused(args, file, field)``: the command exits 2 with one error line naming file and field, and
     creates no run: the journal is byte for byte what it was."""
 
-    def check(args: list, file: Path | str, field: str | None) -> str:
+    def check(args: list, file: Path | str | None, field: str | None, env: dict | None = None) -> str:
         assert workrun("runs", "list", "--json").json() == []
         before = _journal_digest(isolated_env)
-        res = workrun(*args)
+        res = workrun(*args, env=env)
         assert res.code == 2, res
         lines = res.err.strip().splitlines()
         assert len(lines) == 1, res
-        prefix = f"error: {file}: " + (f"{field}: " if field else "")
+        prefix = "error: " + (f"{file}: " if file else "") + (f"{field}: " if field else "")
         assert lines[0].startswith(prefix), res
         assert "Traceback" not in res.err
         assert _journal_digest(isolated_env) == before
@@ -176,3 +176,62 @@ def test_directory_where_a_project_file_belongs(refused, make_project, write_wor
     assert line.endswith(f"{name} is a directory, not a file (R-A1)")
     wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
     assert refused(["run", wf], project / name, None) == line
+
+
+# -- WORKRUN_* settings (SPEC §17) -------------------------------------------------------------
+
+BAD_SETTINGS = [
+    ("WORKRUN_CONCURRENCY", "abc"), ("WORKRUN_CONCURRENCY", "0"), ("WORKRUN_CONCURRENCY", "2.5"),
+    ("WORKRUN_GRACE", "-3"), ("WORKRUN_GRACE", "soon"), ("WORKRUN_GRACE", "nan"),
+    ("WORKRUN_SYNC", "yes"),
+    ("WORKRUN_SNAPSHOT_MAX_BYTES", "0"), ("WORKRUN_SNAPSHOT_MAX_BYTES", "64MiB"),
+    ("WORKRUN_FAULT", "op intent"), ("WORKRUN_FAULT", "op.intent@0"),
+    ("WORKRUN_MAX_PAGES", "-1"), ("WORKRUN_MAX_PAGES", "lots"),
+]
+
+
+def test_every_documented_setting_is_checked_and_tested():
+    """The README's WORKRUN_* variables are exactly the ones workrun.settings checks, and each has a bad
+    value below (WORKRUN_HOME has its own tests)."""
+    import re
+
+    from workrun.settings import VARIABLES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    documented = set(re.findall(r"WORKRUN_[A-Z_]+[A-Z]", readme)) - {"WORKRUN_CALL_DIR"}
+    assert documented == set(VARIABLES)
+    assert {name for name, _ in BAD_SETTINGS} | {"WORKRUN_HOME"} == set(VARIABLES)
+
+
+@pytest.mark.parametrize("name, value", BAD_SETTINGS)
+def test_bad_setting_is_refused_before_anything_runs(refused, make_project, write_workflow, name, value):
+    from workrun.settings import VARIABLES
+
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    for args in (["run", wf], ["runs", "list"]):
+        line = refused(args, None, name, env={name: value})
+        assert line == f"error: {name}: must be {VARIABLES[name][2]}, not {value!r}"
+
+
+def test_good_settings_are_taken(workrun, make_project, write_workflow):
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    env = {"WORKRUN_CONCURRENCY": "2", "WORKRUN_GRACE": "0.5", "WORKRUN_SYNC": "FULL",
+           "WORKRUN_SNAPSHOT_MAX_BYTES": "1000000", "WORKRUN_MAX_PAGES": "100000", "WORKRUN_FAULT": "remote.cancel@3"}
+    res = workrun("run", wf, "--json", env=env)
+    assert res.code == 0, res
+
+
+def test_home_that_is_a_file_is_refused(refused, workrun, make_project, write_workflow, tmp_path):
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    home = tmp_path / "home-file"
+    home.write_text("not a dir")
+    for args in (["run", wf], ["runs", "list"], ["resume"]):
+        line = refused(args, None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(home)})
+        assert f"{home} is a file, not a directory" in line
+    under = home / "sub"
+    line = refused(["run", wf], None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(under)})
+    assert f"{under} cannot be created" in line
+    assert home.read_text() == "not a dir"

@@ -23,7 +23,7 @@ WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to fini
 @contextmanager
 def reading(json_mode: bool = False) -> Iterator[Services]:
     """Services for a read-only command (works while a scheduler runs)."""
-    svc = Services(reporter=CliReporter(quiet=json_mode), check=False)
+    svc = Services(reporter=CliReporter(quiet=json_mode), check=False, writable=False)
     try:
         yield svc
     finally:

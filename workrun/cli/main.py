@@ -55,6 +55,9 @@ def _root(
                                  callback=_print_version),
 ) -> None:
     _state["debug"] = debug
+    from workrun import settings
+
+    settings.current()  # every WORKRUN_* setting is checked before anything runs (SPEC §17)
 
 
 def _finish_run(svc, run_id: str, json_mode: bool) -> int:

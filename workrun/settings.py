@@ -1,0 +1,134 @@
+"""Every ``WORKRUN_*`` environment setting, read and checked in one place before anything runs (SPEC §17).
+
+A bad value is a :class:`~workrun.errors.ConfigError` (exit 2) whose one line
+names the variable and what it accepts, e.g.
+``error: WORKRUN_CONCURRENCY: must be an integer from 1 to 1024, not 'abc'``.
+Unset or empty means the default. ``WORKRUN_CALL_DIR`` is not a setting: the
+runner sets it for App processes (and strips every ``WORKRUN_*`` from their
+environment), so it is not read here.
+
+Other modules read settings through :func:`current` (cheap: a few dict lookups
+and parses), never ``os.environ`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from workrun.errors import ConfigError
+
+__all__ = ["VARIABLES", "Settings", "current"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The checked settings of this process.
+
+    Attributes:
+        home: ``WORKRUN_HOME``, the data directory (None: platformdirs' user data dir).
+        concurrency: ``WORKRUN_CONCURRENCY``, parallel calls/compensations per run (default 4).
+        grace: ``WORKRUN_GRACE``, seconds between SIGTERM and SIGKILL when ending processes (default 5).
+        sync_full: ``WORKRUN_SYNC=full``, SQLite ``synchronous=FULL`` (survive power loss).
+        snapshot_max_bytes: ``WORKRUN_SNAPSHOT_MAX_BYTES``, bound on one code snapshot (default 64 MiB).
+        fault: ``WORKRUN_FAULT`` (test-only crash hook), ``(point, nth)`` or None.
+        max_pages: ``WORKRUN_MAX_PAGES`` (test-only full disk), journal page cap or None.
+    """
+
+    home: Path | None = None
+    concurrency: int = 4
+    grace: float = 5.0
+    sync_full: bool = False
+    snapshot_max_bytes: int = 64 * 1024 * 1024
+    fault: tuple[str, int] | None = None
+    max_pages: int | None = None
+
+
+def _integer(lo: int, hi: int) -> tuple[Callable[[str], int], str]:
+    def parse(raw: str) -> int:
+        if not re.fullmatch(r"[+]?[0-9]+", raw.strip()):
+            raise ValueError
+        value = int(raw)
+        if not lo <= value <= hi:
+            raise ValueError
+        return value
+
+    return parse, f"an integer from {lo} to {hi}"
+
+
+def _seconds(lo: float, hi: float) -> tuple[Callable[[str], float], str]:
+    def parse(raw: str) -> float:
+        value = float(raw)  # ValueError for text; nan/inf fail the range check
+        if not lo <= value <= hi:
+            raise ValueError
+        return value
+
+    return parse, f"a number of seconds from {lo:g} to {hi:g}"
+
+
+def _sync(raw: str) -> bool:
+    if raw.strip().lower() not in ("full", "normal"):
+        raise ValueError
+    return raw.strip().lower() == "full"
+
+
+def _fault(raw: str) -> tuple[str, int]:
+    m = re.fullmatch(r"([a-z_]+(?:\.[a-z_]+)*)(?:@([1-9][0-9]{0,8}))?", raw.strip())
+    if not m:
+        raise ValueError
+    return m.group(1), int(m.group(2) or 1)
+
+
+class _IsAFile(Exception):
+    """Raised when ``WORKRUN_HOME`` names something that exists and is not a directory."""
+
+
+def _home(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if path.exists() and not path.is_dir():
+        raise _IsAFile
+    return path
+
+
+# name -> (Settings attribute, parser, what it accepts); the README's table lists the same variables
+VARIABLES: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "WORKRUN_HOME": ("home", _home, "a directory (the data directory)"),
+    "WORKRUN_CONCURRENCY": ("concurrency", *_integer(1, 1024)),
+    "WORKRUN_GRACE": ("grace", *_seconds(0, 3600)),
+    "WORKRUN_SYNC": ("sync_full", _sync, "'full' or 'normal'"),
+    "WORKRUN_SNAPSHOT_MAX_BYTES": ("snapshot_max_bytes", *_integer(1, 2**62)),
+    "WORKRUN_FAULT": ("fault", _fault, "POINT or POINT@N (test-only; N from 1), e.g. op.intent@2"),
+    "WORKRUN_MAX_PAGES": ("max_pages", *_integer(1, 2**31 - 1)),
+}
+
+
+def current(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and check every ``WORKRUN_*`` setting (SPEC §17).
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+
+    Returns:
+        The :class:`Settings`; unset or empty variables keep their defaults.
+
+    Raises:
+        ConfigError: naming the first bad variable and what it accepts (exit 2).
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, (attr, parse, accepts) in VARIABLES.items():
+        raw = env.get(name, "")
+        if raw == "":
+            continue
+        try:
+            values[attr] = parse(raw)
+        except _IsAFile:
+            raise ConfigError(f"{raw} is a file, not a directory; it must be the data directory",
+                              field=name) from None
+        except (ValueError, OverflowError):
+            shown = raw if len(raw) <= 60 else raw[:57] + "..."
+            raise ConfigError(f"must be {accepts}, not {shown!r}", field=name) from None
+    return Settings(**values)
