@@ -5,6 +5,13 @@ the file and field, no run created, the journal untouched."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -235,3 +242,131 @@ def test_home_that_is_a_file_is_refused(refused, workrun, make_project, write_wo
     line = refused(["run", wf], None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(under)})
     assert f"{under} cannot be created" in line
     assert home.read_text() == "not a dir"
+
+
+# -- a private data dir (SPEC §17) -------------------------------------------------------------
+
+SNAP_APP = """
+[tool.workrun.apps.snap]
+entry = "main.py"
+compensation = { entry = "compensate.py", code = "snapshot", backoff = 0.05 }
+"""
+SNAP_MAIN = """
+import sys
+from workrun_sdk import process
+data = process.input()
+print("to stdout"); print("to stderr", file=sys.stderr)
+process.resource("demo", data.get("name", "x"))
+if data.get("fail"):
+    raise SystemExit(3)
+process.result({"name": data.get("name", "x")})
+"""
+SNAP_COMPENSATE = """
+from workrun_sdk import compensation
+compensation.result({"undone": compensation.context().original_result["name"]})
+"""
+
+
+def _loose_modes(root: Path) -> list[str]:
+    """Every entry under ``root`` (itself included) whose mode is not 0700 (dirs) or 0600 (files; 0700 for
+    the few executables a uv environment holds)."""
+    loose = []
+    for path in [root, *root.rglob("*")]:
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        want = (0o700,) if stat.S_ISDIR(st.st_mode) else (0o600, 0o700) if ".venv" in path.parts else (0o600,)
+        if stat.S_IMODE(st.st_mode) not in want:
+            loose.append(f"{path.relative_to(root)} {stat.S_IMODE(st.st_mode):04o}")
+    return loose
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_data_dir_is_private_whatever_the_umask(workrun, make_project, write_workflow, isolated_env, umask_022,
+                                                 tmp_path):
+    """After calls, kills mid-way (call directories left behind), snapshots and compensations, the data dir
+    and every directory in it are 0700 and every file 0600 (SPEC §17)."""
+    project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
+    wf = write_workflow("wf", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "a" }}
+        [nodes.boom]
+        project = "{project}"
+        app = "snap"
+        needs = ["a"]
+        input = {{ fail = true }}
+    """)
+    res = workrun("run", wf, "--json", env={"WORKRUN_FAULT": "op.finished"})  # killed with a's call dir left
+    assert res.code == -signal.SIGKILL, res
+    assert list((isolated_env / "calls").iterdir()), "a call directory is left to check"
+    assert _loose_modes(isolated_env) == []
+    res = workrun("resume", "--json", env={"WORKRUN_FAULT": "attempt.finished"})  # killed after the attempt
+    assert res.code == -signal.SIGKILL, res
+    assert _loose_modes(isolated_env) == []
+    res = workrun("resume", "--json")
+    assert res.code == 0, res
+    (run,) = workrun("runs", "list", "--json").json()
+    view = workrun("runs", "show", run["run_id"], "--json").json()
+    (op_a,) = [op for op in view["operations"] if op["node_key"] == "a"]
+    assert op_a["compensation"]["status"] == "succeeded"
+    assert {p.name for p in isolated_env.iterdir()} >= {"journal.sqlite3", "snapshots", "objects", "sdk"}
+    assert _loose_modes(isolated_env) == []
+    # what the App writes outside the data dir keeps the user's umask only for uv's project environment
+    assert stat.S_IMODE((project / ".venv").stat().st_mode) == 0o755
+
+
+def test_data_dir_others_can_write_is_refused(refused, tmp_path, make_project, write_workflow, isolated_env):
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    shared = tmp_path / "shared-home"
+    for mode in (0o777, 0o770, 0o702):
+        shared.mkdir(exist_ok=True)
+        os.chmod(shared, mode)
+        for args in (["run", wf], ["runs", "list"]):
+            line = refused(args, None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(shared)})
+            assert f"{shared} is writable by group or others (mode {mode:04o})" in line
+        assert list(shared.iterdir()) == []
+
+
+def _without_dac(cmd: list[str]) -> list[str]:
+    """Run ``cmd`` without the capability that lets root write anywhere, so file modes apply to it too."""
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *cmd]
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"),
+                    reason="as root, a read-only directory needs setpriv to drop CAP_DAC_OVERRIDE")
+def test_home_this_user_cannot_write(workrun, make_project, write_workflow, tmp_path):
+    """A data dir this user cannot write: scheduling commands exit 2 naming it; read commands still read."""
+    project = _app_project(make_project)
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    home = tmp_path / "ro-home"
+    res = workrun("run", wf, "--json", env={"WORKRUN_HOME": str(home)})
+    assert res.code == 0, res
+    run_id = res.json()["run_id"]
+    os.chmod(home, 0o500)
+    try:
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "workrun", *map(str, args)]
+            return subprocess.run(_without_dac(cmd) if os.geteuid() == 0 else cmd, capture_output=True, text=True,
+                                  env={**os.environ, "WORKRUN_HOME": str(home)}, timeout=120)
+
+        for args in (["run", wf], ["resume"], ["app", "run", project, "t"]):
+            proc = cli(*args)
+            assert proc.returncode == 2, proc
+            assert proc.stderr == f"error: WORKRUN_HOME: {home} is not writable by this user\n"
+        listed = cli("runs", "list", "--json")
+        assert listed.returncode == 0, listed
+        assert [r["run_id"] for r in json.loads(listed.stdout)] == [run_id]
+        shown = cli("runs", "show", run_id, "--json")
+        assert shown.returncode == 0, shown
+        assert json.loads(shown.stdout)["status"] == "succeeded"
+    finally:
+        os.chmod(home, 0o700)

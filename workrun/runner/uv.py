@@ -29,6 +29,7 @@ from typing import Any
 from filelock import FileLock
 
 from workrun.errors import EnvironmentUnavailableError
+from workrun.paths import user_umask
 from workrun_sdk import _wire
 
 __all__ = [
@@ -94,7 +95,7 @@ def sdk_path(data_dir: Path) -> Path:
         tmp = data_dir / "sdk" / f".{digest}.{os.getpid()}.{threading.get_ident()}"
         (tmp / "workrun_sdk").mkdir(parents=True, exist_ok=True)
         for p in files:
-            shutil.copy2(p, tmp / "workrun_sdk" / p.name)
+            shutil.copyfile(p, tmp / "workrun_sdk" / p.name)  # not copy2: modes come from the private umask
         try:
             os.rename(tmp, target)
         except OSError:  # another process won the race
@@ -154,18 +155,36 @@ class EnvManager:
         if offline:
             argv.append("--offline")
         env = _clean_env()  # keeps the user's UV_OFFLINE, cache and index settings
+        # the user's own project keeps the user's umask; a snapshot tree in the data dir stays private
+        inside = Path(self.data_dir).resolve() in Path(project).resolve().parents
         try:
             proc = subprocess.run(argv, cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, errors="replace", timeout=900)
+                                  text=True, errors="replace", timeout=900, umask=-1 if inside else user_umask())
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EnvironmentUnavailableError(f"environment unavailable: uv sync failed: {exc}",
                                               file=str(project)) from None
+        if inside:
+            _private_tree(Path(project) / ".venv")
         if proc.returncode != 0:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or ["no output"]
             # uv ends with a hint; the `error:` line says what is wrong (e.g. the lock is out of date)
             last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1])
             raise EnvironmentUnavailableError(f"environment unavailable: `uv sync --locked` exited "
                                               f"{proc.returncode}: {last}", file=str(project))
+
+
+def _private_tree(root: Path) -> None:
+    """Take group and others' bits off everything under ``root`` (uv makes its ``.venv/.lock`` 0666
+    whatever the umask); the data dir stays private (SPEC §17)."""
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+                if st.st_mode & 0o077 and not os.path.islink(path):
+                    os.chmod(path, st.st_mode & 0o7700)
+            except OSError:
+                continue
 
 
 def app_environment(venv_python: str, sdk_dir: Path, call_dir: Path) -> dict[str, str]:
