@@ -12,19 +12,22 @@ from __future__ import annotations
 import os
 import signal
 
+from workrun import settings
+
 __all__ = ["hit"]
 
-_spec = os.environ.get("WORKRUN_FAULT", "")
-_point, _, _nth = _spec.partition("@")
-_target = int(_nth) if _nth.isdigit() else 1
+_UNREAD = ("", 0)
+_target: tuple[str, int] | None = _UNREAD
 _count = 0
 
 
 def hit(point: str) -> None:
     """Called after the journal write named ``point`` is committed; may SIGKILL this process."""
-    global _count
-    if not _point or point != _point:
+    global _count, _target
+    if _target is _UNREAD:  # read once, at the first write (not at import)
+        _target = settings.current().fault
+    if _target is None or point != _target[0]:
         return
     _count += 1
-    if _count == _target:
+    if _count == _target[1]:
         os.kill(os.getpid(), signal.SIGKILL)

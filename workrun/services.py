@@ -6,6 +6,7 @@ watchdog and the reporter (how progress reaches the user), plus the tunables.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workrun import settings
-from workrun.journal import Journal
+from workrun.journal import Journal, SqliteJournal
 from workrun.paths import data_dir as default_data_dir
 from workrun.paths import private_umask
 from workrun.runner.uv import EnvManager, Watchdog, sdk_path
@@ -63,6 +64,7 @@ class Services:
         self.reporter: Reporter = reporter or _Silent()
         self._journal: Journal | None = None
         self._check = check
+        self._writable = writable
         self._watchdog: Watchdog | None = None
         self._sdk: Path | None = None
         self.envs = EnvManager(self.data_dir)
@@ -76,7 +78,9 @@ class Services:
     def journal(self) -> Journal:
         """The journal, opened (and migrated) on first use."""
         if self._journal is None:
-            self._journal = Journal(self.data_dir / "journal.sqlite3", check=self._check)
+            # a read command on a data dir this user cannot write still reads (SPEC §17)
+            read_only = not self._writable and not os.access(self.data_dir, os.W_OK | os.X_OK)
+            self._journal = SqliteJournal(self.data_dir / "journal.sqlite3", check=self._check, read_only=read_only)
         return self._journal
 
     @property

@@ -101,7 +101,7 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
         data = {k: _coerce(v) for k, v in data.items()}
     elif tool:
         raise UsageError(f"App {app_name!r} is a process App; --tool is for Tool Apps", field="--tool")
-    with reading(json_mode) as svc:
+    with reading(json_mode, writable=True) as svc:
         recover_operations(svc, None)
         op = call_app(svc, project=project, app=spec, input=data, run_id=None, node_key=None, depends_on=[],
                       tool_name=tool, standalone=True)
@@ -135,7 +135,7 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     apps = load_project(project)
     rows = []
     tools: dict[str, list[dict[str, object]]] = {}
-    with reading(json_mode) as svc:
+    with reading(json_mode, writable=True) as svc:
         for name, spec in apps.items():
             if spec.kind == "tool":
                 from workrun.agent.tools import discover

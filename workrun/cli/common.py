@@ -21,9 +21,13 @@ WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to fini
 
 
 @contextmanager
-def reading(json_mode: bool = False) -> Iterator[Services]:
-    """Services for a read-only command (works while a scheduler runs)."""
-    svc = Services(reporter=CliReporter(quiet=json_mode), check=False, writable=False)
+def reading(json_mode: bool = False, *, writable: bool = False) -> Iterator[Services]:
+    """Services for a command that takes no scheduler lock (works while a scheduler runs).
+
+    Args:
+        writable: the command writes (a standalone call); else it may read a data dir it cannot write.
+    """
+    svc = Services(reporter=CliReporter(quiet=json_mode), check=False, writable=writable)
     try:
         yield svc
     finally:
