@@ -11,6 +11,7 @@ shared by live calls and by recovery after a restart, so both decide alike.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal as _signal
@@ -22,7 +23,7 @@ from workrun.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
 from workrun.outcomes import Failure
-from workrun.runner.uv import Outcome, collect, proc_start_time, spawn, wait
+from workrun.runner.uv import Outcome, collect, proc_start_time, process_alive, spawn, wait
 from workrun.services import Services, new_id
 
 __all__ = [
@@ -52,6 +53,18 @@ def _describe_exit(outcome: Outcome, timeout: float) -> str:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def current_owner() -> tuple[int, str | None]:
+    """This process as the owner of the calls it makes: ``(pid, start time)`` (the start time tells a reused
+    pid apart; None off Linux). Recovery leaves a call alone while its owner lives (issue 10, item 8)."""
+    pid = os.getpid()
+    return pid, proc_start_time(pid)
+
+
+def owner_gone(op: dict[str, Any]) -> bool:
+    """True when the process that made the in-flight call ``op`` is no longer alive (or was never recorded)."""
+    return op.get("owner_pid") is None or not process_alive(op["owner_pid"], op.get("owner_start"))
 
 
 def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
@@ -92,6 +105,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
         "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
+        **dict(zip(("owner_pid", "owner_start"), current_owner())),
     }
     svc.journal.start_operation(row)
     if refused:

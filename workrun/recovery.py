@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workrun.calls import finish_attempt, finish_operation
+from workrun.calls import current_owner, finish_attempt, finish_operation, owner_gone
 from workrun.compensation import compensate_run, plan_records
 from workrun.engine import Engine
 from workrun.runner.uv import recover
@@ -32,9 +32,21 @@ __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "rec
 
 
 def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
-    """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
+    """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None) whose owner
+    is gone (R-R3).
+
+    A call whose owning process still lives (another ``workrun app run``, or this process) is left to it;
+    a call whose owner is gone is adopted first (a conditional write), so of two recoverers only one
+    settles it.
+    """
     settled = []
+    me_pid, me_start = current_owner()
     for op in svc.journal.operations_in_flight(run_id):
+        if not owner_gone(op):
+            continue
+        if not svc.journal.adopt_operation(op["operation_id"], owner_pid=me_pid, owner_start=me_start,
+                                           seen_pid=op.get("owner_pid"), seen_start=op.get("owner_start")):
+            continue
         outcome = recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"], svc.grace)
         row = finish_operation(svc, op, outcome)
         if run_id:

@@ -160,6 +160,18 @@ class Journal(Protocol):
     def operations_in_flight(self, run_id: str | None = None) -> list[Row]:
         """Operations ``starting`` or ``running`` of a run (of standalone calls when ``run_id`` is None)."""
 
+    def adopt_operation(self, operation_id: str, *, owner_pid: int, owner_start: str | None,
+                        seen_pid: int | None, seen_start: str | None) -> bool:
+        """Make this process the owner of an in-flight call whose owner is gone, before settling it.
+
+        Conditional: only while the call is still in flight and still owned by ``seen_pid``/``seen_start``
+        (the owner the caller found dead; None for calls journaled before owners were recorded).
+
+        Returns:
+            True when adopted; False when the call ended or another process adopted it meanwhile
+            (then the caller leaves it alone).
+        """
+
     def count_operations(self) -> int:
         """Number of operations in the journal."""
 

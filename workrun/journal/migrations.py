@@ -173,4 +173,10 @@ MIGRATIONS: list[str] = [
                   WHEN error LIKE 'exited with code%' THEN 'exited' ELSE 'contract' END END
     WHERE status IN ('failed', 'not_started', 'stopped', 'unknown');
     """,
+    # 4: the process that owns an in-flight call (pid and start time): recovery settles only calls whose owner
+    # is gone, so two standalone calls, or `resume` during `app run`, never settle each other's live calls
+    """
+    ALTER TABLE operations ADD COLUMN owner_pid INTEGER;
+    ALTER TABLE operations ADD COLUMN owner_start TEXT;
+    """,
 ]

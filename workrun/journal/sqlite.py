@@ -440,6 +440,18 @@ class SqliteJournal:
         sql = "SELECT * FROM operations WHERE status IN ('starting', 'running')"
         return self._query(sql + (" AND run_id = ?" if run_id else " AND run_id IS NULL"), (run_id,) if run_id else ())
 
+    def adopt_operation(self, operation_id: str, *, owner_pid: int, owner_start: str | None,
+                        seen_pid: int | None, seen_start: str | None) -> bool:
+        """See :meth:`workrun.journal.base.Journal.adopt_operation`."""
+        sql = ("UPDATE operations SET owner_pid = ?, owner_start = ? WHERE operation_id = ? "
+               "AND status IN ('starting', 'running') AND owner_pid IS ? AND owner_start IS ?")
+        with self._lock:
+            try:
+                cur = self._db.execute(sql, (owner_pid, owner_start, operation_id, seen_pid, seen_start))
+            except sqlite3.Error as exc:
+                raise JournalError(f"journal write failed: {exc}", file=str(self.path)) from None
+        return cur.rowcount == 1
+
     def count_operations(self) -> int:
         """Number of operations in the journal."""
         return self._query("SELECT COUNT(*) AS n FROM operations")[0]["n"]

@@ -44,6 +44,7 @@ __all__ = [
     "collect",
     "kill_group",
     "proc_start_time",
+    "process_alive",
     "recover",
     "sdk_path",
     "spawn",
@@ -207,6 +208,15 @@ def proc_start_time(pid: int) -> str | None:
         return data.rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def process_alive(pid: int, start: str | None) -> bool:
+    """True while process ``pid`` lives and is the one that started at ``start`` (not a reused pid).
+
+    Args:
+        start: its :func:`proc_start_time`, or None to trust ``kill(pid, 0)`` alone.
+    """
+    return _alive(pid, start)
 
 
 def _alive(pid: int, start: str | None) -> bool:
