@@ -358,7 +358,7 @@ def test_home_this_user_cannot_write(workrun, make_project, write_workflow, tmp_
             return subprocess.run(_without_dac(cmd) if os.geteuid() == 0 else cmd, capture_output=True, text=True,
                                   env={**os.environ, "WORKRUN_HOME": str(home)}, timeout=120)
 
-        for args in (["run", wf], ["resume"], ["app", "run", project, "t"]):
+        for args in (["run", wf], ["resume"], ["app", "run", project, "t"], ["stop", run_id]):
             proc = cli(*args)
             assert proc.returncode == 2, proc
             assert proc.stderr == f"error: WORKRUN_HOME: {home} is not writable by this user\n"

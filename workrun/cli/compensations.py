@@ -127,7 +127,7 @@ def note(compensation_id: str = IdArg, text: str = typer.Argument(..., help="The
     """Add a note (and optionally a file) to a compensation's history."""
     from workrun import operator
 
-    with reading() as svc:
+    with reading(writable=True) as svc:
         c = operator.note(svc, compensation_id, text, attach)
     console.print(f"note added to {c['compensation_id']}")
 
@@ -138,7 +138,7 @@ def resolve(compensation_id: str = IdArg,
     """Mark a compensation fixed by hand: done, and what it held back may proceed."""
     from workrun import operator
 
-    with reading() as svc:
+    with reading(writable=True) as svc:
         c = operator.resolve(svc, compensation_id, note_text)
     console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')})")
     _released(c)
@@ -154,7 +154,7 @@ def confirm(compensation_id: str = IdArg,
 
     if done == not_done:
         raise UsageError("give exactly one of --done or --not-done", field="confirm")
-    with reading() as svc:
+    with reading(writable=True) as svc:
         c = operator.confirm(svc, compensation_id, done=done, text=note_text)
     console.print(f"{c['compensation_id']}: {styled(c['status'])} ({escape(c['reason'] or '')})")
     _released(c)

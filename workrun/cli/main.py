@@ -141,7 +141,7 @@ def stop(
     from workrun.lock import SchedulerLock
     from workrun.recovery import stop_orphaned_run
 
-    with reading() as svc:
+    with reading(writable=True) as svc:
         run = svc.journal.run(run_id)
         rid = run["run_id"]
         if run["status"] != "running":
