@@ -1,0 +1,78 @@
+"""Pure checks of WORKRUN_* settings and template braces (SPEC §17), without processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from workrun.errors import ConfigError
+from workrun.settings import Settings, current
+from workrun.workflow import check_template_braces
+
+
+def test_defaults_when_unset_or_empty():
+    assert current({}) == Settings()
+    assert current({"WORKRUN_CONCURRENCY": "", "WORKRUN_GRACE": ""}) == Settings()
+
+
+@pytest.mark.parametrize("env, attr, value", [
+    ({"WORKRUN_CONCURRENCY": "8"}, "concurrency", 8),
+    ({"WORKRUN_GRACE": "0"}, "grace", 0.0),
+    ({"WORKRUN_GRACE": "2.5"}, "grace", 2.5),
+    ({"WORKRUN_SYNC": "FULL"}, "sync_full", True),
+    ({"WORKRUN_SYNC": "normal"}, "sync_full", False),
+    ({"WORKRUN_SNAPSHOT_MAX_BYTES": "1024"}, "snapshot_max_bytes", 1024),
+    ({"WORKRUN_FAULT": "op.intent"}, "fault", ("op.intent", 1)),
+    ({"WORKRUN_FAULT": "attempt.finished@3"}, "fault", ("attempt.finished", 3)),
+    ({"WORKRUN_MAX_PAGES": "50"}, "max_pages", 50),
+])
+def test_good_values(env, attr, value):
+    assert getattr(current(env), attr) == value
+
+
+@pytest.mark.parametrize("name, raw, accepts", [
+    ("WORKRUN_CONCURRENCY", "abc", "an integer from 1 to 1024"),
+    ("WORKRUN_CONCURRENCY", "0", "an integer from 1 to 1024"),
+    ("WORKRUN_CONCURRENCY", "True", "an integer from 1 to 1024"),
+    ("WORKRUN_GRACE", "-3", "a number of seconds from 0 to 3600"),
+    ("WORKRUN_GRACE", "inf", "a number of seconds from 0 to 3600"),
+    ("WORKRUN_SYNC", "on", "'full' or 'normal'"),
+    ("WORKRUN_SNAPSHOT_MAX_BYTES", "1e9", "an integer from 1 to"),
+    ("WORKRUN_FAULT", "@2", "POINT or POINT@N"),
+    ("WORKRUN_MAX_PAGES", "0", "an integer from 1 to"),
+])
+def test_bad_values_name_the_variable_and_what_it_accepts(name, raw, accepts):
+    with pytest.raises(ConfigError) as err:
+        current({name: raw})
+    assert err.value.field == name
+    assert err.value.message.startswith(f"must be {accepts}")
+    assert err.value.message.endswith(f"not {raw!r}")
+    assert err.value.exit_code == 2
+
+
+def test_home_that_is_a_file(tmp_path):
+    home = tmp_path / "f"
+    home.write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a directory") as err:
+        current({"WORKRUN_HOME": str(home)})
+    assert err.value.field == "WORKRUN_HOME"
+    assert current({"WORKRUN_HOME": str(tmp_path / "new")}).home == tmp_path / "new"
+
+
+@pytest.mark.parametrize("value", [
+    "plain", "{{ inputs.a }}", "x {{ inputs.a }} y {{nodes.b.result.c}}", {"k": ["{{ inputs.a }}", 1, None]},
+])
+def test_balanced_templates_pass(value):
+    check_template_braces(value, "nodes.n.input", "wf.toml")
+
+
+@pytest.mark.parametrize("value, field, message", [
+    ("{{ inputs.a", "nodes.n.input", "unterminated template"),
+    ({"k": ["ok", "{{ inputs.a }"]}, "nodes.n.input.k[1]", "unterminated template"),
+    ("inputs.a }}", "nodes.n.input", "'}}' without"),
+    ({"k": {"j": "{{ inputs.a }}}}"}}, "nodes.n.input.k.j", "'}}' without"),
+])
+def test_unbalanced_templates_name_the_field(value, field, message):
+    with pytest.raises(ConfigError) as err:
+        check_template_braces(value, "nodes.n.input", "wf.toml")
+    assert (err.value.file, err.value.field) == ("wf.toml", field)
+    assert message in err.value.message
