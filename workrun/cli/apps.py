@@ -91,7 +91,7 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
     from workrun.apps import load_app
     from workrun.operations import call_app
     from workrun.recovery import recover_operations
-    from workrun.workflow import parse_inputs
+    from workrun.templates import parse_inputs
 
     spec = load_app(project, app_name, field="APP")
     data: dict[str, object] = dict(parse_inputs(input))
@@ -138,7 +138,7 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     with reading(json_mode) as svc:
         for name, spec in apps.items():
             if spec.kind == "tool":
-                from workrun.agent.tools import discover
+                from workrun.nodes.agent.tools import discover
 
                 tools[name] = discover(svc, Path(project), spec)
             rows.append({"app": name, "kind": spec.kind, "entry": spec.entry,
