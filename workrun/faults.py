@@ -2,9 +2,10 @@
 
 The journal calls :func:`hit` right after committing each write, with the
 write's point name (``run.created``, ``op.intent``, ``attempt.finished``, ...;
-``workrun/journal/sqlite.py`` lists them in ``FAULT_POINTS``). When the
+``workrun/journal/base.py`` lists them in ``FAULT_POINTS``). When the
 variable names that point, the process kills itself with SIGKILL at the N-th
-hit (default 1), exactly as ``kill -9`` would. Unset, it costs one dict lookup.
+hit (default 1), exactly as ``kill -9`` would. The variable is read at the first
+hit, not at import; unset, a hit costs a comparison.
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ from workrun import settings
 
 __all__ = ["hit"]
 
-_UNREAD = ("", 0)
-_target: tuple[str, int] | None = _UNREAD
+_armed: tuple[str, int] | None = None  # (point, N), read from the settings at the first hit
 _count = 0
+
+
+def _read() -> tuple[str, int]:
+    return settings.current().fault or ("", 0)
 
 
 def hit(point: str) -> None:
     """Called after the journal write named ``point`` is committed; may SIGKILL this process."""
-    global _count, _target
-    if _target is _UNREAD:  # read once, at the first write (not at import)
-        _target = settings.current().fault
-    if _target is None or point != _target[0]:
+    global _armed, _count
+    if _armed is None:
+        _armed = _read()
+    name, nth = _armed
+    if not name or point != name:
         return
     _count += 1
-    if _count == _target[1]:
+    if _count == nth:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -95,7 +95,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
         "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
-        **dict(zip(("owner_pid", "owner_start"), _current_owner())),
+        **dict(zip(("owner_pid", "owner_start"), _current_owner(), strict=True)),
     }
     svc.journal.start_operation(row)
     if refused:
@@ -331,7 +331,8 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     elif failure is Failure.UNKNOWN:
         status, what = "unknown", "in flight when the runner died; no exit record"
         if comp["idempotent"]:
-            comp_status, reason = "pending", f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
+            comp_status = "pending"
+            reason = f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
         else:
             comp_status = "unknown"
             reason = (f"attempt {number} was in flight when the runner died and its outcome cannot be established: "

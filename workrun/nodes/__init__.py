@@ -11,7 +11,8 @@ from workrun.nodes.base import NodeExecutor, NodeJob, Where
 from workrun.nodes.process import ProcessExecutor
 from workrun.nodes.remote import RemoteExecutor
 
-__all__ = ["NodeExecutor", "NodeJob", "Where", "default_executors"]
+__all__ = ["AgentExecutor", "NodeExecutor", "NodeJob", "ProcessExecutor", "RemoteExecutor", "Where",
+           "default_executors"]
 
 
 def default_executors() -> dict[str, NodeExecutor]:
