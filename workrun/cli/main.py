@@ -25,10 +25,11 @@ from workrun import __version__
 from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
+from workrun.cli import ui as ui_cli
 from workrun.cli.common import EXIT, JsonOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
-from workrun.views import run_view
+from workrun.views import run_detail, run_view
 
 __all__ = ["app", "main"]
 
@@ -38,6 +39,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(apps_cli.app, name="app")
 app.add_typer(comp_cli.app, name="compensations")
+app.command("ui")(ui_cli.ui)
 
 _state = {"debug": False}
 
@@ -58,7 +60,7 @@ def _root(
 
 
 def _finish_run(svc, run_id: str, json_mode: bool) -> int:
-    view = run_view(svc.journal, run_id)
+    view = run_detail(svc.journal, run_id)
     if json_mode:
         print_json(view)
     else:
@@ -69,6 +71,15 @@ def _finish_run(svc, run_id: str, json_mode: bool) -> int:
                           f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
                           f"--run {run_id}`")
     return EXIT.get(view["status"], 1)
+
+
+def _audit_run(svc, run_id: str, action: str, args: dict, run_changes: dict | None = None) -> None:
+    """Record a run-level operator action (R-O2, R-U4) with the changes it makes, in one transaction."""
+    from workrun.operator import actor
+
+    changes = [("update", "runs", (run_id,), run_changes)] if run_changes else []
+    svc.journal.write([*changes, ("insert", "events", None, {"run_id": run_id, "at": svc.now(), "actor": actor(),
+                                                             "action": action, "args": args})])
 
 
 @app.command()
@@ -121,6 +132,7 @@ def rerun(
         svc.assume_yes = yes
         svc.interactive = sys.stdin.isatty() and not json_mode
         new_id = create_run(svc, spec, inputs, eval_run=bool(old["eval"]), rerun_of=old["run_id"])
+        _audit_run(svc, old["run_id"], "rerun", {"new_run": new_id})
         svc.say(new_id, None, "info", f"run {new_id} of {spec.name} started (re-run of {old['run_id']})"
                 + ("" if path.is_file() else f"; {path} is gone, so the recorded workflow is used"))
         drive(svc, new_id)
@@ -144,7 +156,7 @@ def stop(
         if run["status"] != "running":
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
-        svc.journal.update("runs", (rid,), None, stop_requested=1)
+        _audit_run(svc, rid, "stop", {}, {"stop_requested": 1})
         lock = SchedulerLock(svc.data_dir)
         try:
             lock.acquire()
