@@ -310,8 +310,11 @@ def api_tickets(request: Request) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    form = await request.form()
-    return {k: str(v) for k, v in form.items() if isinstance(v, str)}
+    """The urlencoded form of a POST (last value of each field); the Guard has bounded its size."""
+    from urllib.parse import parse_qsl
+
+    body = (await request.body()).decode("utf-8", "replace")
+    return dict(parse_qsl(body, keep_blank_values=True))
 
 
 def _back(form: dict[str, str], default: str) -> str:
