@@ -32,6 +32,7 @@ class Badge:
     operation_id: str
     status: str
     order: int | None
+    held_back: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def compensation_order(view: dict[str, Any]) -> list[dict[str, Any]]:
     (newest operation first, as the runner starts independent ones); skipped ones last, unnumbered.
 
     Returns:
-        ``[{order | None, compensation_id, operation_id, node_key, app, status}]``.
+        ``[{order | None, compensation_id, operation_id, node_key, app, status, reason}]``.
     """
     entries = [(i, op) for i, op in enumerate(view["operations"]) if op["compensation"]]
     started = sorted((e for e in entries if e[1]["compensation"]["attempts"]),
@@ -135,11 +136,11 @@ def compensation_order(view: dict[str, Any]) -> list[dict[str, Any]]:
     for n, (_, op) in enumerate([*started, *waiting], start=1):
         out.append({"order": n, "compensation_id": op["compensation"]["compensation_id"],
                     "operation_id": op["operation_id"], "node_key": op["node_key"], "app": op["app"],
-                    "status": op["compensation"]["status"]})
+                    "status": op["compensation"]["status"], "reason": op["compensation"]["reason"]})
     for _, op in skipped:
         out.append({"order": None, "compensation_id": op["compensation"]["compensation_id"],
                     "operation_id": op["operation_id"], "node_key": op["node_key"], "app": op["app"],
-                    "status": "skipped"})
+                    "status": "skipped", "reason": op["compensation"]["reason"]})
     return out
 
 
@@ -162,7 +163,8 @@ def layout(spec: dict[str, Any] | None, view: dict[str, Any]) -> Graph:
         c = op["compensation"]
         if c:
             badges.setdefault(op["node_key"], []).append(
-                Badge(c["compensation_id"], op["operation_id"], c["status"], order.get(c["compensation_id"])))
+                Badge(c["compensation_id"], op["operation_id"], c["status"], order.get(c["compensation_id"]),
+                      bool(c.get("held_back_by"))))
     status = {n["node_key"]: n for n in view["nodes"]}
 
     columns: dict[int, list[str]] = {}
