@@ -165,3 +165,27 @@ def test_hostile_journal_renders_as_text(ui_server, hostile_home) -> None:
         r = client.get(p)
         assert r.status_code == 200, p
         assert SECRET not in r.text, p
+
+
+def test_scheduling_action_while_another_scheduler_runs_is_409(ui_server, hostile_home, isolated_env: Path) -> None:
+    from workrun.lock import SchedulerLock
+
+    server = ui_server()
+    client = server.client()
+    cid = hostile_home["compensation_id"]
+    page = client.get(f"/runs/{hostile_home['run_id']}").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    before = _events(isolated_env)
+    runs_before = client.get("/api/runs").json()
+    lock = SchedulerLock(isolated_env).acquire()  # this test process is "another scheduler"
+    try:
+        busy = client.post(f"/actions/compensations/{cid}/retry", data={"csrf": csrf}, headers={"Origin": server.base})
+        rerun = client.post(f"/actions/runs/{hostile_home['run_id']}/rerun", data={"csrf": csrf},
+                            headers={"Origin": server.base})
+    finally:
+        lock.release()
+    assert busy.status_code == 409 and rerun.status_code == 409
+    assert "another scheduler holds" in busy.text and "--wait" in busy.text
+    assert _events(isolated_env) == before
+    assert client.get("/api/runs").json() == runs_before
+    assert client.get(f"/api/compensations/{cid}").json()["status"] == "failed"
