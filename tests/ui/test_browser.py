@@ -7,7 +7,6 @@ With ``WORKRUN_SCREENSHOTS=DIR`` the tests save the README's screenshots there (
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
 
 
 ROOT = Path(__file__).resolve().parents[2]
