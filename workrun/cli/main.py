@@ -73,13 +73,11 @@ def _finish_run(svc, run_id: str, json_mode: bool) -> int:
     return EXIT.get(view["status"], 1)
 
 
-def _audit_run(svc, run_id: str, action: str, args: dict, run_changes: dict | None = None) -> None:
-    """Record a run-level operator action (R-O2, R-U4) with the changes it makes, in one transaction."""
+def _audit_run(svc, run_id: str, action: str, args: dict) -> None:
+    """Record a run-level operator action (R-O2, R-U4): who, when, what."""
     from workrun.operator import actor
 
-    changes = [("update", "runs", (run_id,), run_changes)] if run_changes else []
-    svc.journal.write([*changes, ("insert", "events", None, {"run_id": run_id, "at": svc.now(), "actor": actor(),
-                                                             "action": action, "args": args})])
+    svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args})
 
 
 @app.command()
@@ -156,7 +154,8 @@ def stop(
         if run["status"] != "running":
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
-        _audit_run(svc, rid, "stop", {}, {"stop_requested": 1})
+        svc.journal.request_stop(rid)
+        _audit_run(svc, rid, "stop", {})
         lock = SchedulerLock(svc.data_dir)
         try:
             lock.acquire()
@@ -221,9 +220,8 @@ def compensate(
         if run["status"] == "succeeded":
             raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
         if run["status"] == "stopped" and not run["compensate_requested"]:
-            svc.journal.write([("update", "runs", (rid,), {"compensate_requested": 1}),
-                               ("insert", "events", None, {"run_id": rid, "at": svc.now(), "actor": actor(),
-                                                           "action": "compensate", "args": {}})])
+            svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
+                                                   "action": "compensate", "args": {}})
             svc.say(rid, None, "info", f"compensation of stopped run {rid} requested by {actor()}")
         compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
