@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark (issue 13, R-U8): server time of the dashboard's Runs page with 10,000 runs in the journal.
 
-Fills a fresh journal through the Journal API (``Journal.write``: N runs of a 3-node workflow, each
+Fills a fresh journal (schema through the journal's migrations, then bare inserts: N runs of a 3-node workflow, each
 failed run with 2 operations and their compensations, statuses mixed), then times in-process
 (Starlette's TestClient, so no network or browser time is counted):
 
@@ -18,6 +18,7 @@ Baseline measured in the same run on the same file: a bare ``sqlite3`` select of
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import statistics
@@ -26,40 +27,44 @@ import time
 from pathlib import Path
 
 
-def build(home: Path, n_runs: int) -> None:
-    from workrun.journal import Journal
+def _insert(db: sqlite3.Connection, table: str, row: dict) -> None:
+    values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+    db.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})", values)
 
-    journal = Journal(home / "journal.sqlite3")
+
+def build(home: Path, n_runs: int) -> None:
+    """The schema through the journal (migrations), then bulk rows with bare inserts (no bulk API exists)."""
+    from workrun.journal import SqliteJournal
+
+    SqliteJournal(home / "journal.sqlite3").close()
+    db = sqlite3.connect(home / "journal.sqlite3", isolation_level=None)
+    db.execute("BEGIN")
     now = time.time() - n_runs
     statuses = ["failed", "succeeded", "failed", "stopped", "failed"]
     comp_status = ["succeeded", "failed", "blocked", "pending", "skipped"]
     spec = {"nodes": {k: {"key": k, "needs": [p] if p else []} for k, p in (("a", None), ("b", "a"), ("c", "b"))}}
-    for start in range(0, n_runs, 2000):
-        changes = []
-        for i in range(start, min(n_runs, start + 2000)):
-            run_id = f"run_{i:012d}"
-            status = statuses[i % len(statuses)]
-            changes.append(("insert", "runs", None, {
-                "run_id": run_id, "workflow": f"workflow-{i % 7}", "workflow_path": "/w.toml", "spec": spec,
-                "inputs": {"i": i}, "status": status, "created_at": now + i, "ended_at": now + i + 1.5}))
-            for n, key in enumerate("abc"):
-                changes.append(("insert", "nodes", None, {"run_id": run_id, "node_key": key, "position": n,
-                                                          "status": "succeeded"}))
-            if status != "failed":
-                continue
-            for n, key in enumerate("ab"):
-                op_id = f"op_{i:010d}{n}"
-                changes.append(("insert", "operations", None, {
-                    "operation_id": op_id, "run_id": run_id, "node_key": key, "app": "a", "project": "/p",
-                    "kind": "process", "config": {}, "input": {"i": i}, "result": {"ok": True},
-                    "fingerprint": "f", "fingerprint_files": {}, "status": "succeeded", "call_dir": "/c",
-                    "created_at": now + i}))
-                changes.append(("insert", "compensations", None, {
-                    "compensation_id": f"cmp_{i:010d}{n}", "operation_id": op_id, "run_id": run_id, "node_key": key,
-                    "status": comp_status[(i + n) % len(comp_status)], "max_attempts": 4, "timeout": 60,
-                    "backoff": 1, "created_at": now + i, "updated_at": now + i}))
-        journal.write(changes)
-    journal.close()
+    for i in range(n_runs):
+        run_id = f"run_{i:012d}"
+        status = statuses[i % len(statuses)]
+        _insert(db, "runs", {"run_id": run_id, "workflow": f"workflow-{i % 7}", "workflow_path": "/w.toml",
+                             "spec": spec, "inputs": {"i": i}, "status": status, "created_at": now + i,
+                             "ended_at": now + i + 1.5})
+        for n, key in enumerate("abc"):
+            _insert(db, "nodes", {"run_id": run_id, "node_key": key, "position": n, "status": "succeeded"})
+        if status != "failed":
+            continue
+        for n, key in enumerate("ab"):
+            op_id = f"op_{i:010d}{n}"
+            _insert(db, "operations", {
+                "operation_id": op_id, "run_id": run_id, "node_key": key, "app": "a", "project": "/p",
+                "kind": "process", "config": {}, "input": {"i": i}, "result": {"ok": True}, "fingerprint": "f",
+                "fingerprint_files": {}, "status": "succeeded", "call_dir": "/c", "created_at": now + i})
+            _insert(db, "compensations", {
+                "compensation_id": f"cmp_{i:010d}{n}", "operation_id": op_id, "run_id": run_id, "node_key": key,
+                "status": comp_status[(i + n) % len(comp_status)], "max_attempts": 4, "timeout": 60, "backoff": 1,
+                "created_at": now + i, "updated_at": now + i})
+    db.execute("COMMIT")
+    db.close()
 
 
 def median_ms(fn, repeat: int) -> float:

@@ -59,9 +59,9 @@ def hostile_home(isolated_env: Path, make_project, write_workflow, workrun) -> d
     comp = next(op["compensation"] for op in r.json()["operations"] if op["compensation"])
     assert comp["status"] == "failed", comp
 
-    from workrun.journal import Journal
+    from workrun.journal import SqliteJournal
 
-    journal = Journal(isolated_env / "journal.sqlite3")
+    journal = SqliteJournal(isolated_env / "journal.sqlite3")
     journal.create_run({"run_id": "run_quotes00001", "workflow": '<script>alert("wf")</script>',
                         "workflow_path": "/x.toml", "spec": {"nodes": {NODE_KEY: {"key": NODE_KEY}}}, "inputs": {},
                         "status": "running", "created_at": time.time()}, [NODE_KEY])
