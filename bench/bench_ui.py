@@ -7,7 +7,8 @@ failed run with 2 operations and their compensations, statuses mixed), then time
 
 - ``GET /`` (the first page of 50, newest first, with the roll-up and the workflow filter list),
 - ``GET /?status=failed&page=50`` (a filtered page deep in the list),
-- ``GET /api/runs?limit=50`` (the same page as JSON).
+- ``GET /api/runs?limit=50`` (the same page as JSON),
+- ``GET /compensations`` (the operator's queue: the most urgent 100 of all compensations).
 
 Baseline measured in the same run on the same file: a bare ``sqlite3`` select of the same page
 (runs ORDER BY created_at DESC LIMIT 50 plus their compensation counts). Target: < 300 ms median.
@@ -108,6 +109,7 @@ def main() -> None:
             first = median_ms(page("/"), args.repeat)
             deep = median_ms(page("/?status=failed&page=50"), args.repeat)
             api = median_ms(page("/api/runs?limit=50"), args.repeat)
+            queue = median_ms(page("/compensations"), max(5, args.repeat // 3))
             html = client.get("/").text
             assert html.count('class="run-row"') == 50
 
@@ -125,6 +127,7 @@ def main() -> None:
     print(f"runs page, first page of 50 (GET /):           {first:7.2f} ms median")
     print(f"runs page, filtered, page 50 (status=failed):   {deep:7.2f} ms median")
     print(f"/api/runs?limit=50:                              {api:7.2f} ms median")
+    print(f"compensations queue (most urgent 100 of all):   {queue:7.2f} ms median")
     print(f"baseline: bare sqlite3 select of the same page: {baseline:7.2f} ms median")
     print(f"ratio runs page / baseline: {first / baseline:.1f}x; target < 300 ms: "
           f"{'met' if max(first, deep) < 300 else 'NOT met'}")

@@ -286,3 +286,7 @@ class Journal(Protocol):
 
     def events_of_run(self, run_id: str) -> list[Row]:
         """Every operator event of a run (run-level and per compensation), oldest first."""
+
+    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[Row], int]:
+        """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
+        oldest first within a status; at most ``limit`` rows, and how many match in all."""

@@ -549,3 +549,14 @@ class SqliteJournal:
     def events_of_run(self, run_id: str) -> list[dict[str, Any]]:
         """Every operator event of a run (run-level and per compensation), oldest first."""
         return self._query("SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,))
+
+    _QUEUE_RANK = ("CASE status WHEN 'failed' THEN 0 WHEN 'blocked' THEN 1 WHEN 'unknown' THEN 2 WHEN 'pending' THEN 3 "
+                   "WHEN 'running' THEN 4 WHEN 'succeeded' THEN 5 ELSE 6 END")
+
+    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], int]:
+        """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
+        oldest first within a status; at most ``limit`` rows, and how many match in all."""
+        where, params = (" WHERE status = ?", (status,)) if status else ("", ())
+        rows = self._query(f"SELECT * FROM compensations{where} ORDER BY {self._QUEUE_RANK}, created_at, rowid "
+                           "LIMIT ?", (*params, limit))
+        return rows, self._query(f"SELECT COUNT(*) AS n FROM compensations{where}", params)[0]["n"]

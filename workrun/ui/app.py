@@ -36,9 +36,10 @@ from workrun.ui import graph
 from workrun.ui.actions import ActionResult, run_action
 from workrun.ui.security import Guard, csrf_token
 
-__all__ = ["PAGE_SIZE", "create_app"]
+__all__ = ["PAGE_SIZE", "QUEUE_SIZE", "create_app"]
 
 PAGE_SIZE = 50
+QUEUE_SIZE = 100  # compensations shown on the queue page (the most urgent first)
 RUN_STATUSES = ("running", "waiting", "succeeded", "failed", "stopped", "terminated")
 QUEUE_ORDER = {"failed": 0, "blocked": 1, "unknown": 2, "pending": 3, "running": 4, "succeeded": 5, "skipped": 6,
                "resolved": 5, "terminated": 6}
@@ -181,9 +182,9 @@ def compensations_page(request: Request) -> Response:
     d = _dash(request)
     status = request.query_params.get("status") or None
     status = status if status in views.COMPENSATION_STATUSES else None
-    rows = views.compensations_list(d.journal, status=status)
-    rows.sort(key=lambda c: (QUEUE_ORDER.get(c["status"], 9), c["created_at"] or ""))
-    return d.render(request, "compensations.html", nav="compensations", rows=rows[:500], total=len(rows),
+    rows, total = d.journal.compensation_queue(status=status, limit=QUEUE_SIZE)
+    shown = [views.compensation_full(d.journal, c) for c in rows]
+    return d.render(request, "compensations.html", nav="compensations", rows=shown, total=total,
                     status=status, statuses=views.COMPENSATION_STATUSES)
 
 
