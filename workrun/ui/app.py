@@ -300,11 +300,27 @@ def api_compensation(request: Request) -> Response:
 
 
 def api_tickets(request: Request) -> Response:
-    """``workrun tickets list --json`` (404 when this version has no tickets)."""
+    """``workrun tickets list [--status S] [--run RUN] --json`` (404 when this version has no tickets)."""
     builder = _tickets_view()
     if builder is None:
         return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
-    return JSONResponse(builder(_dash(request).journal))
+    q = request.query_params
+    try:
+        return JSONResponse(builder(_dash(request).journal, status=q.get("status") or None, run=q.get("run") or None))
+    except WorkrunError as exc:
+        return _api_error(exc)
+
+
+def api_ticket(request: Request) -> Response:
+    """``workrun tickets show T --json`` (404 when this version has no tickets)."""
+    one = getattr(views, "ticket_view", None)
+    if one is None:
+        return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
+    journal = _dash(request).journal
+    try:
+        return JSONResponse(one(journal, journal.ticket(request.path_params["tid"])))
+    except WorkrunError as exc:
+        return _api_error(exc)
 
 
 # -- actions (R-U4) -------------------------------------------------------------------------------
@@ -466,7 +482,7 @@ def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | 
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/runs", api_runs), Route("/api/runs/{run_id}", api_run),
         Route("/api/compensations", api_compensations), Route("/api/compensations/{cid}", api_compensation),
-        Route("/api/tickets", api_tickets),
+        Route("/api/tickets", api_tickets), Route("/api/tickets/{tid}", api_ticket),
         Route("/actions/runs/{run_id}/{action}", run_action_route, methods=["POST"]),
         Route("/actions/compensations/{cid}/{action}", compensation_action_route, methods=["POST"]),
         Route("/actions/tickets/{tid}/{action}", ticket_action_route, methods=["POST"]),
