@@ -34,6 +34,11 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+def _same(given: str, expected: str) -> bool:
+    """Constant-time comparison that accepts any text (``hmac.compare_digest`` refuses non-ASCII ``str``)."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8"))
+
+
 def _derive(token: str, purpose: str) -> str:
     return hmac.new(token.encode(), purpose.encode(), hashlib.sha256).hexdigest()
 
@@ -86,11 +91,11 @@ class Guard:
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = (query.get("token") or [""])[-1]
-        has_session = any(hmac.compare_digest(v, self.session) for v in _cookies(headers.get("cookie", ""),
+        has_session = any(_same(v, self.session) for v in _cookies(headers.get("cookie", ""),
                                                                                  self.cookie_name))
         bearer = headers.get("authorization", "")
-        has_bearer = bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:].strip(), self.token)
-        has_token = bool(given) and hmac.compare_digest(given, self.token)
+        has_bearer = bearer.startswith("Bearer ") and _same(bearer[7:].strip(), self.token)
+        has_token = bool(given) and _same(given, self.token)
         path = scope.get("path", "/")
         if not (has_session or has_bearer or has_token):
             await _plain(send_with_headers, 401, "unauthorized: open the URL that `workrun ui` printed (with its token)")
@@ -119,7 +124,7 @@ class Guard:
             form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True) \
                 if headers.get("content-type", "").startswith("application/x-www-form-urlencoded") else {}
             sent = headers.get("x-csrf-token") or (form.get("csrf") or [""])[-1]
-            if not (sent and hmac.compare_digest(sent, self.csrf)):
+            if not (sent and _same(sent, self.csrf)):
                 await _plain(send_with_headers, 403, "forbidden: missing or wrong CSRF token")
                 return
             replayed = False
