@@ -51,7 +51,7 @@ def ui(
     token = secrets.token_urlsafe(24)
     app = create_app(data_dir=home, token=token, port=actual, projects=list(project))
     url = f"http://127.0.0.1:{actual}/?token={token}"
-    sys.stdout.write(f"Workrun dashboard for {home}: {url}\n(Ctrl-C stops it)\n")
+    sys.stdout.write(f"{url}\nWorkrun dashboard of {home} (Ctrl-C stops it)\n")  # the URL alone on line 1
     sys.stdout.flush()
     if not no_open:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
