@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workrun.journal import Journal
-from workrun.states import COMPENSATION_DONE, OPERATION_ENDED
+from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED
 
-__all__ = ["COMPENSATION_STATUSES", "attempt_view", "compensation_detail", "compensation_full", "compensation_rollup", "compensation_view",
-           "compensations_list", "iso", "rollup_line", "run_detail", "run_summary", "run_view", "runs_list", "with_rollup"]
+__all__ = ["COMPENSATION_STATUSES", "attempt_view", "compensation_detail", "compensation_full", "compensation_rollup",
+           "compensation_view", "compensations_list", "iso", "rollup_line", "run_detail", "run_summary", "run_view",
+           "runs_list", "with_rollup"]
 
 
 def iso(ts: float | None) -> str | None:
@@ -92,8 +93,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
 
 # -- run-level compensation roll-up (SPEC §16) and the list views shared by CLI and dashboard (R-U7) --------
 
-COMPENSATION_STATUSES = ("pending", "running", "succeeded", "failed", "blocked", "unknown", "skipped")
-_ATTENTION = ("failed", "blocked", "unknown")
+_ATTENTION = ("failed", "blocked", "unknown")  # states.COMPENSATION_HOLDING, in the order people read them
 
 
 def compensation_rollup(counts: dict[str, int]) -> dict[str, Any]:

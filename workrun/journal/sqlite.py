@@ -524,7 +524,7 @@ class SqliteJournal:
         """Distinct workflow names of all runs, sorted."""
         return [r["workflow"] for r in self._query("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
 
-    def compensation_counts(self, run_ids: list[str] | None = None) -> dict[str, dict[str, int]]:
+    def compensation_counts(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
         """``{run_id: {status: count}}`` of compensations, for the given runs (None: every run)."""
         if run_ids is None:
             rows = self._query("SELECT run_id, status, COUNT(*) AS n FROM compensations GROUP BY run_id, status")

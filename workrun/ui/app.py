@@ -18,9 +18,10 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -200,7 +201,8 @@ def tickets_page(request: Request) -> Response:
     if rows is not None:
         def rank(t: dict[str, Any]) -> tuple[int, int, str]:
             action = (t.get("action") or {}).get("status")
-            return (QUEUE_ORDER.get(t.get("status", ""), 9), QUEUE_ORDER.get(action or "", 9), t.get("created_at") or "")
+            return (QUEUE_ORDER.get(t.get("status", ""), 9), QUEUE_ORDER.get(action or "", 9),
+                    t.get("created_at") or "")
         rows.sort(key=rank)
     return d.render(request, "tickets.html", nav="tickets", rows=rows)
 
@@ -243,7 +245,7 @@ def apps_view(d: Dashboard) -> list[dict[str, Any]]:
                 tools = json.loads(cache.read_text()) if cache.is_file() else None
             project["apps"].append({
                 "app": app_name, "in_config": spec is not None,
-                "kind": spec.kind if spec else call["kind"],
+                "kind": spec.kind if spec else (call or {}).get("kind"),
                 "entry": spec.entry if spec else None,
                 "compensation": spec.compensation.model_dump() if spec and spec.compensation else None,
                 "output": {k: v.model_dump() for k, v in spec.output.items()} if spec else {},

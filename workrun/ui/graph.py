@@ -51,7 +51,7 @@ class Box:
 
 @dataclass(frozen=True)
 class Edge:
-    """A dependency ``src`` -> ``dst`` (dst depends on src); ``kind`` is ``needs`` or ``template``; ``d`` an SVG path."""
+    """A dependency ``src`` -> ``dst`` (dst depends on src); ``kind``: ``needs`` or ``template``; ``d``: SVG path."""
 
     src: str
     dst: str
@@ -131,7 +131,8 @@ def compensation_order(view: dict[str, Any]) -> list[dict[str, Any]]:
                      key=lambda e: (e[1]["compensation"]["attempts"][0]["started_at"] or "", e[0]))
     waiting = sorted((e for e in entries if not e[1]["compensation"]["attempts"]
                       and e[1]["compensation"]["status"] != "skipped"), key=lambda e: -e[0])
-    skipped = [e for e in entries if not e[1]["compensation"]["attempts"] and e[1]["compensation"]["status"] == "skipped"]
+    skipped = [e for e in entries
+               if not e[1]["compensation"]["attempts"] and e[1]["compensation"]["status"] == "skipped"]
     out = []
     for n, (_, op) in enumerate([*started, *waiting], start=1):
         out.append({"order": n, "compensation_id": op["compensation"]["compensation_id"],

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 __all__ = ["CSP", "Guard", "csrf_token", "session_cookie"]
@@ -98,7 +99,8 @@ class Guard:
         has_token = bool(given) and _same(given, self.token)
         path = scope.get("path", "/")
         if not (has_session or has_bearer or has_token):
-            await _plain(send_with_headers, 401, "unauthorized: open the URL that `workrun ui` printed (with its token)")
+            await _plain(send_with_headers, 401,
+                         "unauthorized: open the URL that `workrun ui` printed (with its token)")
             return
         if has_token and method in ("GET", "HEAD") and not path.startswith("/api/"):
             rest = {k: v for k, v in query.items() if k != "token"}
