@@ -83,3 +83,87 @@ def test_apps_page_shows_config_and_code_changes(ui_server, workrun, marker_proj
     (marker_project / "main.py").write_text((marker_project / "main.py").read_text() + "\n# changed\n")
     page = client.get("/apps").text
     assert "code changed since its last call" in page and "main.py changed" in page
+
+
+WAITER_APP = """
+[tool.workrun.apps.waiter]
+kind = "process"
+entry = "main.py"
+timeout = 300
+"""
+WAITER_MAIN = """
+import time
+from pathlib import Path
+from workrun_sdk import process
+flag = Path(process.input()["flag"])
+end = time.time() + 240
+while not flag.exists() and time.time() < end:
+    time.sleep(0.05)
+process.result({"saw": flag.exists()})
+"""
+
+
+def test_stop_then_compensate_from_the_dashboard(ui_server, marker_project, make_project, write_workflow,
+                                                 tmp_path: Path, isolated_env: Path) -> None:
+    import getpass
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    waiter = make_project("waiter", WAITER_APP, {"main.py": WAITER_MAIN})
+    wf = write_workflow("stoppable", f"""
+        name = "stoppable"
+        [nodes.first]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "first" }}
+        [nodes.hang]
+        project = "{waiter}"
+        app = "waiter"
+        needs = ["first"]
+        input = {{ flag = "{tmp_path / 'never'}" }}
+    """)
+    runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        server = ui_server()
+        client = server.client()
+        deadline = time.monotonic() + 120
+        run_id = None
+        while time.monotonic() < deadline:
+            runs = client.get("/api/runs").json()
+            if runs:
+                run_id = runs[0]["run_id"]
+                nodes = {n["node_key"]: n["status"] for n in client.get(f"/api/runs/{run_id}").json()["nodes"]}
+                if nodes["hang"] == "running":
+                    break
+            time.sleep(0.1)
+        assert run_id, "the run never started"
+        page = client.get(f"/runs/{run_id}").text
+        assert 'id="stop"' in page
+        csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        origin = {"Origin": server.base}
+        stopped = client.post(f"/actions/runs/{run_id}/stop", data={"csrf": csrf}, headers=origin)
+        assert stopped.status_code == 303, stopped.text
+        assert runner.wait(timeout=120) == 130
+        view = client.get(f"/api/runs/{run_id}").json()
+        assert view["status"] == "stopped" and view["compensation"] is None  # a stop compensates nothing (R-C9)
+        done = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf}, headers=origin)
+        assert done.status_code == 303, done.text
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and client.get(f"/api/runs/{run_id}").json()["compensation"] != "complete":
+            time.sleep(0.2)
+        view = client.get(f"/api/runs/{run_id}").json()
+        assert view["compensation"] == "complete", view
+        first = next(op for op in view["operations"] if op["node_key"] == "first")
+        assert first["compensation"]["status"] == "succeeded"
+        # the audit: both actions, by ui:<OS user>
+        db = sqlite3.connect(f"file:{isolated_env / 'journal.sqlite3'}?mode=ro", uri=True)
+        rows = db.execute("SELECT actor, action FROM events WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
+        db.close()
+        assert rows == [(f"ui:{getpass.getuser()}", "stop"), (f"ui:{getpass.getuser()}", "compensate")]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()

@@ -12,10 +12,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
-
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "demo_apps" / "workflows" / "tutorial.toml"

@@ -85,7 +85,8 @@ def test_token_cookie_and_host(ui_server, isolated_env: Path) -> None:
         assert anon.get("/api/runs").status_code == 401
         assert anon.get("/?token=wrong").status_code == 401
         assert anon.get("/?token=%C3%A9%00").status_code == 401  # any text is compared safely, never a 500
-        assert anon.get("/", headers={"Cookie": f"workrun_session_{server.port}=\u00e9".encode("latin-1")}).status_code == 401
+        odd_cookie = f"workrun_session_{server.port}=\u00e9".encode("latin-1")
+        assert anon.get("/", headers={"Cookie": odd_cookie}).status_code == 401
         assert anon.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
         # the token is traded for a cookie and dropped from the URL
         first = anon.get(f"/?token={server.token}&status=failed")
