@@ -19,6 +19,7 @@ and arguments (R-O2), written in the same transaction as the change it makes.
 from __future__ import annotations
 
 import getpass
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,19 @@ __all__ = ["actor", "confirm", "note", "resolve", "retry"]
 
 
 def actor() -> str:
-    """The OS user performing an action."""
+    """Who performs an action (R-O2): the OS user, or ``WORKRUN_ACTOR`` when a front end sets it.
+
+    The dashboard runs the CLI's own commands with ``WORKRUN_ACTOR=ui:<OS user>`` (R-U4).
+
+    Raises:
+        UsageError: ``WORKRUN_ACTOR`` is set but empty, longer than 200 characters or has control characters.
+    """
+    given = os.environ.get("WORKRUN_ACTOR")
+    if given is not None:
+        if not given.strip() or len(given) > 200 or any(ord(ch) < 32 or ord(ch) == 127 for ch in given):
+            raise UsageError("WORKRUN_ACTOR must be 1-200 printable characters (who performs the action)",
+                             field="WORKRUN_ACTOR")
+        return given
     try:
         return getpass.getuser()
     except Exception:

@@ -9,9 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workrun.journal import Journal
-from workrun.states import COMPENSATION_DONE, OPERATION_ENDED
+from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED
 
-__all__ = ["attempt_view", "compensation_view", "iso", "run_summary", "run_view"]
+__all__ = ["COMPENSATION_STATUSES", "attempt_view", "compensation_detail", "compensation_full", "compensation_rollup",
+           "compensation_view", "compensations_list", "iso", "rollup_line", "run_detail", "run_summary", "run_view",
+           "runs_list", "with_rollup"]
 
 
 def iso(ts: float | None) -> str | None:
@@ -87,3 +89,107 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
             "operations": operations, "unfinished_compensations": unfinished,
             "remote_tasks": [{k: t[k] for k in ("node_key", "url", "task_id", "state", "cancel_status",
                                                   "cancel_answer")} for t in journal.remote_tasks(run_id)]}
+
+
+# -- run-level compensation roll-up (SPEC §16) and the list views shared by CLI and dashboard (R-U7) --------
+
+_ATTENTION = ("failed", "blocked", "unknown")  # states.COMPENSATION_HOLDING, in the order people read them
+
+
+def compensation_rollup(counts: dict[str, int]) -> dict[str, Any]:
+    """The run-level roll-up of SPEC §16 from ``{status: count}`` of the run's compensations.
+
+    Returns:
+        ``{"compensation": None | "in_progress" | "complete" | "needs_attention", "compensation_counts":
+        {status: n for all seven statuses}}``: ``None`` when nothing is owed (no compensation records);
+        ``needs_attention`` when any is failed, blocked or unknown; ``in_progress`` when any is pending or
+        running (and none needs attention); ``complete`` when every one succeeded or was skipped.
+    """
+    full = {s: int(counts.get(s, 0)) for s in COMPENSATION_STATUSES}
+    if not any(full.values()):
+        state = None
+    elif any(full[s] for s in _ATTENTION):
+        state = "needs_attention"
+    elif full["pending"] or full["running"]:
+        state = "in_progress"
+    else:
+        state = "complete"
+    return {"compensation": state, "compensation_counts": full}
+
+
+def rollup_line(rollup: dict[str, Any]) -> str:
+    """One line for people: "compensated: 3 of 3", "needs attention: 1 failed, 1 blocked", … ("" when none)."""
+    state, counts = rollup["compensation"], rollup["compensation_counts"]
+    total = sum(counts.values())
+    done = counts["succeeded"] + counts["skipped"]
+    if state is None:
+        return ""
+    if state == "complete":
+        return f"compensated: {done} of {total}"
+    if state == "in_progress":
+        return f"compensating: {done} of {total} done"
+    return "needs attention: " + ", ".join(f"{counts[s]} {s}" for s in _ATTENTION if counts[s])
+
+
+def with_rollup(summary: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
+    """``summary`` (a run summary or view) with the SPEC §16 roll-up keys added."""
+    return {**summary, **compensation_rollup(counts)}
+
+
+def runs_list(journal: Journal, *, status: str | None = None, workflow: str | None = None,
+              limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+    """``runs list --json`` and ``/api/runs``: run summaries with the roll-up, newest first (SPEC §10, §16).
+
+    Args:
+        status, workflow: exact filters (None: all); limit/offset: pagination (None: every run).
+    """
+    rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset)
+    counts = journal.compensation_counts([r["run_id"] for r in rows] if limit is not None else None)
+    return [with_rollup(run_summary(r), counts.get(r["run_id"], {})) for r in rows]
+
+
+def run_detail(journal: Journal, run_id: str) -> dict[str, Any]:
+    """``runs show --json`` and ``/api/runs/{id}``: :func:`run_view` plus the SPEC §16 roll-up.
+
+    Raises:
+        NotFoundError: unknown run id (a unique prefix is accepted).
+    """
+    view = run_view(journal, run_id)
+    counts: dict[str, int] = {}
+    for op in view["operations"]:
+        if op["compensation"]:
+            counts[op["compensation"]["status"]] = counts.get(op["compensation"]["status"], 0) + 1
+    return with_rollup(view, counts)
+
+
+def compensation_full(journal: Journal, c: dict[str, Any]) -> dict[str, Any]:
+    """One compensation row as in ``compensations list --json``: the §9 object plus ``operation_id``,
+    ``run_id``, ``node_key`` and its operator ``events``."""
+    view = compensation_view(c, journal.attempts(c["compensation_id"]))
+    view.update(operation_id=c["operation_id"], run_id=c["run_id"], node_key=c["node_key"])
+    view["events"] = [{"at": iso(e["at"]), "actor": e["actor"], "action": e["action"], "args": e["args"],
+                       "text": e["text"], "attachment": e["attachment"]}
+                      for e in journal.events(c["compensation_id"])]
+    return view
+
+
+def compensations_list(journal: Journal, *, status: str | None = None, run: str | None = None) -> list[dict[str, Any]]:
+    """``compensations list --json`` and ``/api/compensations`` (SPEC §9), oldest first.
+
+    Raises:
+        NotFoundError: ``run`` matches no run (a unique prefix is accepted).
+    """
+    run_id = journal.run(run)["run_id"] if run else None
+    return [compensation_full(journal, c) for c in journal.list_compensations(status, run_id)]
+
+
+def compensation_detail(journal: Journal, compensation_id: str) -> dict[str, Any]:
+    """``compensations show ID --json``: :func:`compensation_full` plus the original ``operation``.
+
+    Raises:
+        NotFoundError: unknown id or ambiguous prefix.
+    """
+    c = journal.compensation(compensation_id)
+    op = journal.operation(c["operation_id"])
+    return {**compensation_full(journal, c), "operation": {k: op[k] for k in (
+        "operation_id", "app", "project", "input", "result", "resources", "fingerprint", "status")}}

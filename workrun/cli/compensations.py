@@ -12,23 +12,14 @@ from rich.markup import escape
 from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import compensation_table, console, print_json, styled
 from workrun.errors import UsageError
-from workrun.journal import Journal
 from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
-from workrun.views import compensation_view, iso
+from workrun.views import compensation_detail, compensations_list, iso
+from workrun.views import compensation_full as _full
 
 app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
 
 STATUSES = COMPENSATION_STATUSES
 IdArg = typer.Argument(..., metavar="COMPENSATION_ID", help="Compensation id or unique prefix.")
-
-
-def _full(journal: Journal, c: dict[str, Any]) -> dict[str, Any]:
-    view = compensation_view(c, journal.attempts(c["compensation_id"]))
-    view.update(operation_id=c["operation_id"], run_id=c["run_id"], node_key=c["node_key"])
-    view["events"] = [{"at": iso(e["at"]), "actor": e["actor"], "action": e["action"], "args": e["args"],
-                       "text": e["text"], "attachment": e["attachment"]}
-                      for e in journal.events(c["compensation_id"])]
-    return view
 
 
 def _released(c: dict[str, Any]) -> None:
@@ -47,8 +38,7 @@ def list_compensations(
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(STATUSES)})", field="--status")
     with reading(json_mode) as svc:
-        run_id = svc.journal.run(run)["run_id"] if run else None
-        rows = [_full(svc.journal, c) for c in svc.journal.list_compensations(status, run_id)]
+        rows = compensations_list(svc.journal, status=status, run=run)
     if json_mode:
         print_json(rows)
     else:
@@ -59,12 +49,10 @@ def list_compensations(
 def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
     """Show a compensation's timeline: the original call, attempts, notes and operator actions."""
     with reading(json_mode) as svc:
-        c = svc.journal.compensation(compensation_id)
-        view = _full(svc.journal, c)
-        op = svc.journal.operation(c["operation_id"])
+        view = compensation_detail(svc.journal, compensation_id)
+        op = svc.journal.operation(view["operation_id"])
     if json_mode:
-        print_json({**view, "operation": {k: op[k] for k in ("operation_id", "app", "project", "input", "result",
-                                                            "resources", "fingerprint", "status")}})
+        print_json(view)
         return
     console.print(f"[bold]compensation {view['compensation_id']}[/] {styled(view['status'])}  "
                   f"run {view['run_id']} node {escape(view['node_key'] or '-')}")

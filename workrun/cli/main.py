@@ -25,11 +25,12 @@ from workrun import __version__
 from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
+from workrun.cli import ui as ui_cli
 from workrun.cli.common import EXIT, JsonOpt, WaitOpt, ask, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
-from workrun.views import run_view
+from workrun.views import run_detail, run_view
 
 __all__ = ["app", "main"]
 
@@ -39,6 +40,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(apps_cli.app, name="app")
 app.add_typer(comp_cli.app, name="compensations")
+app.command("ui")(ui_cli.ui)
 
 def _print_version(value: bool) -> None:
     if value:
@@ -59,7 +61,7 @@ def _root(
 
 
 def _finish_run(svc, run_id: str, json_mode: bool) -> int:
-    view = run_view(svc.journal, run_id)
+    view = run_detail(svc.journal, run_id)
     if json_mode:
         print_json(view)
     else:
@@ -72,6 +74,13 @@ def _finish_run(svc, run_id: str, json_mode: bool) -> int:
     return EXIT.get(view["status"], 1)
 
 
+def _audit_run(svc, run_id: str, action: str, args: dict) -> None:
+    """Record a run-level operator action (R-O2, R-U4): who, when, what."""
+    from workrun.operator import actor
+
+    svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args})
+
+
 def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run: bool, rerun_of: str | None,
                note: str, executors) -> int:
     """Create a run, drive it (nodes, then compensation) and print it; return the exit code (shared by run/rerun)."""
@@ -82,6 +91,8 @@ def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run
         svc.assume_yes = yes
         svc.confirm = ask if sys.stdin.isatty() and not json_mode else None
         run_id = create_run(svc, spec, inputs, eval_run=eval_run, rerun_of=rerun_of)
+        if rerun_of:
+            _audit_run(svc, rerun_of, "rerun", {"new_run": run_id})
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
         drive(svc, run_id, executors)
         code = _finish_run(svc, run_id, json_mode)
@@ -151,6 +162,7 @@ def stop(
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
         svc.journal.request_stop(rid)
+        _audit_run(svc, rid, "stop", {})
         lock = SchedulerLock(svc.data_dir)
         try:
             lock.acquire()

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from workrun.cli.common import JsonOpt, reading
 from workrun.cli.output import console, print_json, run_table, styled
-from workrun.views import run_summary, run_view
+from workrun.views import rollup_line, run_detail, runs_list
 
 app = typer.Typer(no_args_is_help=True, help="List and show runs.")
 
@@ -17,7 +17,7 @@ app = typer.Typer(no_args_is_help=True, help="List and show runs.")
 def list_runs(json_mode: bool = JsonOpt, limit: int = typer.Option(50, help="Show at most this many runs.")) -> None:
     """List runs, newest first."""
     with reading(json_mode) as svc:
-        rows = [run_summary(r) for r in svc.journal.runs(limit=None if json_mode else limit)]
+        rows = runs_list(svc.journal, limit=None if json_mode else limit)
     if json_mode:
         print_json(rows)
         return
@@ -25,10 +25,11 @@ def list_runs(json_mode: bool = JsonOpt, limit: int = typer.Option(50, help="Sho
     table.add_column("run", no_wrap=True)
     table.add_column("workflow", overflow="fold")
     table.add_column("status", no_wrap=True)
+    table.add_column("compensation", overflow="fold")
     table.add_column("started (UTC)", no_wrap=True)
     for r in rows:
         started = (r["started_at"] or "-")[:19].replace("T", " ")
-        table.add_row(r["run_id"], escape(r["workflow"]), styled(r["status"]), started)
+        table.add_row(r["run_id"], escape(r["workflow"]), styled(r["status"]), rollup_line(r) or "-", started)
     console.print(table if rows else "no runs yet")
 
 
@@ -37,11 +38,13 @@ def show(run_id: str = typer.Argument(..., metavar="RUN", help="Run id or unique
          json_mode: bool = JsonOpt) -> None:
     """Show a run: nodes with their messages, calls, and each call's compensation."""
     with reading(json_mode) as svc:
-        view = run_view(svc.journal, run_id)
+        view = run_detail(svc.journal, run_id)
     if json_mode:
         print_json(view)
         return
     console.print(run_table(view))
+    if view["compensation"]:
+        console.print(rollup_line(view))
     for m in view["messages"]:
         console.print(f"[dim]{m['at']}[/] run: {escape(m['text'])}")
     for node in view["nodes"]:

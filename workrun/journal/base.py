@@ -275,3 +275,30 @@ class Journal(Protocol):
 
     def remote_tasks(self, run_id: str) -> list[Row]:
         """Remote A2A tasks of a run."""
+
+    # -- list and dashboard reads (R-U2, R-U8) ---------------------------------------
+
+    def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
+                      offset: int = 0) -> list[Row]:
+        """Runs (summary columns: run_id, workflow, workflow_path, status, eval, rerun_of, created_at, ended_at),
+        newest first, filtered by exact status and workflow name; ``limit`` None: all."""
+
+    def count_runs(self, *, status: str | None = None, workflow: str | None = None) -> int:
+        """Number of runs matching the filters of :meth:`run_summaries`."""
+
+    def workflow_names(self) -> list[str]:
+        """Distinct workflow names of all runs, sorted."""
+
+    def compensation_counts(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+        """``{run_id: {status: count}}`` of compensations of the given runs (None: every run)."""
+
+    def latest_app_calls(self) -> list[Row]:
+        """The newest operation of each (project, App): project, app, kind, config, fingerprint,
+        fingerprint_files, created_at, calls (their number); by project then App."""
+
+    def events_of_run(self, run_id: str) -> list[Row]:
+        """Every operator event of a run (run-level and per compensation), oldest first."""
+
+    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[Row], int]:
+        """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
+        oldest first within a status; at most ``limit`` rows, and how many match in all."""

@@ -526,3 +526,78 @@ class SqliteJournal:
             "AND t.task_id IS NOT NULL AND COALESCE(t.state, '') NOT IN ('completed', 'failed', 'canceled', "
             "'rejected'))) ORDER BY r.created_at")
         return [r["run_id"] for r in rows]
+
+    # -- dashboard and list reads (R-U2, R-U8): one short read each, no JSON decoding of specs --------
+
+    _SUMMARY_COLUMNS = "run_id, workflow, workflow_path, status, eval, rerun_of, created_at, ended_at"
+
+    @staticmethod
+    def _runs_where(status: str | None, workflow: str | None) -> tuple[str, tuple[Any, ...]]:
+        where, params = [], []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        return (" WHERE " + " AND ".join(where)) if where else "", tuple(params)
+
+    def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
+                      offset: int = 0) -> list[dict[str, Any]]:
+        """Runs (summary columns only), newest first, filtered by exact status and workflow name.
+
+        Args:
+            limit: at most this many rows (None: all); offset: rows to skip (pagination).
+        """
+        where, params = self._runs_where(status, workflow)
+        sql = f"SELECT {self._SUMMARY_COLUMNS} FROM runs{where} ORDER BY created_at DESC, rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            params += (limit, offset)
+        return self._query(sql, params)
+
+    def count_runs(self, *, status: str | None = None, workflow: str | None = None) -> int:
+        """Number of runs matching the same filters as :meth:`run_summaries`."""
+        where, params = self._runs_where(status, workflow)
+        return self._query(f"SELECT COUNT(*) AS n FROM runs{where}", params)[0]["n"]
+
+    def workflow_names(self) -> list[str]:
+        """Distinct workflow names of all runs, sorted."""
+        return [r["workflow"] for r in self._query("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
+
+    def compensation_counts(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
+        """``{run_id: {status: count}}`` of compensations, for the given runs (None: every run)."""
+        if run_ids is None:
+            rows = self._query("SELECT run_id, status, COUNT(*) AS n FROM compensations GROUP BY run_id, status")
+        elif not run_ids:
+            return {}
+        else:
+            marks = ",".join("?" for _ in run_ids)
+            rows = self._query(f"SELECT run_id, status, COUNT(*) AS n FROM compensations WHERE run_id IN ({marks}) "
+                               "GROUP BY run_id, status", tuple(run_ids))
+        out: dict[str, dict[str, int]] = {}
+        for r in rows:
+            out.setdefault(r["run_id"], {})[r["status"]] = r["n"]
+        return out
+
+    def latest_app_calls(self) -> list[dict[str, Any]]:
+        """The newest operation of each (project, App): ``{project, app, kind, config, fingerprint,
+        fingerprint_files, created_at, calls}``, by project then App."""
+        return self._query("SELECT project, app, kind, config, fingerprint, fingerprint_files, MAX(created_at) "
+                           "AS created_at, COUNT(*) AS calls FROM operations GROUP BY project, app "
+                           "ORDER BY project, app")
+
+    def events_of_run(self, run_id: str) -> list[dict[str, Any]]:
+        """Every operator event of a run (run-level and per compensation), oldest first."""
+        return self._query("SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,))
+
+    _QUEUE_RANK = ("CASE status WHEN 'failed' THEN 0 WHEN 'blocked' THEN 1 WHEN 'unknown' THEN 2 WHEN 'pending' THEN 3 "
+                   "WHEN 'running' THEN 4 WHEN 'succeeded' THEN 5 ELSE 6 END")
+
+    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], int]:
+        """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
+        oldest first within a status; at most ``limit`` rows, and how many match in all."""
+        where, params = (" WHERE status = ?", (status,)) if status else ("", ())
+        rows = self._query(f"SELECT * FROM compensations{where} ORDER BY {self._QUEUE_RANK}, created_at, rowid "
+                           "LIMIT ?", (*params, limit))
+        return rows, self._query(f"SELECT COUNT(*) AS n FROM compensations{where}", params)[0]["n"]

@@ -1,0 +1,169 @@
+"""``/api/…`` returns exactly the CLI's ``--json`` (R-U7), read from a real dashboard while the CLI reads the same
+journal; and the SPEC §16 roll-up is in both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TUTORIAL = ROOT / "demo_apps" / "workflows" / "tutorial.toml"
+
+
+def test_api_equals_cli_json(ui_server, workrun) -> None:
+    r = workrun("run", TUTORIAL, "--json")
+    assert r.code == 1, r
+    run_id = r.json()["run_id"]
+    server = ui_server()
+    client = server.client()
+    shown = workrun("runs", "show", run_id, "--json")
+    assert shown.code == 0, shown
+    assert client.get(f"/api/runs/{run_id}").json() == shown.json()
+    assert client.get(f"/api/runs/{run_id[:8]}").json() == shown.json()  # a unique prefix, as the CLI
+    assert client.get("/api/runs").json() == workrun("runs", "list", "--json").json()
+    assert client.get("/api/compensations").json() == workrun("compensations", "list", "--json").json()
+    cid = shown.json()["operations"][0]["compensation"]["compensation_id"]
+    assert client.get(f"/api/compensations/{cid}").json() == workrun("compensations", "show", cid, "--json").json()
+    # the roll-up of SPEC §16
+    assert shown.json()["compensation"] == "complete"
+    assert shown.json()["compensation_counts"] == {"pending": 0, "running": 0, "succeeded": 1, "failed": 0,
+                                                   "blocked": 0, "unknown": 0, "skipped": 0}
+    assert "compensated: 1 of 1" in workrun("runs", "show", run_id).out
+    missing = client.get("/api/runs/run_nope")
+    assert missing.status_code == 404 and "no run matches" in missing.json()["error"]
+
+
+def test_runs_page_filters_and_pages(ui_server, isolated_env: Path) -> None:
+    import time
+
+    from workrun.journal import SqliteJournal
+
+    isolated_env.mkdir(mode=0o700, parents=True, exist_ok=True)
+    journal = SqliteJournal(isolated_env / "journal.sqlite3")
+    now = time.time()
+    for i in range(60):
+        journal.create_run({"run_id": f"run_{i:012d}", "workflow": "even" if i % 2 == 0 else "odd",
+                            "workflow_path": "/w.toml", "spec": {"nodes": {}}, "inputs": {}, "status": "running",
+                            "created_at": now + i}, [])
+    journal.close()
+    client = ui_server().client()
+    first = client.get("/").text
+    assert first.count('class="run-row"') == 50
+    assert first.index("run_000000000059") < first.index("run_000000000010")  # newest first
+    assert "run_000000000009" not in first and "page 1 of 2" in first
+    second = client.get("/?page=2").text
+    assert second.count('class="run-row"') == 10 and "run_000000000000" in second
+    odd = client.get("/?workflow=odd").text
+    assert odd.count('class="run-row"') == 30 and "run_000000000058" not in odd
+    assert client.get("/?status=failed").text.count('class="run-row"') == 0
+    api = client.get("/api/runs?workflow=even&limit=5").json()
+    assert [r["run_id"] for r in api] == [f"run_{i:012d}" for i in (58, 56, 54, 52, 50)]
+
+
+def test_apps_page_shows_config_and_code_changes(ui_server, workrun, marker_project, make_project,
+                                                 write_workflow) -> None:
+    wf = write_workflow("one", f"""
+        name = "one"
+        [nodes.only]
+        project = "{marker_project}"
+        app = "mark"
+    """)
+    assert workrun("run", wf).code == 0
+    other = make_project("other", """
+        [tool.workrun.apps.other]
+        kind = "process"
+        entry = "main.py"
+        [tool.workrun.apps.other.output]
+        total = { type = "integer", required = true }
+    """, {"main.py": "print('hi')\n"})
+    client = ui_server("--project", str(other)).client()
+    page = client.get("/apps").text
+    assert str(marker_project) in page and str(other) in page
+    assert "unchanged since its last call" in page and "compensate.py" in page
+    assert "total: integer (required)" in page and "never called" in page
+    (marker_project / "main.py").write_text((marker_project / "main.py").read_text() + "\n# changed\n")
+    page = client.get("/apps").text
+    assert "code changed since its last call" in page and "main.py changed" in page
+
+
+WAITER_APP = """
+[tool.workrun.apps.waiter]
+kind = "process"
+entry = "main.py"
+timeout = 300
+"""
+WAITER_MAIN = """
+import time
+from pathlib import Path
+from workrun_sdk import process
+flag = Path(process.input()["flag"])
+end = time.time() + 240
+while not flag.exists() and time.time() < end:
+    time.sleep(0.05)
+process.result({"saw": flag.exists()})
+"""
+
+
+def test_stop_then_compensate_from_the_dashboard(ui_server, marker_project, make_project, write_workflow,
+                                                 tmp_path: Path, isolated_env: Path) -> None:
+    import getpass
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    waiter = make_project("waiter", WAITER_APP, {"main.py": WAITER_MAIN})
+    wf = write_workflow("stoppable", f"""
+        name = "stoppable"
+        [nodes.first]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "first" }}
+        [nodes.hang]
+        project = "{waiter}"
+        app = "waiter"
+        needs = ["first"]
+        input = {{ flag = "{tmp_path / 'never'}" }}
+    """)
+    runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        server = ui_server()
+        client = server.client()
+        deadline = time.monotonic() + 120
+        run_id = None
+        while time.monotonic() < deadline:
+            runs = client.get("/api/runs").json()
+            if runs:
+                run_id = runs[0]["run_id"]
+                nodes = {n["node_key"]: n["status"] for n in client.get(f"/api/runs/{run_id}").json()["nodes"]}
+                if nodes["hang"] == "running":
+                    break
+            time.sleep(0.1)
+        assert run_id, "the run never started"
+        page = client.get(f"/runs/{run_id}").text
+        assert 'id="stop"' in page
+        csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        origin = {"Origin": server.base}
+        stopped = client.post(f"/actions/runs/{run_id}/stop", data={"csrf": csrf}, headers=origin)
+        assert stopped.status_code == 303, stopped.text
+        assert runner.wait(timeout=120) == 130
+        view = client.get(f"/api/runs/{run_id}").json()
+        assert view["status"] == "stopped" and view["compensation"] is None  # a stop compensates nothing (R-C9)
+        done = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf}, headers=origin)
+        assert done.status_code == 303, done.text
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and client.get(f"/api/runs/{run_id}").json()["compensation"] != "complete":
+            time.sleep(0.2)
+        view = client.get(f"/api/runs/{run_id}").json()
+        assert view["compensation"] == "complete", view
+        first = next(op for op in view["operations"] if op["node_key"] == "first")
+        assert first["compensation"]["status"] == "succeeded"
+        # the audit: both actions, by ui:<OS user>
+        db = sqlite3.connect(f"file:{isolated_env / 'journal.sqlite3'}?mode=ro", uri=True)
+        rows = db.execute("SELECT actor, action FROM events WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
+        db.close()
+        assert rows == [(f"ui:{getpass.getuser()}", "stop"), (f"ui:{getpass.getuser()}", "compensate")]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()

@@ -1,0 +1,502 @@
+"""The dashboard's routes (SPEC §13): server-rendered pages, ``/api/…`` JSON and POST actions.
+
+Pages: Runs, Run, Compensations, Tickets, Apps (R-U2). Each page's changing part is re-fetched as
+an HTML fragment (``?fragment=1``) by ``static/app.js`` every 0.5 s, so a journal commit shows
+within 1 s without a reload (R-U3). ``/api/…`` answers with the functions of :mod:`workrun.views`
+that the CLI prints with ``--json`` (R-U7). Actions run the CLI's own commands (see
+:mod:`workrun.ui.actions`, R-U4). :class:`workrun.ui.security.Guard` wraps everything (R-U5).
+
+Reads use the journal's own short queries on a WAL database: a reader never blocks the scheduler
+and the scheduler never blocks a reader (R-U8).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from workrun import views
+from workrun.errors import NotFoundError, WorkrunError
+from workrun.services import Services
+from workrun.ui import graph
+from workrun.ui.actions import ActionResult, run_action
+from workrun.ui.security import Guard, csrf_token
+
+__all__ = ["PAGE_SIZE", "QUEUE_SIZE", "create_app"]
+
+PAGE_SIZE = 50
+QUEUE_SIZE = 100  # compensations shown on the queue page (the most urgent first)
+RUN_STATUSES = ("running", "waiting", "succeeded", "failed", "stopped", "terminated")
+QUEUE_ORDER = {"failed": 0, "blocked": 1, "unknown": 2, "pending": 3, "running": 4, "succeeded": 5, "skipped": 6,
+               "resolved": 5, "terminated": 6}
+_ID = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
+
+
+def _parse_iso(value: str | None) -> float | None:
+    return datetime.fromisoformat(value).timestamp() if value else None
+
+
+def duration(started: str | None, ended: str | None) -> str:
+    """``"1.2 s"``, ``"3 min 4 s"``, ``"2 h 5 min"`` between two ISO times (until now when not ended)."""
+    a = _parse_iso(started)
+    if a is None:
+        return "-"
+    b = _parse_iso(ended) or time.time()
+    s = max(0.0, b - a)
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60)} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+
+
+def short_time(value: str | None) -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM:SS`` UTC ("-" for None)."""
+    return value[:19].replace("T", " ") if value else "-"
+
+
+def pretty(value: Any) -> str:
+    """JSON text for people (escaped by the template like any other text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def _templates() -> Environment:
+    env = Environment(loader=PackageLoader("workrun.ui", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters.update(pretty=pretty, short_time=short_time)
+    env.globals.update(duration=duration, rollup_line=views.rollup_line)
+    return env
+
+
+class Dashboard:
+    """State of one ``workrun ui`` server: the data dir, the token, flash messages, the templates.
+
+    Args:
+        data_dir: Workrun's data directory (the journal shown).
+        token: the access token.
+        port: the listening port.
+        projects: extra App project directories for the Apps page (``--project``).
+    """
+
+    def __init__(self, data_dir: Path, token: str, port: int, projects: list[Path]) -> None:
+        self.data_dir = data_dir
+        self.token = token
+        self.port = port
+        self.projects = [Path(p).resolve() for p in projects]
+        self.csrf = csrf_token(token)
+        self.env = _templates()
+        self._svc: Services | None = None
+        self._lock = threading.Lock()
+        self.flashes: dict[str, tuple[str, str]] = {}
+
+    @property
+    def journal(self) -> Any:
+        with self._lock:
+            if self._svc is None:
+                self._svc = Services(data_dir=self.data_dir, check=False)
+            return self._svc.journal
+
+    def flash(self, kind: str, text: str) -> str:
+        """Keep a message for the page shown after an action; returns its id (kept for the last 100)."""
+        key = secrets.token_hex(6)
+        self.flashes[key] = (kind, text)
+        while len(self.flashes) > 100:
+            self.flashes.pop(next(iter(self.flashes)))
+        return key
+
+    def render(self, request: Request, name: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
+        fragment = request.query_params.get("fragment") == "1"
+        flash = self.flashes.get(request.query_params.get("flash", ""))
+        html = self.env.get_template(name).render(fragment=fragment, csrf=self.csrf, flash=flash,
+                                                  path=request.url.path, **ctx)
+        return HTMLResponse(html, status_code=http_status)
+
+    def close(self) -> None:
+        if self._svc is not None:
+            self._svc.close()
+
+
+def _dash(request: Request) -> Dashboard:
+    return request.app.state.dashboard
+
+
+def _int(value: str | None, default: int, low: int = 1) -> int:
+    try:
+        return max(low, int(value)) if value is not None else default
+    except ValueError:
+        return default
+
+
+# -- pages -------------------------------------------------------------------------------------
+
+
+def runs_page(request: Request) -> Response:
+    """Runs: newest first, filter by status and workflow, 50 a page, with the compensation roll-up (R-U2)."""
+    d = _dash(request)
+    q = request.query_params
+    status = q.get("status") or None
+    status = status if status in RUN_STATUSES else None
+    workflow = q.get("workflow") or None
+    page = _int(q.get("page"), 1)
+    rows = views.runs_list(d.journal, status=status, workflow=workflow, limit=PAGE_SIZE,
+                           offset=(page - 1) * PAGE_SIZE)
+    total = d.journal.count_runs(status=status, workflow=workflow)
+    pages = max(1, -(-total // PAGE_SIZE))
+    return d.render(request, "runs.html", nav="runs", rows=rows, total=total, page=page, pages=pages,
+                    status=status, workflow=workflow, statuses=RUN_STATUSES, workflows=d.journal.workflow_names())
+
+
+def run_page(request: Request) -> Response:
+    """Run: graph, compensation order, nodes and their messages, operations, attempts, tickets (R-U2)."""
+    d = _dash(request)
+    try:
+        view = views.run_detail(d.journal, request.path_params["run_id"])
+    except NotFoundError as exc:
+        return d.render(request, "error.html", http_status=404, nav="runs", message=exc.line())
+    row = d.journal.run(view["run_id"])
+    layout = graph.layout(row.get("spec") if isinstance(row.get("spec"), dict) else None, view)
+    ops_by_node: dict[str, list[dict[str, Any]]] = {}
+    for op in view["operations"]:
+        ops_by_node.setdefault(op["node_key"] or "", []).append(op)
+    events = [{**e, "at": views.iso(e["at"])} for e in d.journal.events_of_run(view["run_id"])]
+    return d.render(request, "run.html", nav="runs", run=view, graph=layout, ops_by_node=ops_by_node,
+                    order=graph.compensation_order(view), events=events, tickets=view.get("tickets"))
+
+
+def compensations_page(request: Request) -> Response:
+    """Compensations: the operator's queue, failed / blocked / unknown / pending first (R-U2)."""
+    d = _dash(request)
+    status = request.query_params.get("status") or None
+    status = status if status in views.COMPENSATION_STATUSES else None
+    rows, total = d.journal.compensation_queue(status=status, limit=QUEUE_SIZE)
+    shown = [views.compensation_full(d.journal, c) for c in rows]
+    return d.render(request, "compensations.html", nav="compensations", rows=shown, total=total,
+                    status=status, statuses=views.COMPENSATION_STATUSES)
+
+
+def _tickets_view() -> Any:
+    return getattr(views, "tickets_list", None)  # present once manual repair (tickets) is in this version
+
+
+def tickets_page(request: Request) -> Response:
+    """Tickets: pending ones first, each with its action status (R-U2; needs the tickets feature)."""
+    d = _dash(request)
+    builder = _tickets_view()
+    rows = list(builder(d.journal)) if builder else None
+    if rows is not None:
+        def rank(t: dict[str, Any]) -> tuple[int, int, str]:
+            action = (t.get("action") or {}).get("status")
+            return (QUEUE_ORDER.get(t.get("status", ""), 9), QUEUE_ORDER.get(action or "", 9),
+                    t.get("created_at") or "")
+        rows.sort(key=rank)
+    return d.render(request, "tickets.html", nav="tickets", rows=rows)
+
+
+def apps_page(request: Request) -> Response:
+    """Apps: every project seen in the journal or given with ``--project`` (R-U2)."""
+    d = _dash(request)
+    return d.render(request, "apps.html", nav="apps", projects=apps_view(d))
+
+
+def apps_view(d: Dashboard) -> list[dict[str, Any]]:
+    """Projects with their Apps: config (entry, compensation, output contract), tools from the tool listing
+    cache, and whether the code fingerprint changed since the App's last call."""
+    from workrun.apps import diff_fingerprints, fingerprint, load_project
+
+    calls = d.journal.latest_app_calls()
+    names: list[str] = []
+    for c in calls:
+        if c["project"] not in names:
+            names.append(c["project"])
+    names += [str(p) for p in d.projects if str(p) not in names]
+    out = []
+    for name in names:
+        path = Path(name)
+        project: dict[str, Any] = {"project": name, "error": None, "apps": []}
+        last = {c["app"]: c for c in calls if c["project"] == name}
+        try:
+            specs = load_project(path)
+            now = fingerprint(path)
+        except WorkrunError as exc:
+            project["error"] = exc.line()
+            specs, now = {}, None
+        for app_name in [*specs, *[a for a in last if a not in specs]]:
+            spec = specs.get(app_name)
+            call = last.get(app_name)
+            changes = diff_fingerprints(call["fingerprint_files"] or {}, now.files) if call and now else []
+            tools = None
+            if spec is not None and spec.kind == "tool" and now is not None:
+                cache = d.data_dir / "tool-cache" / f"{now.digest}-{app_name}.json"
+                tools = json.loads(cache.read_text()) if cache.is_file() else None
+            project["apps"].append({
+                "app": app_name, "in_config": spec is not None,
+                "kind": spec.kind if spec else (call or {}).get("kind"),
+                "entry": spec.entry if spec else None,
+                "compensation": spec.compensation.model_dump() if spec and spec.compensation else None,
+                "output": {k: v.model_dump() for k, v in spec.output.items()} if spec else {},
+                "tools": tools, "fingerprint": now.digest if now else None,
+                "last_call": views.iso(call["created_at"]) if call else None, "calls": call["calls"] if call else 0,
+                "last_fingerprint": call["fingerprint"] if call else None,
+                "changed": bool(call and now and call["fingerprint"] != now.digest), "changes": changes})
+        out.append(project)
+    return out
+
+
+# -- /api: exactly the CLI's --json (R-U7) ----------------------------------------------------
+
+
+def _api_error(exc: WorkrunError) -> JSONResponse:
+    return JSONResponse({"error": exc.line()}, status_code=404 if isinstance(exc, NotFoundError) else 400)
+
+
+def api_runs(request: Request) -> Response:
+    """``workrun runs list --json`` (filters ``status``, ``workflow``, ``limit``, ``offset`` are extras)."""
+    q = request.query_params
+    limit = _int(q.get("limit"), 0, 0) or None
+    return JSONResponse(views.runs_list(_dash(request).journal, status=q.get("status") or None,
+                                        workflow=q.get("workflow") or None, limit=limit,
+                                        offset=_int(q.get("offset"), 0, 0)))
+
+
+def api_run(request: Request) -> Response:
+    """``workrun runs show RUN --json``."""
+    try:
+        return JSONResponse(views.run_detail(_dash(request).journal, request.path_params["run_id"]))
+    except WorkrunError as exc:
+        return _api_error(exc)
+
+
+def api_compensations(request: Request) -> Response:
+    """``workrun compensations list [--status S] [--run RUN] --json``."""
+    q = request.query_params
+    status = q.get("status") or None
+    if status is not None and status not in views.COMPENSATION_STATUSES:
+        return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
+    try:
+        return JSONResponse(views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None))
+    except WorkrunError as exc:
+        return _api_error(exc)
+
+
+def api_compensation(request: Request) -> Response:
+    """``workrun compensations show ID --json``."""
+    try:
+        return JSONResponse(views.compensation_detail(_dash(request).journal, request.path_params["cid"]))
+    except WorkrunError as exc:
+        return _api_error(exc)
+
+
+def api_tickets(request: Request) -> Response:
+    """``workrun tickets list [--status S] [--run RUN] --json`` (404 when this version has no tickets)."""
+    builder = _tickets_view()
+    if builder is None:
+        return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
+    q = request.query_params
+    try:
+        return JSONResponse(builder(_dash(request).journal, status=q.get("status") or None, run=q.get("run") or None))
+    except WorkrunError as exc:
+        return _api_error(exc)
+
+
+def api_ticket(request: Request) -> Response:
+    """``workrun tickets show T --json`` (404 when this version has no tickets)."""
+    one = getattr(views, "ticket_view", None)
+    if one is None:
+        return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
+    journal = _dash(request).journal
+    try:
+        return JSONResponse(one(journal, journal.ticket(request.path_params["tid"])))
+    except WorkrunError as exc:
+        return _api_error(exc)
+
+
+# -- actions (R-U4) -------------------------------------------------------------------------------
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The urlencoded form of a POST (last value of each field); the Guard has bounded its size."""
+    from urllib.parse import parse_qsl
+
+    body = (await request.body()).decode("utf-8", "replace")
+    return dict(parse_qsl(body, keep_blank_values=True))
+
+
+def _back(form: dict[str, str], default: str) -> str:
+    back = form.get("back", "")
+    return back if back.startswith("/") and not back.startswith("//") and "\\" not in back else default
+
+
+def _answer(d: Dashboard, request: Request, result: ActionResult, what: str, back: str,
+            go: str | None = None) -> Response:
+    if result.state == "busy":
+        return d.render(request, "error.html", http_status=409, nav="", message=result.line, back=back)
+    if result.state in ("refused", "error"):
+        return d.render(request, "error.html", http_status=400 if result.state == "refused" else 500, nav="",
+                        message=result.line or f"{what} failed (exit {result.code})", back=back)
+    text = {"done": f"{what}: done", "ended": f"{what}: finished (exit {result.code}); see the statuses below",
+            "running": f"{what}: started; this page follows it"}[result.state]
+    key = d.flash("ok" if result.state in ("done", "running") else "warn", text)
+    target = go or back
+    return RedirectResponse(f"{target}{'&' if '?' in target else '?'}flash={key}", status_code=303)
+
+
+def _bad(d: Dashboard, request: Request, message: str, back: str = "/") -> Response:
+    return d.render(request, "error.html", http_status=400, nav="", message=message, back=back)
+
+
+async def run_action_route(request: Request) -> Response:
+    """POST ``/actions/runs/{run_id}/{rerun|stop|compensate}``."""
+    from starlette.concurrency import run_in_threadpool
+
+    d = _dash(request)
+    rid, action = request.path_params["run_id"], request.path_params["action"]
+    form = await _form(request)
+    back = _back(form, f"/runs/{rid}")
+    if not _ID.match(rid) or action not in ("rerun", "stop", "compensate"):
+        return _bad(d, request, "unknown action or id", back)
+    wait = ["--wait"] if form.get("wait") else []
+    if action == "stop":
+        result = await run_in_threadpool(run_action, d.data_dir, ["stop", rid], scheduling=False, timeout=3.0)
+        return _answer(d, request, result, f"stop {rid}", back)
+    result = await run_in_threadpool(run_action, d.data_dir, [action, rid, *wait], scheduling=True)
+    go = None
+    if action == "rerun" and result.state in ("done", "ended", "running"):
+        go = await run_in_threadpool(_new_run, d, rid, result.started_at)
+    return _answer(d, request, result, f"{action} {rid}", back, go)
+
+
+def _new_run(d: Dashboard, old: str, since: float) -> str | None:
+    """The run started by our rerun: its audit row on the old run (written right after the new run)."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            rid = d.journal.run(old)["run_id"]
+        except NotFoundError:
+            return None
+        for e in reversed(d.journal.events_of_run(rid)):
+            if e["action"] == "rerun" and e["at"] >= since - 1 and (e["args"] or {}).get("new_run"):
+                return f"/runs/{e['args']['new_run']}"
+        time.sleep(0.1)
+    return None
+
+
+async def compensation_action_route(request: Request) -> Response:
+    """POST ``/actions/compensations/{cid}/{retry|resolve|confirm|note}``."""
+    from starlette.concurrency import run_in_threadpool
+
+    d = _dash(request)
+    cid, action = request.path_params["cid"], request.path_params["action"]
+    form = await _form(request)
+    back = _back(form, "/compensations")
+    if not _ID.match(cid) or action not in ("retry", "resolve", "confirm", "note"):
+        return _bad(d, request, "unknown action or id", back)
+    note = form.get("text", "").strip()
+    args = ["compensations", action]
+    if action == "retry":
+        args += ([cid, "--accept-code-change"] if form.get("accept_code_change") else [cid])
+        args += ["--wait"] if form.get("wait") else []
+    elif action == "resolve":
+        args += [cid] + ([f"--note={note}"] if note else [])
+    elif action == "confirm":
+        if form.get("outcome") not in ("done", "not-done"):
+            return _bad(d, request, "confirm needs done or not-done", back)
+        args += [cid, f"--{form['outcome']}"] + ([f"--note={note}"] if note else [])
+    else:
+        if not note:
+            return _bad(d, request, "a note needs text", back)
+        args += [cid, "--", note]
+    result = await run_in_threadpool(run_action, d.data_dir, args, scheduling=action == "retry")
+    return _answer(d, request, result, f"{action} {cid}", back)
+
+
+async def ticket_action_route(request: Request) -> Response:
+    """POST ``/actions/tickets/{tid}/{resume|retry|resolve|terminate|confirm|note}`` (the ``tickets`` commands)."""
+    from starlette.concurrency import run_in_threadpool
+
+    d = _dash(request)
+    tid, action = request.path_params["tid"], request.path_params["action"]
+    form = await _form(request)
+    back = _back(form, "/tickets")
+    if not _ID.match(tid) or action not in ("resume", "retry", "resolve", "terminate", "confirm", "note"):
+        return _bad(d, request, "unknown action or id", back)
+    args = ["tickets", action, tid]
+    if action == "resume" and form.get("result", "").strip():
+        args.append(f"--result={form['result'].strip()}")
+    if action == "terminate" and form.get("no_compensate"):
+        args.append("--no-compensate")
+    if action == "confirm":
+        if form.get("outcome") not in ("done", "not-done"):
+            return _bad(d, request, "confirm needs done or not-done", back)
+        args.append(f"--{form['outcome']}")
+    if action == "note":
+        if not form.get("text", "").strip():
+            return _bad(d, request, "a note needs text", back)
+        args += ["--", form["text"].strip()]
+    scheduling = action in ("resume", "retry", "terminate")
+    result = await run_in_threadpool(run_action, d.data_dir, args, scheduling=scheduling)
+    return _answer(d, request, result, f"{action} {tid}", back)
+
+
+async def list_tools_route(request: Request) -> Response:
+    """POST ``/actions/apps/tools``: list a Tool App project's tools (``workrun app list PROJECT``), which
+    fills the tool listing cache the Apps page reads."""
+    from starlette.concurrency import run_in_threadpool
+
+    d = _dash(request)
+    form = await _form(request)
+    known = {str(p) for p in d.projects} | {c["project"] for c in d.journal.latest_app_calls()}
+    project = form.get("project", "")
+    if project not in known:
+        return _bad(d, request, "unknown project", "/apps")
+    result = await run_in_threadpool(run_action, d.data_dir, ["app", "list", project, "--json"], scheduling=False,
+                                     timeout=180.0)
+    return _answer(d, request, result, "list tools", "/apps")
+
+
+def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | None = None) -> Guard:
+    """Build the dashboard as an ASGI app, wrapped in its :class:`~workrun.ui.security.Guard` (R-U5).
+
+    Args:
+        data_dir: the data directory whose journal is shown.
+        token: the access token (also derives the session cookie and the CSRF token).
+        port: the port the server listens on (Host and Origin checks).
+        projects: extra App project directories for the Apps page.
+    """
+    static = Path(__file__).with_name("static")
+    routes = [
+        Route("/", runs_page), Route("/runs/{run_id}", run_page), Route("/compensations", compensations_page),
+        Route("/tickets", tickets_page), Route("/apps", apps_page),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Route("/api/runs", api_runs), Route("/api/runs/{run_id}", api_run),
+        Route("/api/compensations", api_compensations), Route("/api/compensations/{cid}", api_compensation),
+        Route("/api/tickets", api_tickets), Route("/api/tickets/{tid}", api_ticket),
+        Route("/actions/runs/{run_id}/{action}", run_action_route, methods=["POST"]),
+        Route("/actions/compensations/{cid}/{action}", compensation_action_route, methods=["POST"]),
+        Route("/actions/tickets/{tid}/{action}", ticket_action_route, methods=["POST"]),
+        Route("/actions/apps/tools", list_tools_route, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
+    ]
+    dashboard = Dashboard(data_dir, token, port, projects or [])
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        dashboard.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.dashboard = dashboard
+    return Guard(app, token=token, port=port)
