@@ -24,6 +24,10 @@ def test_defaults_when_unset_or_empty():
     ({"WORKRUN_FAULT": "op.intent"}, "fault", ("op.intent", 1)),
     ({"WORKRUN_FAULT": "attempt.finished@3"}, "fault", ("attempt.finished", 3)),
     ({"WORKRUN_MAX_PAGES": "50"}, "max_pages", 50),
+    ({"WORKRUN_LAUNCH": "spawn"}, "launch", "spawn"),
+    ({"WORKRUN_JOURNAL": "sqlite"}, "journal_url", None),
+    ({"WORKRUN_JOURNAL": "postgresql://u@127.0.0.1:5432/w"}, "journal_url", "postgresql://u@127.0.0.1:5432/w"),
+    ({"WORKRUN_LEASE": "1"}, "lease", 1.0),
 ])
 def test_good_values(env, attr, value):
     assert getattr(current(env), attr) == value
@@ -39,6 +43,9 @@ def test_good_values(env, attr, value):
     ("WORKRUN_SNAPSHOT_MAX_BYTES", "1e9", "an integer from 1 to"),
     ("WORKRUN_FAULT", "@2", "POINT or POINT@N"),
     ("WORKRUN_MAX_PAGES", "0", "an integer from 1 to"),
+    ("WORKRUN_LAUNCH", "thread", "'fork' or 'spawn'"),
+    ("WORKRUN_JOURNAL", "mysql://x", "'sqlite' or a postgresql:// URL"),
+    ("WORKRUN_LEASE", "inf", "a number of seconds, at least 1"),
 ])
 def test_bad_values_name_the_variable_and_what_it_accepts(name, raw, accepts):
     with pytest.raises(ConfigError) as err:

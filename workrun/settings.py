@@ -37,6 +37,11 @@ class Settings:
         snapshot_max_bytes: ``WORKRUN_SNAPSHOT_MAX_BYTES``, bound on one code snapshot (default 64 MiB).
         fault: ``WORKRUN_FAULT`` (test-only crash hook), ``(point, nth)`` or None.
         max_pages: ``WORKRUN_MAX_PAGES`` (test-only full disk), journal page cap or None.
+        launch: ``WORKRUN_LAUNCH``, how App processes start: ``fork`` (a fork server) or ``spawn``;
+            None: the runner's default.
+        journal_url: ``WORKRUN_JOURNAL``, a ``postgresql://`` URL of a shared journal, or None for the
+            SQLite journal in the data directory (``sqlite``, the default).
+        lease: ``WORKRUN_LEASE``, seconds a worker's claim on a run lasts without a heartbeat (default 30).
     """
 
     home: Path | None = None
@@ -46,6 +51,9 @@ class Settings:
     snapshot_max_bytes: int = 64 * 1024 * 1024
     fault: tuple[str, int] | None = None
     max_pages: int | None = None
+    launch: str | None = None
+    journal_url: str | None = None
+    lease: float = 30.0
 
 
 def _integer(lo: int, hi: int) -> tuple[Callable[[str], int], str]:
@@ -83,6 +91,28 @@ def _fault(raw: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2) or 1)
 
 
+def _launch(raw: str) -> str:
+    if raw.strip().lower() not in ("fork", "spawn"):
+        raise ValueError
+    return raw.strip().lower()
+
+
+def _journal(raw: str) -> str | None:
+    value = raw.strip()
+    if value == "sqlite":
+        return None
+    if value.startswith(("postgresql://", "postgres://")):
+        return value
+    raise ValueError
+
+
+def _lease(raw: str) -> float:
+    value = float(raw)
+    if not 1 <= value < float("inf"):
+        raise ValueError
+    return value
+
+
 class _IsAFile(Exception):
     """Raised when ``WORKRUN_HOME`` names something that exists and is not a directory."""
 
@@ -103,6 +133,9 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "WORKRUN_SNAPSHOT_MAX_BYTES": ("snapshot_max_bytes", *_integer(1, 2**62)),
     "WORKRUN_FAULT": ("fault", _fault, "POINT or POINT@N (test-only; N from 1), e.g. op.intent@2"),
     "WORKRUN_MAX_PAGES": ("max_pages", *_integer(1, 2**31 - 1)),
+    "WORKRUN_LAUNCH": ("launch", _launch, "'fork' or 'spawn'"),
+    "WORKRUN_JOURNAL": ("journal_url", _journal, "'sqlite' or a postgresql:// URL"),
+    "WORKRUN_LEASE": ("lease", _lease, "a number of seconds, at least 1"),
 }
 
 
