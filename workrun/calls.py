@@ -41,8 +41,8 @@ def _describe_exit(outcome: Outcome, timeout: float) -> str:
         try:
             name = _signal.Signals(outcome.signal).name
         except ValueError:
-            name = str(outcome.signal)
-        return f"killed by signal {name}"
+            return f"killed by signal {outcome.signal}"
+        return f"killed by signal {outcome.signal} ({name})"
     return f"exited with code {outcome.exit_code}"
 
 
@@ -108,7 +108,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     deadline = started + app.timeout
     svc.journal.update("operations", (op_id,), "op.started", status="running", pid=proc.pid,
                        proc_start=proc_start_time(proc.pid), started_at=started, deadline=deadline)
-    outcome = wait(proc, svc.watchdog, deadline)
+    outcome = wait(proc, svc.watchdog, deadline, call_dir)
     return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
 
 
@@ -250,7 +250,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     deadline = started + float(comp["timeout"])
     svc.journal.update("attempts", (cid, number), "attempt.started", status="running", pid=proc.pid,
                        proc_start=proc_start_time(proc.pid), deadline=deadline)
-    outcome = wait(proc, svc.watchdog, deadline)
+    outcome = wait(proc, svc.watchdog, deadline, call_dir)
     return finish_attempt(svc, comp, attempt, outcome)
 
 

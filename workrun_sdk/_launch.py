@@ -103,6 +103,25 @@ def _run_app(entry: str, envelope: dict) -> int:
         return 1
 
 
+def _die_by(sig: int) -> None:
+    """End this process by signal ``sig`` (so a parent's ``waitpid`` sees what the App got), without a
+    core dump of the supervisor. SIGKILL and SIGSTOP cannot be reset to their default (EINVAL):
+    SIGKILL is sent as is. Returns only when the signal did not end the process."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):  # not a signal this process can die of (e.g. SIGSTOP): exit 128+N
+        pass
+
+
 def main(argv: list[str]) -> int:
     """Supervise one App call; return (or re-raise as a signal) the App's exit status."""
     directory = _wire.call_dir("_launch")
@@ -130,8 +149,7 @@ def main(argv: list[str]) -> int:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         _wire.write_json_atomic(os.path.join(directory, "exit.json"), {"v": _wire.VERSION, "exit_code": None, "signal": sig})
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        _die_by(sig)
         return 128 + sig
     code = os.waitstatus_to_exitcode(status)
     _wire.write_json_atomic(os.path.join(directory, "exit.json"), {"v": _wire.VERSION, "exit_code": code, "signal": None})

@@ -46,7 +46,7 @@ def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]
     envelope = {"kind": "tool", "input": {}, "context": None, "tool": None}
     try:
         proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
-        outcome = wait(proc, svc.watchdog, time.time() + min(app.timeout, DISCOVERY_TIMEOUT))
+        outcome = wait(proc, svc.watchdog, time.time() + min(app.timeout, DISCOVERY_TIMEOUT), call_dir)
         got = collect(call_dir)
     finally:
         shutil.rmtree(call_dir, ignore_errors=True)

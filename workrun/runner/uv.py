@@ -398,8 +398,12 @@ class Watchdog:
                         self._kill(pid, flags, "timed_out")
 
 
-def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float) -> Outcome:
-    """Wait for a spawned process; the watchdog ends it at ``deadline`` (epoch seconds) or on stop."""
+def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float, call_dir: Path | None = None) -> Outcome:
+    """Wait for a spawned process; the watchdog ends it at ``deadline`` (epoch seconds) or on stop.
+
+    The launcher's exit record in ``call_dir`` (the App's own exit code or signal) wins over the
+    launcher process's status (SPEC §17: an App ended by a signal is recorded with that signal).
+    """
     flags = watchdog.watch(proc.pid, deadline)
     try:
         code = proc.wait()
@@ -408,6 +412,10 @@ def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float) -> 
     if flags["killing"]:
         # the leader is gone, but members of its group that ignore SIGTERM may not be: end them all now
         kill_group(proc.pid, watchdog.grace)
+    record = _read_exit(call_dir) if call_dir is not None else None
+    if record is not None:
+        record.timed_out, record.stopped = flags["timed_out"], flags["stopped"]
+        return record
     return Outcome(exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                    timed_out=flags["timed_out"], stopped=flags["stopped"])
 
