@@ -101,7 +101,8 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
-        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
+        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir, grace=svc.grace,
+                     servers=svc.fork_servers, warm=(str(project / app.entry), fp.digest) if app.warm else None)
     except OSError as exc:
         return _failed_before_start(svc, op_id, call_dir, f"cannot start the App process: {exc}")
     started = svc.now()
@@ -144,8 +145,8 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     if outcome.not_started:
         fields.update(status="failed", error="not started: the runner stopped before the App process began")
     elif outcome.unknown:
-        fields.update(status="unknown", error="outcome unknown: the App process ended while the runner was down "
-                      "and left no exit record; verify outside before re-running")
+        fields.update(status="unknown", error="outcome unknown: the App process ended without an exit record (the runner "
+                      "or the call's supervisor was killed); verify outside before re-running")
     elif outcome.exit_code == 0 and not outcome.stopped and not outcome.timed_out:
         assert got is not None
         problem = got.error or check_contract(got.result if got.result is not None else {}, config.output)
@@ -242,7 +243,8 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
     attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
     try:
-        proc = spawn(python, source, source / config.compensation.entry, call_dir, envelope, svc.sdk_dir)
+        proc = spawn(python, source, source / config.compensation.entry, call_dir, envelope, svc.sdk_dir,
+                     grace=svc.grace, servers=svc.fork_servers)
     except OSError as exc:
         _claim_never_started(call_dir)
         return finish_attempt(svc, comp, attempt, Outcome(exit_code=None, not_started=True),
@@ -283,7 +285,7 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
         a.update(status="stopped", error="stopped by the user")
         c.update(status="pending", reason=f"attempt {number} was stopped by the user; `workrun resume` continues")
     elif outcome.unknown:
-        a.update(status="unknown", error="in flight when the runner died; no exit record")
+        a.update(status="unknown", error="no exit record: in flight when the runner or its supervisor died")
         if comp["idempotent"]:
             c.update(status="pending", reason=f"attempt {number} outcome unknown; re-sent because the entry is "
                      "idempotent")

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from workrun.journal import Journal
 from workrun.paths import data_dir as default_data_dir
+from workrun.runner.forkserver import ForkServers, launch_mode
 from workrun.runner.uv import EnvManager, Watchdog, sdk_path
 
 __all__ = ["Reporter", "Services", "new_id"]
@@ -66,6 +67,8 @@ class Services:
         self.envs = EnvManager(self.data_dir)
         self.concurrency = max(1, int(_env_float("WORKRUN_CONCURRENCY", 4)))
         self.grace = _env_float("WORKRUN_GRACE", 5.0)
+        self.launch = launch_mode()  # R-P1: "fork" (Linux default) or "spawn"; raises UsageError (exit 2)
+        self._fork_servers: ForkServers | None = None
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.interactive = False
@@ -83,6 +86,15 @@ class Services:
         if self._watchdog is None:
             self._watchdog = Watchdog(grace=self.grace)
         return self._watchdog
+
+    @property
+    def fork_servers(self) -> ForkServers | None:
+        """The fork servers calls start from (``WORKRUN_LAUNCH=fork``), or None to spawn (R-P1)."""
+        if self.launch != "fork":
+            return None
+        if self._fork_servers is None:
+            self._fork_servers = ForkServers()
+        return self._fork_servers
 
     @property
     def sdk_dir(self) -> Path:
@@ -131,7 +143,10 @@ class Services:
         return time.time()
 
     def close(self) -> None:
-        """Close the journal."""
+        """End the fork servers (calls in flight go on) and close the journal."""
+        if self._fork_servers is not None:
+            self._fork_servers.close()
+            self._fork_servers = None
         if self._journal is not None:
             self._journal.close()
             self._journal = None

@@ -127,3 +127,125 @@ def test_app_killed_by_signal_is_recorded_with_that_signal(workrun, write_workfl
     assert b["error"].startswith(f"killed by signal {number} ({how})"), b["error"]
     assert "Traceback" not in b["stderr_tail"] and "_launch" not in b["stderr_tail"], b["stderr_tail"]
     assert [o["node_key"] for o in view["operations"]] == ["a", "b"]
+def _daemon(pids: Path) -> int:
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        if pids.exists() and pids.read_text().strip():
+            return int(pids.read_text())
+        time.sleep(0.05)
+    raise AssertionError("the App never reported its daemon's pid")
+
+
+def _gone(pid: int, within: float = 15.0) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _escape_workflow(write_workflow, procs: Path, pids: Path, mode: str) -> Path:
+    return write_workflow("escape", f"""
+        [nodes.e]
+        project = "{procs}"
+        app = "escape"
+        input = {{ mode = "{mode}", pids = "{pids}" }}
+    """)
+
+
+def test_escaped_daemon_is_ended_after_normal_exit(workrun, write_workflow, procs, launcher, tmp_path):
+    """SPEC §17: a call owns every process it starts, also one that left by setsid + double fork."""
+    pids = tmp_path / "daemon.pid"
+    res = workrun("run", _escape_workflow(write_workflow, procs, pids, "exit"), "--json")
+    assert res.code == 0, res
+    daemon = int(pids.read_text())
+    (op,) = res.json()["operations"]
+    assert op["result"] == {"daemon": daemon}
+    assert not alive(daemon), f"escaped daemon {daemon} outlived its call"
+
+
+def test_escaped_daemon_is_ended_after_timeout(workrun, write_workflow, procs, launcher, tmp_path):
+    pids = tmp_path / "daemon.pid"
+    res = workrun("run", _escape_workflow(write_workflow, procs, pids, "hang"), "--json")
+    assert res.code == 1, res
+    (op,) = res.json()["operations"]
+    assert op["status"] == "failed" and op["error"].startswith("timed out after 3 s"), op
+    daemon = int(pids.read_text())
+    assert not alive(daemon), f"escaped daemon {daemon} outlived its timed-out call"
+
+
+def test_escaped_daemon_is_ended_after_stop(workrun, write_workflow, procs, launcher, tmp_path):
+    import subprocess
+    import sys
+
+    pids = tmp_path / "daemon.pid"
+    wf = write_workflow("escape", f"""
+        [nodes.e]
+        project = "{procs}"
+        app = "escape_long"
+        input = {{ mode = "hang", pids = "{pids}" }}
+    """)
+    runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        daemon = _daemon(pids)
+        runs = workrun("runs", "list", "--json").json()
+        res = workrun("stop", runs[0]["run_id"])
+        assert res.code == 0, res
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == 130, (out, err)
+    assert _gone(daemon), f"escaped daemon {daemon} outlived its stopped call"
+
+
+def test_escaped_daemon_is_ended_when_runner_was_killed(workrun, write_workflow, procs, launcher, tmp_path):
+    """Kill -9 of the runner: the call still runs to its end (R-R3), and then its daemon is ended."""
+    pids = tmp_path / "daemon.pid"
+    wf = _escape_workflow(write_workflow, procs, pids, "exit")
+    res = workrun("run", wf, "--json", env={"WORKRUN_FAULT": "op.started"})
+    assert res.code == -signal.SIGKILL, res
+    daemon = _daemon(pids)
+    assert _gone(daemon), f"escaped daemon {daemon} outlived its call after the runner died"
+    res = workrun("resume", "--json")
+    assert res.code == 0, res
+    (run,) = res.json()["runs"]
+    (op,) = run["operations"]
+    assert op["status"] == "succeeded" and op["result"] == {"daemon": daemon}, op
+
+
+WHO = """
+import os, sys
+from workrun_sdk import process
+supervisor = os.getppid()
+with open(f"/proc/{supervisor}/stat") as fh:
+    server = int(fh.read().rsplit(")", 1)[1].split()[1])
+with open(f"/proc/{server}/cmdline", "rb") as fh:
+    parent = fh.read().split(b"\\0")
+process.result({
+    "parent": [os.path.basename(p.decode()) for p in parent if p.endswith(b".py")],
+    "in_supervisor_group": os.getsid(0) == supervisor and os.getpgid(0) == supervisor,
+    "cwd": os.getcwd(), "path0": sys.path[0], "argv": sys.argv, "name": __name__,
+    "stdin": sys.stdin.read(), "env": os.environ.get("WHO_MARK"), "call_dir": "WORKRUN_CALL_DIR" in os.environ,
+})
+print("to stdout")
+"""
+
+
+def test_a_forked_call_is_like_a_spawned_one(workrun, write_workflow, make_project, launcher):
+    """R-P1: same session/group, cwd, sys.path[0], argv, __main__, stdin, environment; by the launcher asked."""
+    project = make_project("who", '[tool.workrun.apps.who]\nentry = "who.py"\n', {"who.py": WHO})
+    wf = write_workflow("who", f'[nodes.w]\nproject = "{project}"\napp = "who"\n')
+    res = workrun("run", wf, "--json", env={"WHO_MARK": "seen"})
+    assert res.code == 0, res
+    (op,) = res.json()["operations"]
+    got = op["result"]
+    assert got["parent"] == (["_forkserver.py"] if launcher == "fork" else []), got
+    assert got["in_supervisor_group"] is True  # the supervisor leads the call's session and group
+    assert got["cwd"] == str(project) and got["path0"] == str(project)
+    assert got["argv"] == [str(project / "who.py")] and got["name"] == "__main__"
+    assert got["stdin"] == "" and got["env"] == "seen" and got["call_dir"] is True
+    assert op["stdout_tail"] == "to stdout\n"

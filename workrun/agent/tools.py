@@ -45,7 +45,8 @@ def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]
     call_dir = svc.call_dir(new_id("discover"))
     envelope = {"kind": "tool", "input": {}, "context": None, "tool": None}
     try:
-        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
+        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir, grace=svc.grace,
+                     servers=svc.fork_servers)
         outcome = wait(proc, svc.watchdog, time.time() + min(app.timeout, DISCOVERY_TIMEOUT), call_dir)
         got = collect(call_dir)
     finally:

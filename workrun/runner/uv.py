@@ -29,6 +29,7 @@ from typing import Any
 from filelock import FileLock
 
 from workrun.errors import EnvironmentUnavailableError
+from workrun.runner.forkserver import ForkedProcess, ForkServers
 from workrun_sdk import _wire
 
 __all__ = [
@@ -210,12 +211,17 @@ def _alive(pid: int, start: str | None) -> bool:
 
 
 def kill_group(pgid: int, grace: float) -> None:
-    """SIGTERM the process group, wait ``grace`` seconds for it to go, then SIGKILL it (R-A7, R-C9)."""
+    """SIGTERM the process group, wait for it to go, then SIGKILL it (R-A7, R-C9).
+
+    The group's leader is the call's supervisor: on SIGTERM it ends every descendant itself
+    (also those that left the group), SIGKILLing what is alive after ``grace`` seconds, and exits.
+    The group gets SIGKILL from here only when it is still there 2 s after that.
+    """
     try:
         os.killpg(pgid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         return
-    end = time.monotonic() + grace
+    end = time.monotonic() + grace + 2.0
     while time.monotonic() < end:
         try:
             os.killpg(pgid, 0)
@@ -317,8 +323,9 @@ def collect(call_dir: Path) -> Collected:
 
 
 def spawn(venv_python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any],
-          sdk_dir: Path) -> subprocess.Popen[bytes]:
-    """Start one App process in its own process group (R-A7).
+          sdk_dir: Path, *, grace: float = 5.0, servers: ForkServers | None = None,
+          warm: tuple[str, str] | None = None) -> subprocess.Popen[bytes] | ForkedProcess:
+    """Start one App process in its own process group (R-A7), by fork server or by spawn (R-P1).
 
     Args:
         venv_python: the App environment's python (from :class:`EnvManager`).
@@ -327,11 +334,17 @@ def spawn(venv_python: str, project: Path, entry: Path, call_dir: Path, envelope
         call_dir: an existing, empty call directory; ``input.json`` is written here.
         envelope: the input envelope (``kind``, ``input``, ``context``, ``tool``).
         sdk_dir: from :func:`sdk_path`.
+        grace: seconds the supervisor gives descendants between SIGTERM and SIGKILL.
+        servers: the runner's fork servers (``WORKRUN_LAUNCH=fork``), or None to spawn.
+        warm: ``(module path, fingerprint)`` of a ``warm = true`` Tool App (loaded in its server).
 
     Raises:
-        OSError: when the process cannot be started.
+        OSError: when the process cannot be started (:class:`ForkServerError` by fork server).
     """
-    _wire.write_json_atomic(call_dir / "input.json", {"v": _wire.VERSION, **envelope})
+    _wire.write_json_atomic(call_dir / "input.json", {"v": _wire.VERSION, "grace": grace, **envelope})
+    if servers is not None:
+        return servers.start(venv_python, sdk_dir, project, entry, call_dir,
+                             app_environment(venv_python, sdk_dir, call_dir), warm)
     with open(call_dir / "stdout", "wb") as out, open(call_dir / "stderr", "wb") as err:
         return subprocess.Popen(
             [venv_python, str(sdk_dir / "workrun_sdk" / "_launch.py"), str(entry)],
@@ -398,11 +411,14 @@ class Watchdog:
                         self._kill(pid, flags, "timed_out")
 
 
-def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float, call_dir: Path | None = None) -> Outcome:
-    """Wait for a spawned process; the watchdog ends it at ``deadline`` (epoch seconds) or on stop.
+def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, deadline: float,
+         call_dir: Path | None = None) -> Outcome:
+    """Wait for a call's supervisor; the watchdog ends its group at ``deadline`` (epoch seconds) or on stop.
 
-    The launcher's exit record in ``call_dir`` (the App's own exit code or signal) wins over the
-    launcher process's status (SPEC §17: an App ended by a signal is recorded with that signal).
+    The supervisor's exit record in ``call_dir`` (the App's own exit code or signal) wins over the
+    supervisor process's status (SPEC §17: an App ended by a signal is recorded with that signal).
+    A supervisor gone without a record (killed) leaves the outcome unknown (R-R3); what is left of
+    its group is ended.
     """
     flags = watchdog.watch(proc.pid, deadline)
     try:
@@ -416,6 +432,9 @@ def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float, cal
     if record is not None:
         record.timed_out, record.stopped = flags["timed_out"], flags["stopped"]
         return record
+    if code is None or (code < 0 and call_dir is not None and (call_dir / "claim").is_file()):
+        kill_group(proc.pid, watchdog.grace)  # the supervisor was killed: its App is unsupervised
+        return Outcome(unknown=True, timed_out=flags["timed_out"], stopped=flags["stopped"])
     return Outcome(exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                    timed_out=flags["timed_out"], stopped=flags["stopped"])
 
