@@ -236,6 +236,8 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
         os._exit(75)
     envelope = _wire.read_envelope(os.path.join(directory, "input.json"))
     grace = float(envelope.get("grace") or 5.0)
+    if not hasattr(signal, "sigtimedwait"):  # macOS and others: wait for the App alone (no subreaper there)
+        _supervise_plain(directory, entry, args, envelope)
     become_subreaper()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE)
     _flush()
@@ -250,11 +252,7 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
 
     def record(st: int) -> None:
         recorded.append(st)
-        if os.WIFSIGNALED(st):
-            data = {"v": _wire.VERSION, "exit_code": None, "signal": os.WTERMSIG(st)}
-        else:
-            data = {"v": _wire.VERSION, "exit_code": os.waitstatus_to_exitcode(st), "signal": None}
-        _wire.write_json_atomic(os.path.join(directory, "exit.json"), data)
+        _record(directory, st)
 
     terminate = False
     while not status:
@@ -272,12 +270,44 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
     _end_all(app, status, grace, skip_group=terminate, on_app_end=record)
     if not recorded:  # cannot happen (the App is our child), but never exit without a record
         raise SystemExit("workrun: the App process vanished without a status")
-    st = recorded[0]
+    _exit_as(recorded[0])
+
+
+def _record(directory: str, st: int) -> None:
+    if os.WIFSIGNALED(st):
+        data = {"v": _wire.VERSION, "exit_code": None, "signal": os.WTERMSIG(st)}
+    else:
+        data = {"v": _wire.VERSION, "exit_code": os.waitstatus_to_exitcode(st), "signal": None}
+    _wire.write_json_atomic(os.path.join(directory, "exit.json"), data)
+
+
+def _exit_as(st: int) -> NoReturn:
     _flush()
     if os.WIFSIGNALED(st):
         _die_by(os.WTERMSIG(st))
         os._exit(128 + os.WTERMSIG(st))
     os._exit(os.waitstatus_to_exitcode(st))
+
+
+def _supervise_plain(directory: str, entry: str, args: list[str], envelope: dict[str, Any]) -> NoReturn:
+    """Where the platform has no ``sigtimedwait`` (not Linux): fork the App, ignore SIGTERM/SIGINT/SIGHUP
+    (they reach the App through the group), wait, record, exit the same way. No subreaper."""
+    _flush()
+    app = os.fork()
+    if app == 0:
+        sys.argv = [entry, *args]
+        sys.path[0] = os.path.dirname(entry)
+        _exit_like_python(run_app(entry, envelope))
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, st = os.waitpid(app, 0)
+            break
+        except InterruptedError:
+            continue
+    _record(directory, st)
+    _exit_as(st)
 
 
 def _die_by(sig: int) -> None:

@@ -180,11 +180,18 @@ class _Server:
             self.proc.wait()
 
 
+_STAMPED: dict[str, list[str]] = {}
+
+
 def _env_state(python: str) -> tuple[int, ...]:
     """mtimes (ns) of the venv's python and site-packages: a sync that changes packages changes them."""
-    venv = Path(python).parent.parent
+    paths = _STAMPED.get(python)
+    if paths is None:
+        venv = Path(python).parent.parent
+        paths = [python, str(venv / "pyvenv.cfg"), *sorted(glob.glob(str(venv / "lib" / "python*" / "site-packages")))]
+        _STAMPED[python] = paths
     stamps = []
-    for path in [python, str(venv / "pyvenv.cfg"), *sorted(glob.glob(str(venv / "lib" / "python*" / "site-packages")))]:
+    for path in paths:
         try:
             stamps.append(os.stat(path).st_mtime_ns)
         except OSError:

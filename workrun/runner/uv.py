@@ -3,12 +3,14 @@
 - :class:`EnvManager` syncs each project's environment with ``uv sync --locked``
   once per (project, lock) and reuses it; ``uv.lock`` is never rewritten.
   A file lock per project keeps concurrent calls from racing on ``.venv``.
-- :func:`spawn` starts ``<project>/.venv/bin/python <sdk>/workrun_sdk/_launch.py ENTRY``
-  in its own session (process group), with a clean environment, stdin from
-  /dev/null and stdout/stderr to files in the call directory (so the App
-  survives the runner dying, R-R3). The launcher is the SDK's own module.
-- :class:`Watchdog` kills process groups at their deadline or on stop
-  (SIGTERM, grace period, SIGKILL).
+- :func:`spawn` starts a call's supervisor (``workrun_sdk/_supervise.py``) in its own
+  session (process group), with a clean environment, stdin from /dev/null and
+  stdout/stderr to files in the call directory (so the App survives the runner
+  dying, R-R3): forked by the environment's fork server (``WORKRUN_LAUNCH=fork``,
+  :mod:`workrun.runner.forkserver`, R-P1) or as
+  ``<project>/.venv/bin/python <sdk>/workrun_sdk/_launch.py ENTRY`` (``spawn``).
+- :class:`Watchdog` ends process groups at their deadline or on stop
+  (SIGTERM; the supervisor ends every descendant, SIGKILL after the grace period).
 - :func:`recover` decides the outcome of a process a dead runner left behind.
 """
 
