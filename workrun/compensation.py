@@ -5,7 +5,7 @@ transaction that marks the run ``failed`` (so every succeeded call has a
 committed record before any compensation starts). :func:`compensate_run`
 then runs them in reverse dependency order, independent ones concurrently
 (bounded by ``Services.concurrency``), using :mod:`workrun.planning` for the
-order and hold-back, and :func:`workrun.calls.run_attempt` for each attempt.
+order and hold-back, and :func:`workrun.operations.run_attempt` for each attempt.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from workrun.calls import Attempted, run_attempt
+from workrun.operations import Attempted, run_attempt
 from workrun.models import AppSpec
 from workrun.outcomes import Failure, brief
 from workrun.planning import Item, plan

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from workrun.apps import load_app
-from workrun.calls import call_app
+from workrun.backoff import backoff_delay
+from workrun.operations import call_app
 from workrun.compensation import plan_records
 from workrun.errors import ConfigError
 from workrun.models import NodeSpec, WorkflowSpec
@@ -143,9 +144,9 @@ class Engine:
             if _counts(op):
                 used += 1
             if used < attempts and policy.retry:
-                delay = policy.retry.backoff * (2 ** (used - 1))
+                delay = backoff_delay(policy.retry.backoff, used)
                 svc.say(run_id, node.key, "warning",
-                        f"retrying (call {used + 1} of {attempts}) in {delay:g} s (on_failure = retry)")
+                        f"retrying (call {used + 1} of {attempts}) in {delay:.2g} s (on_failure = retry)")
                 if svc.stop_event.wait(delay):
                     return NodeOutcome("stopped", error="stopped by the user")
         return NodeOutcome("failed", error=error)

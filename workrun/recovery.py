@@ -21,10 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from workrun.calls import finish_attempt, finish_operation
+from workrun.operations import finish_attempt, finish_operation
 from workrun.compensation import compensate_run, plan_records
 from workrun.engine import Engine
-from workrun.runner.uv import recover
 from workrun.services import Services
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
@@ -35,7 +34,7 @@ def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
     settled = []
     for op in svc.journal.operations_in_flight(run_id):
-        outcome = recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"], svc.grace)
+        outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         row = finish_operation(svc, op, outcome)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
@@ -49,8 +48,8 @@ def recover_attempts(svc: Services, run_id: str) -> None:
     """Settle compensation attempts that were in flight when the runner died."""
     for attempt in svc.journal.attempts_in_flight(run_id):
         comp = svc.journal.compensation(attempt["compensation_id"])
-        outcome = recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]), attempt["deadline"],
-                          svc.grace)
+        outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
+                                     attempt["deadline"])
         after = finish_attempt(svc, comp, attempt, outcome)
         svc.say(run_id, comp["node_key"], "warning",
                 f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "
@@ -138,28 +137,8 @@ def stop_orphaned_run(svc: Services, run_id: str) -> str:
     Its live App process groups are ended (SIGTERM, grace, SIGKILL); a call that had
     already finished keeps its recorded outcome; the run becomes ``stopped``.
     """
-    from workrun.runner.uv import Outcome, _alive, _read_exit, kill_group
-
     for op in svc.journal.operations_in_flight(run_id):
-        call_dir = Path(op["call_dir"])
-        pid = op["pid"]
-        if pid is None:
-            outcome = recover(None, None, call_dir, op["deadline"], svc.grace, claim_wait=0.5)
-            if outcome.not_started:
-                finish_operation(svc, op, outcome)
-                continue
-            pid = int((call_dir / "claim").read_text().split()[1])
-        was_alive = _alive(pid, op["proc_start"] if op["pid"] else None)
-        if was_alive:
-            kill_group(pid, svc.grace)
-        record = _read_exit(call_dir)
-        if was_alive:
-            outcome = Outcome(stopped=True, exit_code=record.exit_code if record else None,
-                              signal=record.signal if record else None)
-        else:
-            outcome = record or Outcome(unknown=True)
+        outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         finish_operation(svc, op, outcome)
     svc.request_stop()
-    from workrun.engine import Engine
-
     return Engine(svc).finish(run_id, None)

@@ -2,7 +2,7 @@
 
 ``python <sdk>/workrun_sdk/_forkserver.py REQUEST_FD REPLY_FD [WARM_ENTRY]`` is
 started by the runner in the App's environment (its venv python, the clean
-environment of :func:`workrun.runner.uv.app_environment` without a call
+environment of :func:`workrun.runner.env.app_environment` without a call
 directory). It loads the interpreter and the whole SDK once (and, with
 ``WARM_ENTRY``, a Tool App's module: ``warm = true``), then serves requests
 one at a time, single-threaded, over two pipes:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from workrun.runner.forkserver import ForkServers
-from workrun.runner.uv import EnvManager, app_environment, sdk_path
+from workrun.runner.env import EnvManager, app_environment, sdk_path
 
 TOOLS_APP = """
 [tool.workrun.apps.tools]

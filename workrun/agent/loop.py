@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from workrun.apps import load_app
-from workrun.calls import call_app
+from workrun.operations import call_app
 from workrun.errors import ConfigError, WorkrunError
 from workrun.models import AppSpec, NodeSpec
 from workrun.services import Services
@@ -81,23 +81,17 @@ _ASKING = threading.Lock()  # agent nodes run in parallel threads: one question 
 def _confirm(svc: Services, app: AppSpec, tool: str, args: dict[str, Any]) -> str | None:
     """Return None when the call may go ahead, else why not (normal calls only; never compensation, R-C5).
 
-    ``confirm = "always"`` asks on the terminal (``svc.interactive``), is approved by ``--yes``
-    (``svc.assume_yes``), and otherwise refuses with a message that says so.
+    ``confirm = "always"`` asks the person through ``svc.confirm`` (set by the CLI when there is a terminal),
+    is approved by ``--yes`` (``svc.assume_yes``), and otherwise refuses with a message that says so.
     """
     policy = app.tools.get(tool)
     if policy is None or policy.confirm != "always" or svc.assume_yes:
         return None
-    if not svc.interactive:
+    if svc.confirm is None:
         return (f"tool {tool!r} of App {app.name!r} asks for confirmation (confirm = \"always\") and there is no "
                 "terminal; pass --yes to approve")
-    import click
-
     with _ASKING:
-        try:
-            approved = click.confirm(f"Call tool {tool!r} of App {app.name!r} with {json.dumps(args)}?",
-                                     default=False)
-        except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
-            approved = False
+        approved = svc.confirm(f"Call tool {tool!r} of App {app.name!r} with {json.dumps(args)}?")
     return None if approved else f"tool call {tool!r} was declined on the terminal"
 
 

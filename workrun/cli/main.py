@@ -25,7 +25,7 @@ from workrun import __version__
 from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
-from workrun.cli.common import EXIT, JsonOpt, WaitOpt, reading, scheduling
+from workrun.cli.common import EXIT, JsonOpt, WaitOpt, ask, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.views import run_view
@@ -88,7 +88,7 @@ def run(
     spec, inputs = load_workflow(workflow, parse_inputs(input))
     with scheduling(json_mode, wait) as svc:
         svc.assume_yes = yes
-        svc.interactive = sys.stdin.isatty() and not json_mode
+        svc.confirm = ask if sys.stdin.isatty() and not json_mode else None
         run_id = create_run(svc, spec, inputs, eval_run=eval_run)
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started" + (" (evaluation run)" if eval_run else ""))
         drive(svc, run_id)
@@ -119,7 +119,7 @@ def rerun(
         spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
     with scheduling(json_mode, wait) as svc:
         svc.assume_yes = yes
-        svc.interactive = sys.stdin.isatty() and not json_mode
+        svc.confirm = ask if sys.stdin.isatty() and not json_mode else None
         new_id = create_run(svc, spec, inputs, eval_run=bool(old["eval"]), rerun_of=old["run_id"])
         svc.say(new_id, None, "info", f"run {new_id} of {spec.name} started (re-run of {old['run_id']})"
                 + ("" if path.is_file() else f"; {path} is gone, so the recorded workflow is used"))

@@ -80,7 +80,7 @@ def _running(pid: int, start: str | None) -> bool:
 
 
 class ForkedProcess:
-    """A supervisor forked by a fork server: what :func:`workrun.runner.uv.wait` needs of a process.
+    """A supervisor forked by a fork server: what :func:`workrun.runner.process.wait` needs of a process.
 
     Attributes:
         pid: the supervisor's pid (leader of the call's session and process group).
