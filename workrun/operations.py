@@ -6,7 +6,9 @@ Order of writes for a call (each committed before the next step):
 Attempts follow the same shape: ``attempt.intent`` -> ``attempt.started`` ->
 ``attempt.finished`` (which also sets the compensation's status).
 The outcome functions (:func:`finish_operation`, :func:`finish_attempt`) are
-shared by live calls and by recovery after a restart, so both decide alike.
+shared by live calls and by recovery after a restart (:func:`settle_operations`),
+so both decide alike. Processes are run through ``svc.runner`` (an
+:class:`~workrun.runner.base.AppRunner`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "call_app",
     "finish_attempt",
     "finish_operation",
+    "settle_operations",
     "run_attempt",
 ]
 
@@ -164,6 +167,27 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     return svc.journal.operation(op["operation_id"])
 
 
+def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
+    """Settle the in-flight operations of a run (of standalone calls when ``run_id`` is None) after a restart.
+
+    Each is decided by :meth:`~workrun.runner.base.AppRunner.recover` and journaled by
+    :func:`finish_operation`, exactly as a live call would be (R-R1, R-R3).
+
+    Returns:
+        The operation rows afterwards.
+    """
+    settled = []
+    for op in svc.journal.operations_in_flight(run_id):
+        outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
+        row = finish_operation(svc, op, outcome)
+        if run_id:
+            svc.say(run_id, op["node_key"], "warning",
+                    f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
+                    f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
+        settled.append(row)
+    return settled
+
+
 def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:
     """Dependencies an App recorded with ``process.depends_on``: kept only when they are earlier
     succeeded calls of the same run (so the call graph stays acyclic)."""
@@ -284,7 +308,8 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     elif failure is Failure.UNKNOWN:
         status, what = "unknown", "no exit record: in flight when the runner or its supervisor died"
         if comp["idempotent"]:
-            comp_status, reason = "pending", f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
+            comp_status = "pending"
+            reason = f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
         else:
             comp_status = "unknown"
             reason = (f"attempt {number} was in flight when the runner died and its outcome cannot be established: "

@@ -18,12 +18,14 @@ A compensation whose success is saved is never run again (R-R2): only
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workrun.operations import finish_attempt, finish_operation
 from workrun.compensation import compensate_run, plan_records
 from workrun.engine import Engine
+from workrun.nodes import NodeExecutor, default_executors
+from workrun.operations import finish_attempt, finish_operation, settle_operations
 from workrun.services import Services
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
@@ -32,16 +34,7 @@ __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "rec
 
 def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
-    settled = []
-    for op in svc.journal.operations_in_flight(run_id):
-        outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
-        row = finish_operation(svc, op, outcome)
-        if run_id:
-            svc.say(run_id, op["node_key"], "warning",
-                    f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
-                    f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
-        settled.append(row)
-    return settled
+    return settle_operations(svc, run_id)
 
 
 def recover_attempts(svc: Services, run_id: str) -> None:
@@ -75,23 +68,25 @@ def ensure_planned(svc: Services, run: dict[str, Any]) -> None:
             svc.journal.plan_compensations(records)
 
 
-def drive(svc: Services, run_id: str) -> str:
+def drive(svc: Services, run_id: str, executors: Mapping[str, NodeExecutor] | None = None) -> str:
     """Take one run as far as it can go now: nodes, then compensation; return the run's status.
+
+    Args:
+        executors: ``{kind: executor}`` (default: :func:`workrun.nodes.default_executors`).
 
     Raises:
         JournalError: when the journal cannot be written (everything stays resumable).
     """
-    status = Engine(svc).execute(run_id)
+    engine = Engine(svc, executors if executors is not None else default_executors())
+    status = engine.execute(run_id)
     if svc.stopping():
-        return svc.journal.run(run_id)["status"]
+        return str(svc.journal.run(run_id)["status"])
     run = svc.journal.run(run_id)
     if status in ("failed", "stopped"):
-        from workrun.remote import cancel_open_tasks
-
-        cancel_open_tasks(svc, run_id)  # a run that ended while the runner was down (R-C10); sent at most once
+        engine.after_run(run_id)  # a run that ended while the runner was down (R-C10): a cancel is sent at most once
     if status in ("failed", "stopped") and not run["eval"]:
         compensate_now(svc, run_id)
-    return svc.journal.run(run_id)["status"]
+    return str(svc.journal.run(run_id)["status"])
 
 
 def compensate_now(svc: Services, run_id: str) -> None:
@@ -115,23 +110,24 @@ def _runs_with_attempts_in_flight(svc: Services) -> list[str]:
     return [c["run_id"] for c in svc.journal.list_compensations("running")]
 
 
-def resume_all(svc: Services) -> list[str]:
+def resume_all(svc: Services, executors: Mapping[str, NodeExecutor] | None = None) -> list[str]:
     """Continue every unfinished run and compensation in the data dir; return the run ids handled (R-R1).
 
     Standalone calls in flight are settled too (their record only; never compensated).
     """
-    recover_operations(svc, None)
+    executors = executors if executors is not None else default_executors()
+    settle_operations(svc, None)
     handled = []
     for run_id in unfinished_runs(svc):
         if svc.stopping():
             break
         svc.say(run_id, None, "info", f"resuming run {run_id}")
-        drive(svc, run_id)
+        drive(svc, run_id, executors)
         handled.append(run_id)
     return handled
 
 
-def stop_orphaned_run(svc: Services, run_id: str) -> str:
+def stop_orphaned_run(svc: Services, run_id: str, executors: Mapping[str, NodeExecutor] | None = None) -> str:
     """Stop a ``running`` run whose scheduler is gone (``workrun stop`` holding the lock) (R-C9).
 
     Its live App process groups are ended (SIGTERM, grace, SIGKILL); a call that had
@@ -141,4 +137,4 @@ def stop_orphaned_run(svc: Services, run_id: str) -> str:
         outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         finish_operation(svc, op, outcome)
     svc.request_stop()
-    return Engine(svc).finish(run_id, None)
+    return Engine(svc, executors if executors is not None else default_executors()).finish(run_id, None)

@@ -17,13 +17,13 @@ The function's return value (a dict) is the tool call's result.
 from __future__ import annotations
 
 import inspect
-import os
 import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["ToolInfo", "tool", "tools_of", "input_schema"]
 
@@ -155,7 +155,7 @@ def _warm_load(entry: str) -> None:
     _WARM[entry] = runpy.run_path(entry, run_name="__workrun_tool__")
 
 
-def _run_tool_call(entry: str | Path, envelope: dict[str, Any]) -> None:
+def _run_tool_call(entry: str, envelope: dict[str, Any]) -> None:
     """Launcher side: load the Tool App module (unless warm) and list its tools or call one."""
     from workrun_sdk import _call
 
@@ -168,13 +168,13 @@ def _run_tool_call(entry: str | Path, envelope: dict[str, Any]) -> None:
     name = envelope.get("tool")
     if name is None:  # discovery
         listing = [
-            {"name": n, "description": f.__workrun_tool__.description, "input_schema": f.__workrun_tool__.input_schema}
-            for n, f in sorted(tools.items())
+            {"name": n, "description": spec.description, "input_schema": spec.input_schema}
+            for n, spec in ((n, vars(tools[n])["__workrun_tool__"]) for n in sorted(tools))
         ]
         _call.write_result("tool.list", {"tools": listing}, "tool")
         return
     if name not in tools:
-        raise SystemExit(f"no tool named {name!r} in {os.path.basename(entry)} (tools: {', '.join(sorted(tools)) or 'none'})")
+        raise SystemExit(f"no tool named {name!r} in {Path(entry).name} (tools: {', '.join(sorted(tools)) or 'none'})")
     value = tools[name](**(envelope.get("input") or {}))
     if value is None:
         value = {}
