@@ -145,8 +145,8 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     if failure is Failure.NOT_STARTED:
         fields.update(status="failed", error="not started: the runner stopped before the App process began")
     elif failure is Failure.UNKNOWN:
-        fields.update(status="unknown", error="outcome unknown: the App process ended without an exit record (the runner "
-                      "or the call's supervisor was killed); verify outside before re-running")
+        fields.update(status="unknown", error="outcome unknown: the App process ended without an exit record "
+                      "(the runner or the call's supervisor was killed); verify outside before re-running")
     elif failure is None:
         assert got is not None
         problem = got.error or check_contract(got.result if got.result is not None else {}, config.output)

@@ -31,7 +31,7 @@ exit record, and the outcome is unknown.
 
 from __future__ import annotations
 
-import _signal as signal  # the C module: ``signal`` would import enum, ~8 ms on every spawned call
+import _signal as signal  # type: ignore[import-not-found]  # the C module: ``signal`` would import enum, ~8 ms on every spawned call
 import os
 import sys
 
@@ -96,7 +96,7 @@ def _exit_like_python(code: int) -> NoReturn:
     try:
         threading = sys.modules.get("threading")
         if threading is not None:
-            threading._shutdown()  # type: ignore[attr-defined]
+            threading._shutdown()
         import atexit
 
         atexit._run_exitfuncs()
