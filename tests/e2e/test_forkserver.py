@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workrun.runner.forkserver import ForkServers
 from workrun.runner.env import EnvManager, app_environment, sdk_path
+from workrun.runner.forkserver import ForkServers
 
 TOOLS_APP = """
 [tool.workrun.apps.tools]
@@ -135,3 +135,41 @@ def test_server_replaced_when_fingerprint_changes_or_it_dies_and_ended_on_close(
     for pid in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # exited and reaped by close()
+
+
+def _servers_of(home: Path) -> list[int]:
+    """Pids of live fork servers started for the data dir ``home`` (their script lives in its SDK copy)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            with open(f"/proc/{name}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if any(a.endswith(b"_forkserver.py") and a.startswith(str(home).encode()) for a in argv):
+            found.append(int(name))
+    return found
+
+
+def test_servers_end_with_the_runner_also_when_it_is_killed(workrun, write_workflow, make_project,
+                                                             isolated_env):
+    """R-P2: fork servers end when the runner ends (closed pipes), and when it is SIGKILLed (EOF)."""
+    import signal
+    import time
+
+    project = make_project("tools", TOOLS_APP.format(warm="true"), {"tools.py": TOOLS})
+    res = workrun("run", _agent(write_workflow, project, 2), "--json", env={"WORKRUN_LAUNCH": "fork"})
+    assert res.code == 0, res
+    assert _servers_of(isolated_env) == []
+    res = workrun("run", _agent(write_workflow, project, 2), "--json",
+                  env={"WORKRUN_LAUNCH": "fork", "WORKRUN_FAULT": "op.started"})
+    assert res.code == -signal.SIGKILL, res
+    end = time.monotonic() + 15
+    while _servers_of(isolated_env) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _servers_of(isolated_env) == []

@@ -6,7 +6,6 @@ Real uv App projects, real signals, real escaped daemons; every test runs under 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
