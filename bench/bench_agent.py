@@ -1,23 +1,20 @@
-"""Benchmark: tool calls per second of an agent node, against spawning the tool directly (issue 5).
+"""Benchmark (issues 5, 14.4 c): tool calls per second of a scripted agent node, by launcher.
 
 Usage::
 
     .venv/bin/python bench/bench_agent.py [--calls 200]
 
-What it measures, in one temporary data directory and one temporary Tool App
-project (a trivial ``echo`` tool, no compensation entry):
-
-1. ``workrun run`` of a workflow whose scripted agent node makes N tool calls.
-   Each call is a journaled operation (intent, started, finished committed to
-   SQLite) and its own App process (``.venv/bin/python -m workrun_sdk._launch``).
-   Reported twice: the whole command's wall time per call (includes CLI start,
-   tool discovery from cache, run bookkeeping) and the calls' own span, from
-   the first call's start to the last call's end as journaled.
-2. The same tool spawned N times directly with the project's venv python
-   (``python -c "import tools; tools.echo(i)"``), sequentially, no journal.
-
-Prints calls/s and ms/call for each and the ratio workrun / direct. Numbers
-depend on the machine; nothing is written outside the temporary directory.
+In one temporary data directory and one temporary Tool App project (a trivial
+``echo`` tool, no compensation entry, declared twice: once with ``warm = true``),
+``workrun run`` of a workflow whose scripted agent node makes N tool calls, each
+a journaled operation in its own App process, measured three ways in the same
+run: the fork server with ``warm = true`` (the tool module imported once in the
+server), the fork server without warm, and ``WORKRUN_LAUNCH=spawn`` (a new
+interpreter per call: the launcher before the fork server). Also the same tool
+spawned N times directly with the venv python (no journal). Prints calls/s,
+ms/call, the whole command's wall time and the calls' own span (first call's
+start to the last call's end as journaled), and the speed-up over spawn.
+Targets: >= 5x with warm, >= 2x without (calls' span).
 """
 
 from __future__ import annotations
@@ -44,6 +41,12 @@ dependencies = []
 kind = "tool"
 entry = "tools.py"
 timeout = 60
+
+[tool.workrun.apps.bench-tool-warm]
+kind = "tool"
+entry = "tools.py"
+timeout = 60
+warm = true
 """
 
 TOOLS = """from workrun_sdk.tool import tool
@@ -61,10 +64,10 @@ def _uv() -> str:
     return uv.find_uv_bin()
 
 
-def _workflow(project: Path, calls: int) -> str:
+def _workflow(project: Path, calls: int, app: str = "bench-tool") -> str:
     steps = ",\n".join(f'  {{ tool = "echo", args = {{ i = {i} }} }}' for i in range(calls))
     return (f'name = "bench-agent"\n\n[nodes.agent]\nkind = "agent"\n'
-            f'tools = [{{ project = "{project}", app = "bench-tool" }}]\nprompt = "echo"\nmax_steps = {calls + 1}\n'
+            f'tools = [{{ project = "{project}", app = "{app}" }}]\nprompt = "echo"\nmax_steps = {calls + 1}\n'
             f"script = [\n{steps}\n]\n")
 
 
@@ -91,24 +94,30 @@ def main() -> int:
         clean = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "WORKRUN_CONCURRENCY")}
         subprocess.run([_uv(), "lock", "--quiet"], cwd=project, check=True, env=clean)
         env = {**clean, "WORKRUN_HOME": str(base / "home"), "NO_COLOR": "1"}
-        warm = base / "warm.toml"
-        warm.write_text(_workflow(project, 1))
-        res = _cli(["run", str(warm), "--json"], env)  # syncs the env, caches the tool listing
-        if res.returncode != 0:
-            print(f"warm-up run failed: {res.stderr.strip() or res.stdout[-500:]}", file=sys.stderr)
-            return 1
+        ways = {"fork, warm = true": ("fork", "bench-tool-warm"), "fork, no warm": ("fork", "bench-tool"),
+                "spawn (WORKRUN_LAUNCH=spawn)": ("spawn", "bench-tool")}
+        for launch, app in ways.values():  # syncs the env, caches the tool listings
+            warm = base / f"warm-{app}.toml"
+            warm.write_text(_workflow(project, 1, app))
+            res = _cli(["run", str(warm), "--json"], {**env, "WORKRUN_LAUNCH": launch})
+            if res.returncode != 0:
+                print(f"warm-up run failed: {res.stderr.strip() or res.stdout[-500:]}", file=sys.stderr)
+                return 1
 
-        wf = base / "bench.toml"
-        wf.write_text(_workflow(project, calls))
-        t0 = time.perf_counter()
-        res = _cli(["run", str(wf), "--json"], env)
-        wall = time.perf_counter() - t0
-        if res.returncode != 0:
-            print(f"benchmark run failed: {res.stderr.strip() or res.stdout[-500:]}", file=sys.stderr)
-            return 1
-        ops = json.loads(res.stdout)["operations"]
-        assert len(ops) == calls and all(o["status"] == "succeeded" for o in ops), "not every call succeeded"
-        span = _ts(max(o["ended_at"] for o in ops)) - _ts(min(o["started_at"] for o in ops))
+        measured: dict[str, tuple[float, float]] = {}
+        for label, (launch, app) in ways.items():
+            wf = base / f"bench-{app}.toml"
+            wf.write_text(_workflow(project, calls, app))
+            t0 = time.perf_counter()
+            res = _cli(["run", str(wf), "--json"], {**env, "WORKRUN_LAUNCH": launch})
+            wall = time.perf_counter() - t0
+            if res.returncode != 0:
+                print(f"benchmark run failed: {res.stderr.strip() or res.stdout[-500:]}", file=sys.stderr)
+                return 1
+            ops = json.loads(res.stdout)["operations"]
+            assert len(ops) == calls and all(o["status"] == "succeeded" for o in ops), "not every call succeeded"
+            span = _ts(max(o["ended_at"] for o in ops)) - _ts(min(o["started_at"] for o in ops))
+            measured[label] = (wall, span)
 
         python = project / ".venv" / "bin" / "python"
         direct_env = {**clean, "PYTHONPATH": str(ROOT)}  # workrun_sdk from this checkout
@@ -120,13 +129,18 @@ def main() -> int:
         direct = time.perf_counter() - t0
 
     def line(label: str, seconds: float) -> str:
-        return f"{label:<44} {calls / seconds:8.1f} calls/s {1000 * seconds / calls:8.1f} ms/call"
+        return f"{label:<58} {calls / seconds:8.1f} calls/s {1000 * seconds / calls:8.1f} ms/call"
 
     print(f"agent tool calls: {calls} (scripted model, one App process + journaled operation per call)")
-    print(line("workrun run, whole command", wall))
-    print(line("workrun run, first call start -> last call end", span))
-    print(line("direct spawn of the venv python", direct))
-    print(f"ratio workrun/direct: {wall / direct:.2f}x (whole command), {span / direct:.2f}x (calls only)")
+    for label, (wall, span) in measured.items():
+        print(line(f"workrun run, {label}, whole command", wall))
+        print(line(f"workrun run, {label}, calls only", span))
+    print(line("direct spawn of the venv python (no journal)", direct))
+    spawn_wall, spawn_span = measured["spawn (WORKRUN_LAUNCH=spawn)"]
+    for label in ("fork, warm = true", "fork, no warm"):
+        wall, span = measured[label]
+        print(f"speed-up {label} over spawn: {spawn_span / span:.2f}x (calls only), {spawn_wall / wall:.2f}x "
+              f"(whole command)")
     return 0
 
 

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "NODE_MODELS",
@@ -84,6 +93,13 @@ class AppSpec(_Strict):
     output: dict[str, OutputField] = Field(default_factory=dict)
     tools: dict[str, ToolPolicy] = Field(default_factory=dict)
     description: str = ""
+    warm: bool = False  # R-P2: a Tool App's module is imported once in its fork server
+
+    @model_validator(mode="after")
+    def _warm_tool_only(self) -> AppSpec:
+        if self.warm and self.kind != "tool":
+            raise ValueError("warm = true applies to Tool Apps only (kind = \"tool\")")
+        return self
 
 
 class RetryPolicy(_Strict):

@@ -49,8 +49,8 @@ def _describe_exit(outcome: Outcome, timeout: float) -> str:
         try:
             name = _signal.Signals(outcome.signal).name
         except ValueError:
-            name = str(outcome.signal)
-        return f"killed by signal {name}"
+            return f"killed by signal {outcome.signal}"
+        return f"killed by signal {outcome.signal} ({name})"
     return f"exited with code {outcome.exit_code}"
 
 
@@ -108,7 +108,8 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
-        started_process = svc.runner.start(python, project, project / app.entry, call_dir, envelope)
+        started_process = svc.runner.start(python, project, project / app.entry, call_dir, envelope,
+                                           warm=fp.digest if app.warm else None)
     except OSError as exc:
         return _failed_before_start(svc, op_id, call_dir, f"cannot start the App process: {exc}",
                                     Failure.ENVIRONMENT)
@@ -147,8 +148,8 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     if failure is Failure.NOT_STARTED:
         fields.update(status="failed", error="not started: the runner stopped before the App process began")
     elif failure is Failure.UNKNOWN:
-        fields.update(status="unknown", error="outcome unknown: the App process ended while the runner was down "
-                      "and left no exit record; verify outside before re-running")
+        fields.update(status="unknown", error="outcome unknown: the App process ended without an exit record "
+                      "(the runner or the call's supervisor was killed); verify outside before re-running")
     elif failure is None:
         assert got is not None
         problem = got.error or check_contract(got.result if got.result is not None else {}, config.output)
@@ -329,7 +330,7 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
         status, what = "stopped", "stopped by the user"
         comp_status, reason = "pending", f"attempt {number} was stopped by the user; `workrun resume` continues"
     elif failure is Failure.UNKNOWN:
-        status, what = "unknown", "in flight when the runner died; no exit record"
+        status, what = "unknown", "no exit record: in flight when the runner or its supervisor died"
         if comp["idempotent"]:
             comp_status = "pending"
             reason = f"attempt {number} outcome unknown; re-sent because the entry is idempotent"

@@ -19,6 +19,7 @@ from workrun.journal import Journal, SqliteJournal
 from workrun.paths import data_dir as default_data_dir
 from workrun.paths import private_umask
 from workrun.runner import AppRunner, LocalRunner
+from workrun.runner.forkserver import launch_mode
 
 __all__ = ["Confirm", "Reporter", "Services", "new_id"]
 
@@ -78,7 +79,8 @@ class Services:
         self._writable = writable
         self.concurrency = tunables.concurrency
         self.grace = tunables.grace
-        self.runner: AppRunner = runner or LocalRunner(self.data_dir, grace=self.grace)
+        launch = launch_mode()  # R-P1: "fork" (Linux default) or "spawn"
+        self.runner: AppRunner = runner or LocalRunner(self.data_dir, grace=self.grace, launch=launch)
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.confirm: Confirm | None = confirm
@@ -132,7 +134,8 @@ class Services:
         return time.time()
 
     def close(self) -> None:
-        """Close the journal."""
+        """End the runner's fork servers (calls in flight go on) and close the journal."""
+        self.runner.close()
         if self._journal is not None:
             self._journal.close()
             self._journal = None

@@ -145,13 +145,25 @@ def tools_of(namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
     return found
 
 
-def _run_tool_call(entry: str, envelope: dict[str, Any]) -> None:
-    """Launcher side: load the Tool App module and list its tools or call one."""
+_WARM: dict[str, dict[str, Any]] = {}
+
+
+def _warm_load(entry: str) -> None:
+    """Fork server side (``warm = true``): load the Tool App module once, for every forked call."""
     import runpy
 
+    _WARM[entry] = runpy.run_path(entry, run_name="__workrun_tool__")
+
+
+def _run_tool_call(entry: str, envelope: dict[str, Any]) -> None:
+    """Launcher side: load the Tool App module (unless warm) and list its tools or call one."""
     from workrun_sdk import _call
 
-    namespace = runpy.run_path(str(entry), run_name="__workrun_tool__")
+    namespace = _WARM.get(str(entry))
+    if namespace is None:
+        import runpy
+
+        namespace = runpy.run_path(str(entry), run_name="__workrun_tool__")
     tools = tools_of(namespace)
     name = envelope.get("tool")
     if name is None:  # discovery

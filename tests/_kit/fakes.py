@@ -69,7 +69,8 @@ class FakeRunner:
             raise EnvironmentUnavailableError(self.environment_error, file=str(project))
         return "/fake/python"
 
-    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any]) -> Started:
+    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any], *,
+              warm: str | None = None) -> Started:
         calldir.write_input(call_dir, envelope)
         with self._lock:
             number = sum(1 for name, _ in self.started if name == entry.name)
@@ -109,6 +110,9 @@ class FakeRunner:
 
     def stop_all(self) -> None:
         self.stopped_all = True
+
+    def close(self) -> None:
+        pass
 
 
 def write_app_project(root: Path, name: str, *, compensation: bool = True, idempotent: bool = False,

@@ -9,6 +9,12 @@ every workflow shape we check, after two ``workrun resume``:
 - every compensation that should exist is ``succeeded`` (the App processes
   outlive the runner and leave an exit record, so nothing is ``unknown``);
 - every compensate script ran at most once per compensation (marker counts).
+
+The matrix runs with the fork server (the default launcher on Linux) for every
+shape, and with ``WORKRUN_LAUNCH=spawn`` for the ``chain`` shape (the launchers
+share the supervisor; what differs is how the supervisor starts). The fork
+server adds its own fault points: the fork server killed mid-call (replaced, the
+call goes on), a call's supervisor killed mid-call (outcome unknown, never re-run).
 """
 
 from __future__ import annotations
@@ -36,6 +42,11 @@ data = process.input()
 name = data["name"]
 with open(os.environ["CALL_LOG"], "a") as fh:
     fh.write(name + "\\n")
+if data.get("kill") == "server":  # SIGKILL the fork server that forked this call's supervisor
+    with open(f"/proc/{os.getppid()}/stat") as fh:
+        os.kill(int(fh.read().rsplit(")", 1)[1].split()[1]), 9)
+if data.get("kill") == "supervisor":  # SIGKILL this call's supervisor: no exit record can be written
+    os.kill(os.getppid(), 9)
 time.sleep(float(data.get("sleep", 0.1)))
 if data.get("flaky"):
     flag = Path(os.environ["CALL_LOG"] + "." + name + ".flag")
@@ -102,11 +113,15 @@ def crash_project(tmp_path_factory):
     return project
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
+MATRIX = [pytest.param("fork", shape, id=f"fork-{shape}") for shape in sorted(SHAPES)] + [
+    pytest.param("spawn", "chain", id="spawn-chain")]
+
+
+@pytest.mark.parametrize(("launcher", "shape"), MATRIX)
 @pytest.mark.parametrize("point", POINTS)
-def test_kill_at_point_then_resume(workrun, write_workflow, crash_project, tmp_path, shape, point):
+def test_kill_at_point_then_resume(workrun, write_workflow, crash_project, tmp_path, launcher, shape, point):
     calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
-    env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
+    env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps), "WORKRUN_LAUNCH": launcher}
     wf = _workflow(write_workflow, crash_project, shape)
     first = workrun("run", wf, "--json", env={**env, "WORKRUN_FAULT": point})
     assert first.code == -signal.SIGKILL, f"fault point {point} was not reached: {first}"
@@ -132,3 +147,62 @@ def test_kill_at_point_then_resume(workrun, write_workflow, crash_project, tmp_p
     assert all(n == 1 for n in per_comp.values()), per_comp  # never run twice after success (R-R2, R-R4)
     assert set(per_comp) == {c["compensation_id"] for c in comp_objs}
     assert view["unfinished_compensations"] == []
+
+
+def _chain_with(write_workflow, project: Path, kill: str) -> Path:
+    return write_workflow("killing", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "mark"
+        input = {{ name = "a" }}
+        [nodes.b]
+        project = "{project}"
+        app = "mark"
+        input = {{ name = "b", kill = "{kill}", sleep = 1.0 }}
+        needs = ["a"]
+        [nodes.boom]
+        project = "{project}"
+        app = "mark"
+        input = {{ name = "boom", fail = true }}
+        needs = ["b"]
+    """)
+
+
+def test_fork_server_killed_mid_call(workrun, write_workflow, crash_project, tmp_path):
+    """R-P2: the call whose fork server dies goes on (its supervisor is its own session); the next
+    call finds the server dead and is sent to a new one; nothing runs twice."""
+    calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
+    env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps), "WORKRUN_LAUNCH": "fork"}
+    res = workrun("run", _chain_with(write_workflow, crash_project, "server"), "--json", env=env)
+    assert res.code == 1, res
+    view = res.json()
+    assert view["status"] == "failed"
+    status = {o["node_key"]: o["status"] for o in view["operations"]}
+    assert status == {"a": "succeeded", "b": "succeeded", "boom": "failed"}, view["operations"]
+    assert Counter(calls.read_text().split()) == {"a": 1, "b": 1, "boom": 1}
+    comp_objs = [o["compensation"] for o in view["operations"] if o["status"] == "succeeded"]
+    assert [c["status"] for c in comp_objs] == ["succeeded", "succeeded"]
+    assert Counter(line.split()[0] for line in comps.read_text().splitlines()) == \
+        {c["compensation_id"]: 1 for c in comp_objs}
+
+
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+def test_supervisor_killed_mid_call(workrun, write_workflow, crash_project, tmp_path, launcher):
+    """R-R3: a call whose supervisor is killed leaves no exit record: its outcome is unknown (never
+    re-run, not guessed), what is left of its process group is ended, and resume re-sends nothing."""
+    calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
+    env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps), "WORKRUN_LAUNCH": launcher}
+    res = workrun("run", _chain_with(write_workflow, crash_project, "supervisor"), "--json", env=env)
+    assert res.code == 1, res
+    view = res.json()
+    b = next(o for o in view["operations"] if o["node_key"] == "b")
+    assert b["status"] == "unknown" and b["result"] is None, b
+    assert [o["node_key"] for o in view["operations"]] == ["a", "b"]
+    for _ in range(2):
+        again = workrun("resume", "--json", env=env)
+        assert again.code in (0, 1), again
+    assert Counter(calls.read_text().split()) == {"a": 1, "b": 1}  # b is never re-sent
+    view = workrun("runs", "show", view["run_id"], "--json").json()
+    a = next(o for o in view["operations"] if o["node_key"] == "a")
+    assert a["compensation"]["status"] == "succeeded"
+    assert len(comps.read_text().splitlines()) == 1

@@ -95,11 +95,14 @@ class AppRunner(Protocol):
       first when needed (``uv sync --locked``, never rewriting ``uv.lock``), and raises
       :class:`~workrun.errors.EnvironmentUnavailableError` when it cannot (R-A8).
     - :meth:`start` writes ``input.json`` into an existing empty call directory and
-      starts the App (through the SDK's launcher) in its own process group with a
-      clean environment; raises ``OSError`` when it cannot. The App survives the
-      runner dying (its output goes to files in the call directory, R-R3).
+      starts the App's supervisor (forked by the environment's fork server, or the
+      SDK's launcher spawned) in its own process group with a clean environment;
+      raises ``OSError`` when it cannot. The App survives the runner dying (its
+      output goes to files in the call directory, R-R3).
     - :meth:`wait` blocks until the process ends; at ``deadline`` (epoch seconds)
-      or on :meth:`stop_all` its whole group is ended (SIGTERM, grace, SIGKILL).
+      or on :meth:`stop_all` its whole group is ended (SIGTERM, grace, SIGKILL), and
+      the supervisor ends every descendant, also those that left the group. The
+      supervisor's exit record decides the outcome; none at all: ``unknown``.
     - :meth:`recover` decides a process a dead runner left behind (R-R3).
     - :meth:`end` ends an orphaned call now (``workrun stop`` of a run without its scheduler).
     - :meth:`fence` claims a call directory as abandoned so the call can never start late.
@@ -109,8 +112,10 @@ class AppRunner(Protocol):
     def prepare(self, project: Path, *, offline: bool = False) -> str:
         """Return the project environment's python (path), syncing it first if needed."""
 
-    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any]) -> Started:
-        """Start one App process (see the class contract)."""
+    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any], *,
+              warm: str | None = None) -> Started:
+        """Start one App process (see the class contract); ``warm``: the code fingerprint of a Tool App
+        with ``warm = true`` (its module is loaded once in its fork server, R-P2), else None."""
 
     def wait(self, started: Started, deadline: float) -> Outcome:
         """Wait for a started process; end its group at ``deadline`` (epoch seconds) or on stop."""
@@ -131,3 +136,6 @@ class AppRunner(Protocol):
 
     def stop_all(self) -> None:
         """End every running process group now and any started later (R-C9)."""
+
+    def close(self) -> None:
+        """Release what the runner holds (its fork servers); calls in flight go on (R-P2)."""

@@ -11,6 +11,7 @@ from typing import Any
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
 from workrun.runner.env import EnvManager, app_environment, sdk_path
+from workrun.runner.forkserver import ForkServers
 from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait
 
 __all__ = ["LocalRunner"]
@@ -22,11 +23,14 @@ class LocalRunner:
     Args:
         data_dir: Workrun's data directory (environment markers, the SDK copy).
         grace: seconds between SIGTERM and SIGKILL when a process group is ended.
+        launch: ``"fork"`` (calls start from a per-environment fork server, R-P1) or ``"spawn"``.
     """
 
-    def __init__(self, data_dir: Path, grace: float = 5.0) -> None:
+    def __init__(self, data_dir: Path, grace: float = 5.0, launch: str = "spawn") -> None:
         self.data_dir = data_dir
         self.grace = grace
+        self.launch = launch
+        self._servers: ForkServers | None = None
         self.envs = EnvManager(data_dir)
         self._watchdog: Watchdog | None = None
         self._sdk: Path | None = None
@@ -51,18 +55,28 @@ class LocalRunner:
         """Return the project environment's python, syncing it first if needed (R-A8)."""
         return self.envs.python(project, offline=offline)
 
-    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any]) -> Started:
-        """Write ``input.json`` and start ``python <sdk>/workrun_sdk/_launch.py ENTRY`` in its own group."""
-        calldir.write_input(call_dir, envelope)
+    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any], *,
+              warm: str | None = None) -> Started:
+        """Write ``input.json`` and start the call's supervisor in its own group: forked by the environment's
+        fork server (``launch="fork"``) or ``python <sdk>/workrun_sdk/_launch.py ENTRY`` (``"spawn"``)."""
+        calldir.write_input(call_dir, {"grace": self.grace, **envelope})
         sdk = self.sdk_dir
+        env = app_environment(python, sdk, call_dir)
+        if self.launch == "fork":
+            with self._mutex:
+                if self._servers is None:
+                    self._servers = ForkServers()
+            forked = self._servers.start(python, sdk, project, entry, call_dir, env,
+                                         (str(entry), warm) if warm else None)
+            return Started(pid=forked.pid, proc_start=forked.start, handle=(forked, call_dir))
         argv = [python, str(sdk / "workrun_sdk" / "_launch.py"), str(entry)]
-        proc = spawn_app_process(argv, project, app_environment(python, sdk, call_dir), call_dir / "stdout",
-                                 call_dir / "stderr")
-        return Started(pid=proc.pid, proc_start=proc_start_time(proc.pid), handle=proc)
+        proc = spawn_app_process(argv, project, env, call_dir / "stdout", call_dir / "stderr")
+        return Started(pid=proc.pid, proc_start=proc_start_time(proc.pid), handle=(proc, call_dir))
 
     def wait(self, started: Started, deadline: float) -> Outcome:
-        """Wait for the process; the watchdog ends it at ``deadline`` or on stop."""
-        return wait(started.handle, self.watchdog, deadline)
+        """Wait for the supervisor; the watchdog ends its group at ``deadline`` or on stop."""
+        proc, call_dir = started.handle
+        return wait(proc, self.watchdog, deadline, call_dir)
 
     def _claimed(self, call_dir: Path, claim_wait: float) -> calldir.Claim:
         """The call's claim after waiting up to ``claim_wait`` s for the launcher; fenced (abandoned) if none."""
@@ -128,3 +142,10 @@ class LocalRunner:
     def stop_all(self) -> None:
         """End every watched process group now and any started later (R-C9)."""
         self.watchdog.stop_all()
+
+    def close(self) -> None:
+        """End the fork servers (each exits when its request pipe closes); calls in flight go on."""
+        with self._mutex:
+            servers, self._servers = self._servers, None
+        if servers is not None:
+            servers.close()

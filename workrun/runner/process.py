@@ -1,11 +1,11 @@
 """App processes: spawning in their own process group, telling them apart, ending them (R-A7, R-C9).
 
-- :func:`spawn_app_process` is the one place a process is started (a fork server
-  can take its place later without touching callers).
+- :func:`spawn_app_process` is the one place a process is spawned (``WORKRUN_LAUNCH=spawn``);
+  :mod:`workrun.runner.forkserver` forks calls otherwise (R-P1).
 - :class:`Watchdog` is one background thread that ends process groups at their
   deadline or on stop: SIGTERM, then SIGKILL after the grace period, driven from
   the same loop (no thread per kill).
-- :func:`wait` blocks in ``Popen.wait()`` (no polling on the hot path).
+- :func:`wait` blocks in ``Popen.wait()`` or on a pidfd (no polling on the hot path).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workrun.runner.base import Outcome
+from workrun.runner.calldir import read_exit
+from workrun.runner.forkserver import ForkedProcess
 
 __all__ = ["Watchdog", "alive", "kill_group", "proc_start_time", "spawn_app_process", "wait"]
 
@@ -81,11 +83,21 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
+# The group's leader is the call's supervisor: on SIGTERM it ends every descendant itself (also those that
+# left the group: SPEC §17), SIGKILLing what is alive after the grace period, then exits. The group gets
+# SIGKILL from the runner only when it is still there this long after that (a stuck or killed supervisor).
+SUPERVISOR_MARGIN = 2.0
+
+
 def kill_group(pgid: int, grace: float) -> None:
-    """SIGTERM the process group, wait ``grace`` seconds for it to go, then SIGKILL it (R-A7, R-C9). Blocks."""
+    """SIGTERM the process group, wait for it to go, then SIGKILL it (R-A7, R-C9). Blocks.
+
+    The supervisor (the group's leader) ends every descendant within ``grace`` seconds; the group gets
+    SIGKILL here when it is still there ``grace + SUPERVISOR_MARGIN`` seconds after the SIGTERM.
+    """
     if not _signal_group(pgid, signal.SIGTERM):
         return
-    end = time.monotonic() + grace
+    end = time.monotonic() + grace + SUPERVISOR_MARGIN
     while time.monotonic() < end:
         if not _signal_group(pgid, 0):
             return
@@ -163,13 +175,21 @@ class Watchdog:
                 for pid, watched in list(self._procs.items()):
                     if not watched.ending and now >= watched.deadline:
                         self._end(pid, watched, timed_out=True)
-                    elif watched.term_at is not None and not watched.killed and mono - watched.term_at >= self.grace:
+                    elif watched.term_at is not None and not watched.killed and \
+                            mono - watched.term_at >= self.grace + SUPERVISOR_MARGIN:
                         watched.killed = True
                         _signal_group(pid, signal.SIGKILL)
 
 
-def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float) -> Outcome:
-    """Wait for a spawned process; the watchdog ends it at ``deadline`` (epoch seconds) or on stop."""
+def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, deadline: float,
+         call_dir: Path | None = None) -> Outcome:
+    """Wait for a call's supervisor; the watchdog ends its group at ``deadline`` (epoch seconds) or on stop.
+
+    The supervisor's exit record in ``call_dir`` (the App's own exit code or signal) wins over the
+    supervisor process's status (SPEC §17: an App ended by a signal is recorded with that signal).
+    A supervisor gone without a record (killed) leaves the outcome unknown (R-R3); what is left of
+    its group is ended.
+    """
     watched = watchdog.watch(proc.pid, deadline)
     try:
         code = proc.wait()
@@ -178,5 +198,12 @@ def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float) -> 
     if watched.ending:
         # the leader is gone, but members of its group that ignore SIGTERM may not be: end them all now
         kill_group(proc.pid, watchdog.grace)
+    record = read_exit(call_dir) if call_dir is not None else None
+    if record is not None:
+        record.timed_out, record.stopped = watched.timed_out, watched.stopped
+        return record
+    if code is None or (code < 0 and call_dir is not None and (call_dir / "claim").is_file()):
+        kill_group(proc.pid, watchdog.grace)  # the supervisor was killed: its App is unsupervised
+        return Outcome(unknown=True, timed_out=watched.timed_out, stopped=watched.stopped)
     return Outcome(exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
                    timed_out=watched.timed_out, stopped=watched.stopped)

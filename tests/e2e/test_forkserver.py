@@ -1,0 +1,175 @@
+"""The fork server (R-P1, R-P2): warm Tool Apps, replacement, lifetime, WORKRUN_LAUNCH.
+
+Real uv App projects and real fork servers; the agent is the scripted model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from workrun.runner.env import EnvManager, app_environment, sdk_path
+from workrun.runner.forkserver import ForkServers
+
+TOOLS_APP = """
+[tool.workrun.apps.tools]
+kind = "tool"
+entry = "tools.py"
+warm = {warm}
+"""
+
+TOOLS = """
+import os
+from workrun_sdk.tool import tool
+
+IMPORTED_IN = os.getpid()
+
+
+@tool(name="who", description="Where this module was imported and where the call runs.")
+def who(i: int) -> dict:
+    return {"i": i, "imported_in": IMPORTED_IN, "pid": os.getpid()}
+"""
+
+
+def _agent(write_workflow, project: Path, calls: int) -> Path:
+    steps = ", ".join(f'{{ tool = "who", args = {{ i = {i} }} }}' for i in range(calls))
+    return write_workflow("agent", f"""
+        [nodes.agent]
+        kind = "agent"
+        tools = [{{ project = "{project}", app = "tools" }}]
+        prompt = "who"
+        max_steps = {calls + 1}
+        script = [{steps}]
+    """)
+
+
+@pytest.mark.parametrize(("launch", "warm"), [("fork", True), ("fork", False), ("spawn", True)])
+def test_warm_tool_module_is_imported_once_and_every_call_still_forks(workrun, write_workflow, make_project,
+                                                                       launch, warm):
+    """R-P2: ``warm = true`` imports the tool module once in the fork server; each call is its own
+    process. Without warm (or with spawn) every call imports the module itself."""
+    project = make_project("tools", TOOLS_APP.format(warm=str(warm).lower()), {"tools.py": TOOLS})
+    res = workrun("run", _agent(write_workflow, project, 3), "--json", env={"WORKRUN_LAUNCH": launch})
+    assert res.code == 0, res
+    results = [o["result"] for o in res.json()["operations"]]
+    assert [r["i"] for r in results] == [0, 1, 2]
+    pids = {r["pid"] for r in results}
+    assert len(pids) == 3  # one process per call
+    if launch == "fork" and warm:
+        assert len({r["imported_in"] for r in results}) == 1
+        assert not {r["imported_in"] for r in results} & pids
+    else:
+        assert all(r["imported_in"] == r["pid"] for r in results)
+
+
+def test_warm_on_a_process_app_is_a_config_error(workrun, write_workflow, make_project):
+    project = make_project("warmproc", '[tool.workrun.apps.p]\nentry = "main.py"\nwarm = true\n',
+                           {"main.py": "print('never')\n"})
+    wf = write_workflow("p", f'[nodes.p]\nproject = "{project}"\napp = "p"\n')
+    res = workrun("run", wf, "--json")
+    assert res.code == 2, res
+    assert res.err.count("\n") == 1 and "warm" in res.err and "Traceback" not in res.err, res.err
+
+
+@pytest.mark.parametrize("value", ["forks", "1", "SPAWN"])
+def test_invalid_launch_mode_is_one_line_exit_2(workrun, value):
+    res = workrun("runs", "list", env={"WORKRUN_LAUNCH": value})
+    assert res.code == 2, res
+    assert res.err.count("\n") == 1 and "WORKRUN_LAUNCH" in res.err and "Traceback" not in res.err, res.err
+
+
+@pytest.fixture
+def env_of(make_project, tmp_path):
+    """A synced Tool App project and what ForkServers.start needs: (project, python, sdk_dir)."""
+    project = make_project("tools", TOOLS_APP.format(warm="true"), {"tools.py": TOOLS})
+    data = tmp_path / "data"
+    data.mkdir()
+    python = EnvManager(data).python(project)
+    return project, python, sdk_path(data), data
+
+
+def _call(servers: ForkServers, env_of, name: str, warm: tuple[str, str] | None):
+    project, python, sdk_dir, data = env_of
+    call_dir = data / "calls" / name
+    call_dir.mkdir(parents=True)
+    (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "tool", "input": {"i": 1}, "tool": "who",
+                                                     "grace": 1}))
+    proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
+                         app_environment(python, sdk_dir, call_dir), warm)
+    proc.wait()
+    assert json.loads((call_dir / "exit.json").read_text())["exit_code"] == 0, (call_dir / "stderr").read_text()
+    return json.loads((call_dir / "result.json").read_text())["result"]
+
+
+def _server_pids(servers: ForkServers) -> list[int]:
+    return [server.proc.pid for _, server in servers._servers.values()]
+
+
+def test_server_replaced_when_fingerprint_changes_or_it_dies_and_ended_on_close(env_of):
+    """R-P2: a new fingerprint gets a new warm server (the old one ends); a dead server is replaced
+    without failing the call; close() ends every server."""
+    project = env_of[0]
+    entry = str(project / "tools.py")
+    servers = ForkServers()
+    try:
+        first = _call(servers, env_of, "c1", (entry, "fp1"))
+        again = _call(servers, env_of, "c2", (entry, "fp1"))
+        assert first["imported_in"] == again["imported_in"]  # the same warm server
+        (old,) = _server_pids(servers)
+        changed = _call(servers, env_of, "c3", (entry, "fp2"))
+        assert changed["imported_in"] != first["imported_in"]
+        (new,) = _server_pids(servers)
+        assert new != old
+        os.kill(new, 9)
+        replaced = _call(servers, env_of, "c4", (entry, "fp2"))
+        assert replaced["imported_in"] not in (changed["imported_in"], first["imported_in"])
+        plain = _call(servers, env_of, "c5", None)
+        assert plain["imported_in"] == plain["pid"]
+        pids = _server_pids(servers)
+        assert len(pids) == 2
+    finally:
+        servers.close()
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # exited and reaped by close()
+
+
+def _servers_of(home: Path) -> list[int]:
+    """Pids of live fork servers started for the data dir ``home`` (their script lives in its SDK copy)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            with open(f"/proc/{name}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if any(a.endswith(b"_forkserver.py") and a.startswith(str(home).encode()) for a in argv):
+            found.append(int(name))
+    return found
+
+
+def test_servers_end_with_the_runner_also_when_it_is_killed(workrun, write_workflow, make_project,
+                                                             isolated_env):
+    """R-P2: fork servers end when the runner ends (closed pipes), and when it is SIGKILLed (EOF)."""
+    import signal
+    import time
+
+    project = make_project("tools", TOOLS_APP.format(warm="true"), {"tools.py": TOOLS})
+    res = workrun("run", _agent(write_workflow, project, 2), "--json", env={"WORKRUN_LAUNCH": "fork"})
+    assert res.code == 0, res
+    assert _servers_of(isolated_env) == []
+    res = workrun("run", _agent(write_workflow, project, 2), "--json",
+                  env={"WORKRUN_LAUNCH": "fork", "WORKRUN_FAULT": "op.started"})
+    assert res.code == -signal.SIGKILL, res
+    end = time.monotonic() + 15
+    while _servers_of(isolated_env) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _servers_of(isolated_env) == []

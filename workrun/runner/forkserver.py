@@ -1,0 +1,302 @@
+"""The runner's side of the fork server (R-P1, R-P2): calls start by fork, not by a new interpreter.
+
+One server (``workrun_sdk/_forkserver.py``, standard library only) runs per
+*key* = (venv python, the environment's state, SDK directory, warm Tool App
+entry and fingerprint). It is started lazily on the first call that needs it,
+talks over two pipes (one JSON line per request and per reply) and ends when
+the runner closes its request pipe (:meth:`ForkServers.close`, or the runner
+dying: EOF). The server forks a supervisor per call, in its own session; the
+runner watches that supervisor like a spawned one (pid, start time, exit
+record), through a pidfd: the supervisor is the server's child, not the
+runner's.
+
+The environment's state is the mtime of the venv's python and of its
+site-packages directory (a sync that adds, removes or upgrades a package
+changes it): a changed environment gets a new server, the old one is closed.
+A server found dead when a call asks it is replaced, and the call is sent to
+the new one (once); a call the dead server had already forked is found by its
+claim in the call directory, so a call is never started twice.
+
+``WORKRUN_LAUNCH``: ``fork`` (default on Linux) or ``spawn`` (today's
+launcher: a new interpreter per call; the only mode elsewhere).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from workrun.errors import UsageError
+
+__all__ = ["LAUNCH_ENV", "ForkServers", "ForkServerError", "ForkedProcess", "launch_mode"]
+
+LAUNCH_ENV = "WORKRUN_LAUNCH"
+_READY_TIMEOUT = 60.0  # seconds for a server to load (a warm Tool App module may import a lot)
+_REPLY_TIMEOUT = 30.0  # seconds for one fork on a loaded machine
+_CLAIM_WAIT = 2.0  # seconds to wait for the claim of a call a dying server may have forked
+
+
+def launch_mode(environ: dict[str, str] | None = None) -> str:
+    """Return ``"fork"`` or ``"spawn"`` from ``WORKRUN_LAUNCH`` (default ``fork`` on Linux, R-P1).
+
+    Raises:
+        UsageError: the variable holds anything else (exit 2, one line naming it).
+    """
+    value = (os.environ if environ is None else environ).get(LAUNCH_ENV, "")
+    if value not in ("", "fork", "spawn"):
+        raise UsageError(f"must be 'fork' or 'spawn', not {value!r}", field=LAUNCH_ENV)
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    return value or "fork"
+
+
+class ForkServerError(OSError):
+    """Raised when no fork server could start a call (the caller reports it like a failed spawn)."""
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _running(pid: int, start: str | None) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z" and (start is None or fields[19] == start)
+
+
+class ForkedProcess:
+    """A supervisor forked by a fork server: what :func:`workrun.runner.process.wait` needs of a process.
+
+    Attributes:
+        pid: the supervisor's pid (leader of the call's session and process group).
+        start: its ``/proc`` start time, to tell a reused pid apart.
+    """
+
+    def __init__(self, pid: int, start: str | None) -> None:
+        self.pid = pid
+        self.start = start
+
+    def wait(self) -> None:
+        """Block until the supervisor has exited. Returns None: the outcome is the exit record."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:  # gone already (or no pidfd): fall back to watching /proc
+            fd = None
+        try:
+            if fd is not None and _running(self.pid, self.start):
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                while not poller.poll(1000):
+                    pass
+            while _running(self.pid, self.start):  # without a pidfd (or a reused pid): poll
+                time.sleep(0.01)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+class _Server:
+    """One fork server process and its two pipes."""
+
+    def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None) -> None:
+        req_r, self._req = os.pipe()
+        rep_r, rep_w = os.pipe()
+        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w)]
+        if warm:
+            argv.append(warm)
+        try:
+            self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         pass_fds=(req_r, rep_w), start_new_session=True)
+        except OSError:
+            os.close(rep_r)
+            os.close(self._req)
+            raise
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self._rep = rep_r
+        self._buffer = b""
+        self.lock = threading.Lock()
+        self.ready: dict[str, Any] = self._read(_READY_TIMEOUT)
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        end = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self._rep], [], [], left)[0]:
+                raise ForkServerError("the fork server did not answer in time")
+            chunk = os.read(self._rep, 65536)
+            if not chunk:
+                raise EOFError("the fork server exited")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def fork(self, request: dict[str, Any]) -> ForkedProcess:
+        """Ask the server to fork a supervisor for one call.
+
+        Raises:
+            BrokenPipeError: the server is gone and never saw the request.
+            EOFError: the server died after the request was sent (it may have forked the call).
+            ForkServerError: the server answered with an error or not at all.
+        """
+        data = (json.dumps(request) + "\n").encode()
+        with self.lock:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._req, view):]
+            reply = self._read(_REPLY_TIMEOUT)
+        if "pid" not in reply:
+            raise ForkServerError(f"the fork server could not fork the call: {reply.get('error')}")
+        return ForkedProcess(int(reply["pid"]), reply.get("start"))
+
+    def close(self, wait: float = 2.0) -> None:
+        """Close the request pipe (the server exits at EOF) and reap it; kill it if it lingers."""
+        for fd in (self._req, self._rep):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_STAMPED: dict[str, list[str]] = {}
+
+
+def _env_state(python: str) -> tuple[int, ...]:
+    """mtimes (ns) of the venv's python and site-packages: a sync that changes packages changes them."""
+    paths = _STAMPED.get(python)
+    if paths is None:
+        venv = Path(python).parent.parent
+        paths = [python, str(venv / "pyvenv.cfg"), *sorted(glob.glob(str(venv / "lib" / "python*" / "site-packages")))]
+        _STAMPED[python] = paths
+    stamps = []
+    for path in paths:
+        try:
+            stamps.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            stamps.append(0)
+    return tuple(stamps)
+
+
+class ForkServers:
+    """The runner's fork servers, one per key; thread-safe; :meth:`close` ends them all (R-P2)."""
+
+    def __init__(self) -> None:
+        self._servers: dict[tuple[Any, ...], tuple[tuple[Any, ...], _Server]] = {}
+        self._cold: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _server(self, ident: tuple[Any, ...], state: tuple[Any, ...], python: str, sdk_dir: Path,
+                env: dict[str, str], cwd: Path, warm: str | None) -> _Server:
+        """The live server for ``ident`` in environment ``state``; a dead or outdated one is replaced."""
+        with self._lock:
+            if self._closed:
+                raise ForkServerError("the runner is shutting down")
+            if warm is not None and self._cold.get(ident) == state:  # its module failed to load: plain server
+                warm, ident = None, ident[:-1] + (None,)
+            known = self._servers.get(ident)
+            if warm is not None:  # the same Tool App with another fingerprint: that server is outdated
+                for other in [k for k in self._servers if k[:2] == ident[:2] and k[2] and k[2][0] == warm
+                              and k != ident]:
+                    self._servers.pop(other)[1].close(wait=0.5)
+            if known is not None:
+                if known[0] == state and known[1].proc.poll() is None:
+                    return known[1]
+                del self._servers[ident]
+                known[1].close(wait=0.5)
+            server = _Server(python, sdk_dir, env, cwd, warm)
+            if not server.ready.get("ready"):
+                server.close(wait=0.5)
+                if warm is None:
+                    raise ForkServerError(f"the fork server did not start: {server.ready}")
+                self._cold[ident] = state
+            else:
+                self._servers[ident] = (state, server)
+                return server
+        # the warm module failed to load in the server: calls load it themselves (and report why)
+        return self._server(ident[:-1] + (None,), state, python, sdk_dir, env, cwd, None)
+
+    def start(self, python: str, sdk_dir: Path, cwd: Path, entry: Path, call_dir: Path, env: dict[str, str],
+              warm: tuple[str, str] | None = None) -> ForkedProcess:
+        """Start one call through the server of its environment; retried once on a new server.
+
+        Args:
+            python: the App environment's python; sdk_dir: from ``sdk_path``.
+            cwd: the call's working directory (the project); entry: absolute entry path.
+            call_dir: the call directory, with ``input.json`` written; env: the call's environment.
+            warm: ``(entry, fingerprint digest)`` of a Tool App with ``warm = true``, else None.
+
+        Raises:
+            ForkServerError: no server could start the call (nothing of the call ran).
+        """
+        server_env = {k: v for k, v in env.items() if k != "WORKRUN_CALL_DIR"}
+        ident = (python, str(sdk_dir), (os.path.realpath(warm[0]), warm[1]) if warm else None)
+        state = (_env_state(python), tuple(sorted(server_env.items())))
+        request = {"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": os.path.realpath(entry),
+                   "args": []}
+        problem: BaseException | None = None
+        for _ in range(2):
+            try:
+                server = self._server(ident, state, python, sdk_dir, server_env, cwd,
+                                      os.path.realpath(warm[0]) if warm else None)
+            except (EOFError, OSError, ValueError) as exc:  # no server: the request was never sent
+                problem = exc
+                continue
+            try:
+                return server.fork(request)
+            except BrokenPipeError as exc:  # the server was dead before our request: nothing was forked
+                problem = exc
+            except (EOFError, ForkServerError, OSError, ValueError) as exc:
+                problem = exc
+                found = _claimed(call_dir)
+                if found is not None:  # the server forked it before dying: watch that one
+                    return found
+        raise ForkServerError(f"no fork server could start the call: {problem}")
+
+    def close(self) -> None:
+        """End every server (each exits when its request pipe closes); calls in flight go on."""
+        with self._lock:
+            self._closed = True
+            servers, self._servers = [s for _, s in self._servers.values()], {}
+        for server in servers:
+            server.close()
+
+
+def _claimed(call_dir: Path) -> ForkedProcess | None:
+    """The supervisor a dying server may have forked for this call (by its claim), else None."""
+    end = time.monotonic() + _CLAIM_WAIT
+    claim = call_dir / "claim"
+    while time.monotonic() < end:
+        try:
+            text = claim.read_text()
+        except OSError:
+            time.sleep(0.02)
+            continue
+        parts = text.split()
+        if len(parts) == 2 and parts[0] == "started" and parts[1].isdigit():
+            pid = int(parts[1])
+            return ForkedProcess(pid, _start_time(pid))
+        return None
+    return None

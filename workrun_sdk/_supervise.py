@@ -1,0 +1,329 @@
+"""The supervisor of one App call: the one implementation behind both launchers.
+
+The spawn launcher (``_launch.py``, a fresh interpreter per call) and the fork
+server (``_forkserver.py``, one forked process per call) both end up in
+:func:`supervise`, in a process that is the leader of its own session and
+process group, whose cwd, environment, stdin (``/dev/null``) and
+stdout/stderr (the call's files) are already the call's. It:
+
+1. claims the call directory (``claim``: ``started <pid>``), so a call the
+   runner gave up on before it started can never start late;
+2. becomes a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
+   a descendant that leaves the process group (``setsid()``, double fork) is
+   reparented to the supervisor instead of init, so the call still owns it;
+3. forks: the child runs ENTRY as ``__main__`` (or, for a tool call, imports
+   ENTRY and calls the tool named in ``input.json``); the parent waits,
+   reaping every child that is reparented to it;
+4. writes ``exit.json`` with the App's exit code or the signal that ended it
+   (R-R3: a restarted runner recovers the outcome from it);
+5. ends every descendant still alive (SIGTERM, the grace period, SIGKILL)
+   (SPEC §17: a call owns every process it starts), then exits the way the
+   App did (same code, or the same signal).
+
+SIGTERM to the supervisor (the runner ends the call's process group on
+timeout or stop, R-A7) starts step 5 at once: descendants outside the group
+get SIGTERM too, and whatever is alive after the grace period gets SIGKILL.
+The grace period (seconds) comes from ``input.json`` (``grace``, default 5).
+SIGINT and SIGHUP are ignored by the supervisor; they reach the App through
+the group. Only when the supervisor itself is killed (SIGKILL) is there no
+exit record, and the outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import _signal as signal  # type: ignore[import-not-found]  # the C module: ``signal`` would import enum, ~8 ms on every spawned call
+import os
+import sys
+
+from workrun_sdk import _wire
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+__all__ = ["become_subreaper", "run_app", "supervise"]
+
+_PR_SET_CHILD_SUBREAPER = 36
+_WAKE = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_libc: Any = None
+
+
+def become_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants (Linux); True when it worked.
+
+    The setting is not inherited across ``fork``: every supervisor calls this itself.
+    """
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        if _libc is None:
+            import ctypes
+
+            _libc = ctypes.CDLL(None, use_errno=True)
+        return _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else 1
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _exec_as_main(entry: str) -> None:
+    """Run ``entry`` as ``__main__`` like ``python ENTRY`` (what runpy.run_path does, without its imports)."""
+    import builtins
+    import types
+
+    with open(entry, "rb") as fh:
+        code = compile(fh.read(), entry, "exec")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=entry, __builtins__=builtins, __cached__=None, __loader__=None,
+                           __spec__=None, __package__=None)
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
+
+
+def _exit_like_python(code: int) -> NoReturn:
+    """End the App process as the interpreter would (join non-daemon threads, atexit handlers,
+    flush), but skip module teardown, which only costs time in a process about to vanish."""
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = code or 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def run_app(entry: str, envelope: dict[str, Any]) -> int:
+    """In the App process: run the App's code like ``python ENTRY`` would; return its exit code."""
+    try:
+        if envelope.get("kind") == "tool":
+            from workrun_sdk import tool as _tool
+
+            _tool._run_tool_call(entry, envelope)
+        else:
+            _exec_as_main(entry)
+        return 0
+    except SystemExit as exc:
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        import traceback
+
+        traceback.print_exc()
+        return 130
+    except BaseException:  # the App's own failure: report it like `python entry.py` would
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _descendants() -> list[tuple[int, int]]:
+    """``[(pid, pgid)]`` of every live descendant of this process, from ``/proc`` (Linux)."""
+    me = os.getpid()
+    children: dict[int, list[tuple[int, int]]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append((int(name), int(fields[2])))
+    found: list[tuple[int, int]] = []
+    todo = [me]
+    while todo:
+        for pid, pgid in children.get(todo.pop(), ()):
+            found.append((pid, pgid))
+            todo.append(pid)
+    return found
+
+
+def _reap(app: int, status: list[int]) -> bool:
+    """Reap every exited child (the App and any reparented orphan); False when no child is left."""
+    while True:
+        try:
+            pid, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+        if pid == app:
+            status.append(st)
+
+
+def _end_all(app: int, status: list[int], grace: float, *, skip_group: bool, on_app_end: Any) -> None:
+    """End every descendant: SIGTERM, then SIGKILL after ``grace`` seconds; return when none is left.
+
+    ``skip_group``: members of our process group already got SIGTERM from the runner (``killpg``).
+    """
+    import time
+
+    group = os.getpgid(0)
+    kill_at = time.monotonic() + grace
+    termed: set[int] = set()
+    while True:
+        had = bool(status)
+        children = _reap(app, status)
+        if status and not had:
+            on_app_end(status[0])
+        if not children:
+            return
+        late = time.monotonic() >= kill_at
+        for pid, pgid in _descendants():
+            if late:
+                sig = signal.SIGKILL
+            elif pid in termed:
+                continue
+            else:
+                termed.add(pid)
+                if skip_group and pgid == group:
+                    continue
+                sig = signal.SIGTERM
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        wait = 0.05 if late else min(0.05, max(0.0, kill_at - time.monotonic()))
+        signal.sigtimedwait(_WAKE, wait)
+
+
+def supervise(entry: str, args: list[str]) -> NoReturn:
+    """Supervise one App call in this process (see the module docstring); never returns.
+
+    Args:
+        entry: absolute path of the App's entry script (or Tool App module).
+        args: the App's ``sys.argv[1:]``.
+    """
+    directory = _wire.call_dir("_launch")
+    if not _wire.claim(directory, f"started {os.getpid()}\n"):
+        print("workrun: this call was abandoned by the runner before it started", file=sys.stderr)
+        _flush()
+        os._exit(75)
+    envelope = _wire.read_envelope(os.path.join(directory, "input.json"))
+    grace = float(envelope.get("grace") or 5.0)
+    if not hasattr(signal, "sigtimedwait"):  # macOS and others: wait for the App alone (no subreaper there)
+        _supervise_plain(directory, entry, args, envelope)
+    become_subreaper()
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE)
+    _flush()
+    app = os.fork()
+    if app == 0:  # the App
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        sys.argv = [entry, *args]
+        sys.path[0] = os.path.dirname(entry)
+        _exit_like_python(run_app(entry, envelope))
+    status: list[int] = []
+    recorded: list[int] = []
+
+    def record(st: int) -> None:
+        recorded.append(st)
+        _record(directory, st)
+
+    terminate = False
+    while not status:
+        if not _reap(app, status):
+            break
+        if status:
+            break
+        info = signal.sigtimedwait(_WAKE, 3600.0)
+        if info is not None and info.si_signo == signal.SIGTERM:
+            terminate = True
+            break
+    if status:
+        record(status[0])
+    # the App ended (or the call is being ended): nothing it started may outlive the call
+    _end_all(app, status, grace, skip_group=terminate, on_app_end=record)
+    if not recorded:  # cannot happen (the App is our child), but never exit without a record
+        raise SystemExit("workrun: the App process vanished without a status")
+    _exit_as(recorded[0])
+
+
+def _record(directory: str, st: int) -> None:
+    if os.WIFSIGNALED(st):
+        data = {"v": _wire.VERSION, "exit_code": None, "signal": os.WTERMSIG(st)}
+    else:
+        data = {"v": _wire.VERSION, "exit_code": os.waitstatus_to_exitcode(st), "signal": None}
+    _wire.write_json_atomic(os.path.join(directory, "exit.json"), data)
+
+
+def _exit_as(st: int) -> NoReturn:
+    _flush()
+    if os.WIFSIGNALED(st):
+        _die_by(os.WTERMSIG(st))
+        os._exit(128 + os.WTERMSIG(st))
+    os._exit(os.waitstatus_to_exitcode(st))
+
+
+def _supervise_plain(directory: str, entry: str, args: list[str], envelope: dict[str, Any]) -> NoReturn:
+    """Where the platform has no ``sigtimedwait`` (not Linux): fork the App, ignore SIGTERM/SIGINT/SIGHUP
+    (they reach the App through the group), wait, record, exit the same way. No subreaper."""
+    _flush()
+    app = os.fork()
+    if app == 0:
+        sys.argv = [entry, *args]
+        sys.path[0] = os.path.dirname(entry)
+        _exit_like_python(run_app(entry, envelope))
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, st = os.waitpid(app, 0)
+            break
+        except InterruptedError:
+            continue
+    _record(directory, st)
+    _exit_as(st)
+
+
+def _die_by(sig: int) -> None:
+    """End this process by signal ``sig`` (so a parent's ``waitpid`` sees what the App got), without a
+    core dump of the supervisor. SIGKILL cannot be reset to its default (EINVAL): it is sent as is.
+    Returns only when the signal did not end the process."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, OSError, ValueError):
+        pass
+    try:
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):  # not a signal this process can die of (e.g. SIGSTOP): exit 128+N
+        pass
