@@ -1,0 +1,1 @@
+"""Helpers shared by tests (import as ``from _kit.NAME import ...``)."""
