@@ -50,7 +50,9 @@ __all__ = [
     "TAIL_LIMIT",
     "UrlTemplate",
     "allow_from_env",
+    "check_action",
     "check_address",
+    "check_request",
     "check_templates",
     "env_names",
     "parse_allow",
@@ -211,7 +213,7 @@ def parse_url(text: str, *, file: str | None = None, field: str = "url") -> UrlT
 
 
 def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool,
-                    check_ref: Callable[[str, str], None]) -> None:
+                    check_ref: Callable[[str, str], None], check_env: bool = True) -> None:
     """Check every template in ``value`` (a string, table or list) before anything runs.
 
     Args:
@@ -220,6 +222,7 @@ def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool
         allow_env: True only for header values (R-H5).
         check_ref: called as ``check_ref(field, reference)`` for every non-``env`` reference; raises
             ConfigError when the reference is not allowed or has no value.
+        check_env: also require every ``{{ env.NAME }}`` to be set now (when loading a workflow to run).
 
     Raises:
         ConfigError: unbalanced braces; ``{{ env.NAME }}`` outside a header value; an environment variable
@@ -234,12 +237,71 @@ def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool
                 if not allow_env:
                     raise ConfigError(f"{{{{ {ref} }}}}: environment variables are allowed only in header values "
                                       "(R-H5), so a secret never lands in a URL or body", file=file, field=where)
-                if env.group(1) not in os.environ:
+                if check_env and env.group(1) not in os.environ:
                     raise ConfigError(f"environment variable {env.group(1)} is not set", file=file, field=where)
                 continue
             if ref.startswith("env.") or ref == "env":
                 raise ConfigError(f"bad template {{{{ {ref} }}}}: use env.NAME", file=file, field=where)
             check_ref(where, ref)
+
+
+_ACTION_REF = re.compile(r"^(original\.(input|result)(\.[A-Za-z0-9_\-]+)*|operation_id|compensation_id|run_id|node_key"
+                         r"|error|inputs\.[A-Za-z0-9_\-]+)$")
+
+
+def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callable[[str, str], None],
+                  check_env: bool = True) -> UrlTemplate:
+    """Check one request as written (an ``http`` node or a reverse action) before anything runs (R-H3, R-H5).
+
+    Args:
+        spec: anything with ``method``, ``url``, ``headers`` (name -> templated value) and ``body``.
+        field: the field path of ``spec``, e.g. ``nodes.order`` or ``nodes.order.compensation``.
+        check_ref: ``check_ref(field, reference)`` for every non-``env`` template; raises ConfigError.
+        check_env: require every ``{{ env.NAME }}`` to be set now.
+
+    Returns:
+        The parsed URL.
+
+    Raises:
+        ConfigError: naming the field (see :func:`parse_url` and :func:`check_templates`); a header name
+            that is not a token; a ``Host`` header (the host comes from the URL).
+    """
+    url = parse_url(spec.url, file=file, field=f"{field}.url")
+    check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+    for name, value in spec.headers.items():
+        where = f"{field}.headers.{name}"
+        if not _HEADER_NAME.match(name):
+            raise ConfigError("is not a valid header name", file=file, field=where)
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
+        check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
+    if spec.body is not None:
+        check_templates(spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
+    return url
+
+
+def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = True,
+                 inputs: Mapping[str, Any] | None = None) -> UrlTemplate:
+    """Check a reverse action (R-H6): :func:`check_request` with the action's template names.
+
+    Allowed: ``original.input.…``, ``original.result.…``, ``operation_id``, ``compensation_id``,
+    ``run_id``, ``node_key``, ``inputs.NAME`` (one of ``inputs`` when given), ``error``, and
+    ``env.NAME`` in header values.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+
+    def ref(where: str, text: str) -> None:
+        if not _ACTION_REF.match(text):
+            raise ConfigError(f"bad template {{{{ {text} }}}}: a reverse action may use original.input.…, "
+                              "original.result.…, operation_id, compensation_id, run_id, node_key, inputs.NAME, "
+                              "error, and env.NAME in header values", file=file, field=where)
+        if inputs is not None and text.startswith("inputs.") and text.split(".", 1)[1] not in inputs:
+            raise ConfigError(f"{{{{ {text} }}}} refers to an input that is neither in [inputs] nor given with "
+                              "--input", file=file, field=where)
+
+    return check_request(spec, file=file, field=field, check_ref=ref, check_env=check_env)
 
 
 def _text(value: Any) -> str:
@@ -663,7 +725,7 @@ class _Exchange:
                 self._shut(sock)
 
 
-def send(request: PreparedRequest, allow: AllowList) -> SendResult:
+def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None) -> SendResult:
     """Send one request through the outbound guard (R-H2..R-H4); never raises for network trouble.
 
     The host is resolved once; every address must pass :func:`check_address` (one refused address
@@ -675,6 +737,8 @@ def send(request: PreparedRequest, allow: AllowList) -> SendResult:
     Args:
         request: from :func:`prepare`.
         allow: addresses the guard lets through.
+        before_send: called once after the guard let the request through and before anything is sent (the
+            caller commits "about to send" to its journal here); if it raises, nothing is sent.
 
     Returns:
         A :class:`SendResult`: 2xx = succeeded; other status = failed naming it and the first 200
@@ -696,6 +760,8 @@ def send(request: PreparedRequest, allow: AllowList) -> SendResult:
         if refusal:
             return SendResult(False, failure=SendFailure.REFUSED, error=refusal)
     headers = {"Host": url.authority, **request.headers}
+    if before_send is not None:
+        before_send()
     last_error = "no address"
     for address in addresses:
         remaining = deadline - time.monotonic()

@@ -150,4 +150,9 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, node_key)
     );
     """,
+    # 3: HTTP reverse actions record the answer's status and the first 2 KiB of its body per attempt (R-H7)
+    """
+    ALTER TABLE attempts ADD COLUMN http_status INTEGER;
+    ALTER TABLE attempts ADD COLUMN response_tail TEXT;
+    """,
 ]
