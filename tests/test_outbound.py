@@ -140,6 +140,10 @@ def test_loopback_is_refused_without_allow_and_nothing_is_sent() -> None:
         got = send(_request(f"http://localhost:{server.port}/api"), AllowList())
         assert got.failure == Failure.REFUSED and "(loopback)" in (got.error or "")
         assert server.received == []
+        # a name with several addresses connects only to one that passed (here 127.0.0.1, never ::1)
+        got = send(_request(f"http://localhost:{server.port}/api"), _allow(server))
+        assert got.sent and got.status == 404 and got.address == "127.0.0.1"
+        assert server.received[0].headers["Host"] == f"localhost:{server.port}"
 
 
 def test_success_keeps_three_headers_parses_json_and_sends_the_idempotency_key() -> None:

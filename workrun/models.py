@@ -169,6 +169,8 @@ class HttpNode(_Strict):
     same Idempotency-Key.
     """
 
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
     key: str
     kind: Literal["http"] = "http"
     needs: list[str] = Field(default_factory=list)

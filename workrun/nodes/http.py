@@ -150,8 +150,11 @@ def run_http_node(svc: Services, run_id: str, node: HttpNode, spec: WorkflowSpec
                 return "failed", None, f"operation {last['operation_id']}: {last['error']}"
             resend_key = _key_of(last)
     budget = retry_attempts if retry_backoff is not None else (2 if node.idempotent else 1)
-    allow = _allow(spec.http_allow)
-    url = parse_url(node.url)
+    try:
+        allow = _allow(spec.http_allow)  # WORKRUN_HTTP_ALLOW is read now (it may differ on resume)
+        url = parse_url(node.url)
+    except ConfigError as exc:
+        return "failed", None, exc.line()
     error: str | None = None
     while used < budget:
         if stopping():
