@@ -29,6 +29,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -707,7 +708,8 @@ class _Exchange:
                 self._shut(sock)
 
 
-def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None) -> SendResult:
+def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None,
+         verify: ssl.SSLContext | None = None) -> SendResult:
     """Send one request through the outbound guard (R-H2..R-H4); never raises for network trouble.
 
     The host is resolved once and every address is checked with :func:`check_address`; the connection
@@ -722,6 +724,7 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         allow: addresses the guard lets through.
         before_send: called once after the guard let the request through and before anything is sent (the
             caller commits "about to send" to its journal here); if it raises, nothing is sent.
+        verify: the TLS context that checks the server's certificate (default: the system's CAs via httpx).
 
     Returns:
         A :class:`SendResult`: 2xx = succeeded; other status = failed naming it and the first 200
@@ -759,7 +762,8 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         timer = threading.Timer(remaining, exchange.expire)
         timer.daemon = True
         try:
-            with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining)) as client:
+            with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining),
+                              verify=verify if verify is not None else True) as client:
                 timer.start()
                 req = client.build_request(request.method, f"{url.scheme}://{host}:{url.port}{request.target}",
                                            headers=headers, content=request.body, extensions=extensions)
