@@ -9,7 +9,9 @@ import pytest
 
 from workrun.errors import ConfigError
 from workrun.models import HttpNode
-from workrun.workflow import load_workflow, node_dependencies
+from workrun.nodes import default_executors
+from workrun.templates import node_dependencies
+from workrun.workflow import load_workflow
 
 GOOD = """
 http_allow = ["127.0.0.1:8765", "10.0.0.0/8"]
@@ -33,7 +35,7 @@ url = "https://shop.example/api/payments/{{ nodes.order.result.body.id }}"
 def _load(tmp_path: Path, text: str) -> tuple:
     path = tmp_path / "wf.toml"
     path.write_text(text)
-    return load_workflow(path)
+    return load_workflow(path, None, default_executors())
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +48,8 @@ def test_a_good_workflow_loads_with_dependencies_from_templates(tmp_path: Path) 
     order, pay = spec.nodes["order"], spec.nodes["pay"]
     assert isinstance(order, HttpNode) and order.compensation is not None
     assert (order.timeout, order.compensation.max_retries, order.compensation.timeout) == (30.0, 3, 30.0)
-    assert node_dependencies(pay) == ["order"] and node_dependencies(order) == []
+    assert node_dependencies(pay.needs, pay.templated()) == ["order"]
+    assert node_dependencies(order.needs, order.templated()) == []
     assert spec.http_allow == ["127.0.0.1:8765", "10.0.0.0/8"]
 
 
@@ -65,7 +68,7 @@ def test_a_good_workflow_loads_with_dependencies_from_templates(tmp_path: Path) 
     ('url = "https://shop.example/api/orders/{{', 'url = "ftp://shop.example/api/orders/{{',
      "nodes.order.compensation.url", "only http and https"),
     ('{{ nodes.order.result.body.id }}"', '{{ nodes.order.result.id }}"', "nodes.pay.url",
-     "status, headers and body only"),
+     "an http node's result has status, headers, body only"),
     ('{{ nodes.order.result.body.id }}"', '{{ nodes.order.result.body.id }"', "nodes.pay.url", "'{{' without '}}'"),
     ('http_allow = ["127.0.0.1:8765", "10.0.0.0/8"]', 'http_allow = ["shop.example"]', "http_allow[0]",
      "not an address"),
