@@ -34,6 +34,7 @@ __all__ = [
     "finish_attempt",
     "finish_operation",
     "settle_operations",
+    "settle_request",
     "run_attempt",
 ]
 
@@ -82,7 +83,8 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     call_dir = svc.call_dir(op_id)
     snapshot = None
     refused = None
-    if app.compensation is not None and app.compensation.code == "snapshot" and not standalone:
+    if app.compensation is not None and app.compensation.entry is not None and app.compensation.code == "snapshot" \
+            and not standalone:  # a reverse action (compensation.http) runs no code: nothing to snapshot
         try:
             snapshot = take(svc.data_dir, project, fp)
         except ValueError as exc:
@@ -177,14 +179,36 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
     """
     settled = []
     for op in svc.journal.operations_in_flight(run_id):
-        outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
-        row = finish_operation(svc, op, outcome)
+        if op["kind"] == "http":  # an HTTP request: no process to look at
+            row = settle_request(svc, op)
+        else:
+            outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
+            row = finish_operation(svc, op, outcome)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
                     f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
                     f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
         settled.append(row)
     return settled
+
+
+def settle_request(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+    """Settle an HTTP request (an ``http`` node's operation) left in flight by a runner that died (R-H2, R-R3).
+
+    ``starting``: the guard had not let it out yet, nothing was sent -> ``failed`` (not started: it may be
+    sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
+
+    Returns:
+        The operation row afterwards.
+    """
+    if op["status"] == "starting":
+        svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
+                                     error="not started: the runner stopped before the request was sent")
+    else:
+        svc.journal.finish_operation(op["operation_id"], status="unknown", failure=Failure.UNKNOWN, at=svc.now(),
+                                     error="outcome unknown: the runner stopped while the request was in flight; "
+                                     "verify outside before sending it again")
+    return svc.journal.operation(op["operation_id"])
 
 
 def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:

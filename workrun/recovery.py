@@ -25,8 +25,8 @@ from typing import Any
 from workrun.compensation import compensate_run, plan_records
 from workrun.engine import Engine
 from workrun.nodes import NodeExecutor, default_executors
-from workrun.nodes.http import is_reverse_action, recover_http_attempt, recover_http_operation
-from workrun.operations import finish_attempt, finish_operation, settle_operations
+from workrun.nodes.http import is_reverse_action, recover_http_attempt
+from workrun.operations import finish_attempt, finish_operation, settle_operations, settle_request
 from workrun.services import Services
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
@@ -35,13 +35,6 @@ __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "rec
 
 def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
-    for op in svc.journal.operations_in_flight(run_id):  # http requests first: no process to wait for
-        if op["kind"] == "http":
-            row = recover_http_operation(svc, op)
-            if run_id:
-                svc.say(run_id, op["node_key"], "warning",
-                        f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
-                        f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
     return settle_operations(svc, run_id)
 
 
@@ -146,7 +139,7 @@ def stop_orphaned_run(svc: Services, run_id: str, executors: Mapping[str, NodeEx
     """
     for op in svc.journal.operations_in_flight(run_id):
         if op["kind"] == "http":  # no process to end: its request was sent or not
-            recover_http_operation(svc, op)
+            settle_request(svc, op)
             continue
         outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         finish_operation(svc, op, outcome)

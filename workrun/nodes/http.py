@@ -39,7 +39,6 @@ __all__ = [
     "finish_http_attempt",
     "is_reverse_action",
     "recover_http_attempt",
-    "recover_http_operation",
     "reverse_action_of",
     "run_http_attempt",
 ]
@@ -111,19 +110,6 @@ def _finish_operation(svc: Services, op_id: str, got: SendResult) -> dict[str, A
         svc.journal.finish_operation(op_id, status="unknown" if got.failure is Failure.UNKNOWN else "failed",
                                      failure=got.failure, error=got.error, at=svc.now())
     return svc.journal.operation(op_id)
-
-
-def recover_http_operation(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
-    """Settle an http operation left in flight by a runner that died (R-R3): ``starting`` = nothing was sent
-    (failed, not started: it may be sent again); ``running`` = ``unknown`` (verify outside)."""
-    if op["status"] == "starting":
-        svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
-                                     error="not started: the runner stopped before the request was sent")
-    else:
-        svc.journal.finish_operation(op["operation_id"], status="unknown", failure=Failure.UNKNOWN, at=svc.now(),
-                                     error="outcome unknown: the runner stopped while the request was in flight; "
-                                     "verify outside before sending it again")
-    return svc.journal.operation(op["operation_id"])
 
 
 class HttpExecutor:
