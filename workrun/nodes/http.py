@@ -7,8 +7,9 @@ before the next step::
     op.started  (status ``running``: the guard let it through; the request is about to go out)
     op.finished (``succeeded`` 2xx | ``failed`` | ``unknown``: sent, no answer)
 
-A runner killed in ``starting`` sent nothing (recovered as not started, free to send); killed in
-``running`` the outcome is ``unknown`` (never re-sent, unless the node says ``idempotent = true``).
+A runner killed in ``starting`` sent nothing (settled as not started, free to send); killed in
+``running`` the outcome is ``unknown`` (never re-sent, unless the node says ``idempotent = true``); see
+:func:`workrun.operations.settle_request`.
 Every request carries ``Idempotency-Key: <operation_id>``; a re-send after an unknown outcome keeps the
 key of the request it repeats.
 
