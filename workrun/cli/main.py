@@ -28,6 +28,7 @@ from workrun.cli import runs as runs_cli
 from workrun.cli.common import EXIT, JsonOpt, WaitOpt, ask, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
+from workrun.states import COMPENSATION_DONE
 from workrun.views import run_view
 
 __all__ = ["app", "main"]
@@ -175,7 +176,7 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
         handled = resume_all(svc)
         views = [run_view(svc.journal, r) for r in handled]
         # SPEC §10: 0 when every compensation it handled ended succeeded or skipped
-        ok = all(op["compensation"]["status"] in ("succeeded", "skipped")
+        ok = all(op["compensation"]["status"] in COMPENSATION_DONE
                  for v in views for op in v["operations"] if op["compensation"])
         if json_mode:
             print_json({"runs": views})
@@ -216,7 +217,7 @@ def compensate(
         compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
-        ok = all(c["status"] in ("succeeded", "skipped") for c in comps)
+        ok = all(c["status"] in COMPENSATION_DONE for c in comps)
         if json_mode:
             print_json(view)
         else:
@@ -247,7 +248,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             traceback.print_exc()
         print_error(exc.line())
         code = exc.exit_code
-    except click_exceptions.NoArgsIsHelpError:  # type: ignore[attr-defined]  # help was printed already
+    except click_exceptions.NoArgsIsHelpError:  # help was printed already
         code = 2
     except click_exceptions.UsageError as exc:
         if debug:
