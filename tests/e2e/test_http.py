@@ -16,8 +16,6 @@ import pytest
 
 from _kit.http_server import TestServer
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def server():
