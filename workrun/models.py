@@ -6,6 +6,7 @@ Journal rows are plain dicts (see ``journal/sqlite.py``); these models describe
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +26,9 @@ __all__ = [
     "AppSpec",
     "CompensationSpec",
     "FailurePolicy",
+    "HttpAction",
+    "HttpNode",
+    "HttpRequestSpec",
     "NodeSpec",
     "OutputField",
     "PolicyError",
@@ -56,19 +60,58 @@ class OutputField(_Strict):
     required: bool = False
 
 
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+class HttpRequestSpec(_Strict):
+    """One HTTP request as written (R-H1, R-H6): templates are filled at send time.
+
+    ``url``: scheme, host and port literal (R-H3); ``headers``: values may use ``{{ env.NAME }}`` (R-H5);
+    ``body``: a table is sent as JSON, a string as text.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    method: HttpMethod
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any] | str | None = None
+
+
+class HttpAction(HttpRequestSpec):
+    """An ``http`` node's reverse action, its ``compensation`` table (R-H6, R-C7).
+
+    ``timeout`` is seconds per attempt (the whole exchange); at most ``max_retries + 1`` attempts with
+    ``backoff`` seconds before the second, doubling, capped at 60 s. ``idempotent``: an attempt whose outcome
+    is unknown may be re-sent (with the same Idempotency-Key).
+    """
+
+    timeout: float = Field(default=30.0, gt=0, le=3600)
+    idempotent: bool = False
+    max_retries: int = Field(default=3, ge=0, le=100)
+    backoff: float = Field(default=1.0, ge=0, le=3600)
+
+
 class CompensationSpec(_Strict):
-    """An App's compensation entry (R-A4, R-C7, R-C8).
+    """An App's compensation: a script ``entry`` or an ``http`` reverse action, exactly one (R-A4, R-C7, R-C8, R-H6).
 
     ``timeout`` is seconds per attempt; at most ``max_retries + 1`` attempts,
     ``backoff`` seconds before the second, doubling, capped at 60 s.
     """
 
-    entry: str
+    entry: str | None = None
+    http: HttpRequestSpec | None = None
     idempotent: bool = False
     timeout: float = Field(default=120.0, gt=0, le=86400)
     max_retries: int = Field(default=3, ge=0, le=100)
     backoff: float = Field(default=1.0, ge=0, le=3600)
     code: Literal["live", "snapshot"] = "live"
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> CompensationSpec:
+        if (self.entry is None) == (self.http is None):
+            raise ValueError("give exactly one of entry (a script) and http (a reverse action)")
+        return self
 
 
 class ToolPolicy(_Strict):
@@ -244,8 +287,33 @@ class RemoteAgentNode(_Node):
         return {"message": self.message}
 
 
+class HttpNode(_Node):
+    """``kind = "http"``: one HTTP request per operation (R-H1, R-H2), optionally with a reverse action (R-H6).
+
+    ``timeout`` is seconds for the whole exchange; ``idempotent`` lets an unknown outcome be re-sent with the
+    same Idempotency-Key. Typed strictly: a string where a number or boolean belongs is refused (SPEC §17).
+    """
+
+    kind: Literal["http"]
+    method: HttpMethod
+    url: str = Field(strict=True)
+    headers: dict[str, str] = Field(default_factory=dict, strict=True)
+    body: dict[str, Any] | str | None = None
+    timeout: float = Field(default=30.0, gt=0, le=3600, strict=True)
+    idempotent: bool = Field(default=False, strict=True)
+    compensation: HttpAction | None = None
+
+    def templated(self) -> dict[str, Any]:
+        """``url``, ``headers`` (without their ``{{ env.NAME }}`` secrets, R-H5) and ``body``."""
+        return {"url": self.url, "headers": {k: _ENV_TEMPLATE.sub("", v) for k, v in self.headers.items()},
+                "body": self.body}
+
+
+_ENV_TEMPLATE = re.compile(r"\{\{\s*env\.[A-Za-z_][A-Za-z0-9_]*\s*\}\}")
+
 #: node spec class per ``kind``; a new kind adds its class here and to :data:`NodeSpec`
-NODE_MODELS: dict[str, type[_Node]] = {"process": ProcessNode, "agent": AgentNode, "remote_agent": RemoteAgentNode}
+NODE_MODELS: dict[str, type[_Node]] = {"process": ProcessNode, "agent": AgentNode, "remote_agent": RemoteAgentNode,
+                                      "http": HttpNode}
 
 
 def _node_kind(value: Any) -> str:
@@ -256,7 +324,7 @@ def _node_kind(value: Any) -> str:
 
 NodeSpec = Annotated[
     Annotated[ProcessNode, Tag("process")] | Annotated[AgentNode, Tag("agent")]
-    | Annotated[RemoteAgentNode, Tag("remote_agent")],
+    | Annotated[RemoteAgentNode, Tag("remote_agent")] | Annotated[HttpNode, Tag("http")],
     Discriminator(_node_kind),
 ]
 """One node of a workflow: a union discriminated by ``kind`` (default ``process``)."""
@@ -269,3 +337,4 @@ class WorkflowSpec(_Strict):
     path: str
     inputs: dict[str, Any] = Field(default_factory=dict)
     nodes: dict[str, NodeSpec]
+    http_allow: list[str] = Field(default_factory=list)

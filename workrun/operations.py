@@ -33,9 +33,11 @@ from workrun.snapshots import materialize, take
 __all__ = [
     "Attempted",
     "call_app",
+    "current_owner",
     "finish_attempt",
     "finish_operation",
     "settle_operations",
+    "settle_request",
     "run_attempt",
 ]
 
@@ -84,7 +86,8 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     call_dir = svc.call_dir(op_id)
     snapshot = None
     refused = None
-    if app.compensation is not None and app.compensation.code == "snapshot" and not standalone:
+    if app.compensation is not None and app.compensation.entry is not None and app.compensation.code == "snapshot" \
+            and not standalone:  # a reverse action (compensation.http) runs no code: nothing to snapshot
         try:
             snapshot = take(svc.data_dir, project, fp)
         except ValueError as exc:
@@ -95,7 +98,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
         "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
-        **dict(zip(("owner_pid", "owner_start"), _current_owner(), strict=True)),
+        **dict(zip(("owner_pid", "owner_start"), current_owner(), strict=True)),
     }
     svc.journal.start_operation(row)
     if refused:
@@ -170,7 +173,7 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     return svc.journal.operation(op["operation_id"])
 
 
-def _current_owner() -> tuple[int, str | None]:
+def current_owner() -> tuple[int, str | None]:
     """This process as the owner of the calls it makes: ``(pid, start time)`` (the start time tells a reused
     pid apart; None off Linux). Recovery leaves a call alone while its owner lives (issue 10, item 8)."""
     pid = os.getpid()
@@ -195,21 +198,43 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
         The operation rows afterwards.
     """
     settled = []
-    me_pid, me_start = _current_owner()
+    me_pid, me_start = current_owner()
     for op in svc.journal.operations_in_flight(run_id):
         if not _owner_gone(op):
             continue
         if not svc.journal.adopt_operation(op["operation_id"], owner_pid=me_pid, owner_start=me_start,
                                            seen_pid=op.get("owner_pid"), seen_start=op.get("owner_start")):
             continue
-        outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
-        row = finish_operation(svc, op, outcome)
+        if op["kind"] == "http":  # an HTTP request: no process to look at
+            row = settle_request(svc, op)
+        else:
+            outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
+            row = finish_operation(svc, op, outcome)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
                     f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
                     f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
         settled.append(row)
     return settled
+
+
+def settle_request(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+    """Settle an HTTP request (an ``http`` node's operation) left in flight by a runner that died (R-H2, R-R3).
+
+    ``starting``: the guard had not let it out yet, nothing was sent -> ``failed`` (not started: it may be
+    sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
+
+    Returns:
+        The operation row afterwards.
+    """
+    if op["status"] == "starting":
+        svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
+                                     error="not started: the runner stopped before the request was sent")
+    else:
+        svc.journal.finish_operation(op["operation_id"], status="unknown", failure=Failure.UNKNOWN, at=svc.now(),
+                                     error="outcome unknown: the runner stopped while the request was in flight; "
+                                     "verify outside before sending it again")
+    return svc.journal.operation(op["operation_id"])
 
 
 def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:
@@ -273,7 +298,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
         svc.journal.set_compensation_status(cid, "pending", reason=exc.message, at=svc.now())
         return Attempted(svc.journal.compensation(cid), Failure.ENVIRONMENT)
     config = AppSpec.model_validate(op["config"])
-    assert config.compensation is not None
+    assert config.compensation is not None and config.compensation.entry is not None  # a script (not http, R-H6)
     number = len(svc.journal.attempts(cid)) + 1
     call_dir = svc.call_dir(f"{cid}-{number}", replace=True)  # a runner killed before the intent leaves one
     started = svc.now()

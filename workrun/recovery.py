@@ -25,7 +25,8 @@ from typing import Any
 from workrun.compensation import compensate_run, plan_records
 from workrun.engine import Engine
 from workrun.nodes import NodeExecutor, default_executors
-from workrun.operations import finish_attempt, finish_operation, settle_operations
+from workrun.nodes.http import is_reverse_action, recover_http_attempt
+from workrun.operations import finish_attempt, finish_operation, settle_operations, settle_request
 from workrun.services import Services
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
@@ -41,9 +42,12 @@ def recover_attempts(svc: Services, run_id: str) -> None:
     """Settle compensation attempts that were in flight when the runner died."""
     for attempt in svc.journal.attempts_in_flight(run_id):
         comp = svc.journal.compensation(attempt["compensation_id"])
-        outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
-                                     attempt["deadline"])
-        after = finish_attempt(svc, comp, attempt, outcome)
+        if is_reverse_action(comp):
+            after = recover_http_attempt(svc, comp, attempt)
+        else:
+            outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
+                                         attempt["deadline"])
+            after = finish_attempt(svc, comp, attempt, outcome)
         svc.say(run_id, comp["node_key"], "warning",
                 f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "
                 f"flight when the runner stopped; recovered: {after['status']}"
@@ -134,6 +138,9 @@ def stop_orphaned_run(svc: Services, run_id: str, executors: Mapping[str, NodeEx
     already finished keeps its recorded outcome; the run becomes ``stopped``.
     """
     for op in svc.journal.operations_in_flight(run_id):
+        if op["kind"] == "http":  # no process to end: its request was sent or not
+            settle_request(svc, op)
+            continue
         outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         finish_operation(svc, op, outcome)
     svc.request_stop()

@@ -15,10 +15,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workrun.apps import pydantic_error, toml_type
+from workrun.apps import load_app, pydantic_error, toml_type
 from workrun.errors import ConfigError
-from workrun.models import NODE_MODELS, FailurePolicy, NodeSpec, OutputField, PolicyError, WorkflowSpec
+from workrun.models import (
+    NODE_MODELS,
+    AgentNode,
+    AppSpec,
+    FailurePolicy,
+    HttpNode,
+    NodeSpec,
+    OutputField,
+    PolicyError,
+    ProcessNode,
+    WorkflowSpec,
+)
 from workrun.nodes.base import NodeExecutor, Where
+from workrun.outbound import allow_from_env, check_action, parse_allow
 from workrun.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 
 __all__ = ["load_workflow", "parse_policy"]
@@ -38,6 +50,29 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
         raise ConfigError(exc.message, file=file, field=f"{field}.{exc.where}" if exc.where else field) from None
     except ValidationError as exc:
         raise pydantic_error(exc, file, f"{field}.retry") from None
+
+
+def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str) -> None:
+    """HTTP reverse actions that this run may send, checked against its inputs and environment (R-H5, R-H6):
+    an http node's ``compensation`` table, and ``compensation = { http = ... }`` of the Apps a node calls.
+
+    Raises:
+        ConfigError: an ``{{ inputs.NAME }}`` that is not an input; an ``{{ env.NAME }}`` that is not set.
+    """
+    if isinstance(node, HttpNode):
+        if node.compensation is not None:
+            check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs)
+        return
+    refs: list[tuple[str, str]] = []
+    if isinstance(node, ProcessNode) and node.project and node.app:
+        refs.append((node.project, node.app))
+    if isinstance(node, AgentNode):
+        refs += [(t.project, t.app) for t in node.tools]
+    for project, name in refs:
+        app: AppSpec = load_app(Path(project), name)
+        if app.compensation is not None and app.compensation.http is not None:
+            check_action(app.compensation.http, file=str(Path(project) / "pyproject.toml"),
+                         field=f"tool.workrun.apps.{name}.compensation.http", inputs=inputs)
 
 
 def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
@@ -145,7 +180,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
-    unknown = set(data) - {"name", "inputs", "nodes", "description"}
+    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
     name = data.get("name", path.stem)
@@ -161,6 +196,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         raise ConfigError("a workflow needs at least one [nodes.KEY] table", file=file, field="nodes")
     inputs = {**defaults, **(overrides or {})}
     base = path.resolve().parent
+    http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
+    allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
@@ -189,6 +226,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         except ValidationError as exc:
             raise pydantic_error(exc, file, prefix) from None
         outputs[key] = executors[kind].check(node, Where(file, prefix))
+        _check_reverse_actions(node, inputs, file, prefix)
         nodes[key] = node
 
     policies = {k: n.on_failure for k, n in nodes.items()}
@@ -225,9 +263,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
                 raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
             contract = outputs.get(target) or {}
             if contract and len(parts) > 3 and parts[3] not in contract:
-                raise ConfigError(f"{{{{ {ref} }}}}: App {getattr(nodes[target], 'app', None)!r} declares no "
-                                  f"output field {parts[3]!r}",
-                                  file=file, field=field)
+                what = (f"an http node's result has {', '.join(contract)} only" if isinstance(nodes[target], HttpNode)
+                        else f"App {getattr(nodes[target], 'app', None)!r} declares no output field {parts[3]!r}")
+                raise ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
         policy = policies[key]
         if policy.kind == "fallback":
             if policy.fallback not in nodes or policy.fallback == key:
@@ -236,5 +274,5 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         graph[key] = node_dependencies(node.needs, node.templated())
     _check_cycles(graph, file, "needs")
     _check_fallbacks(graph, policies, file)
-    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes)
+    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow)
     return spec, inputs

@@ -132,9 +132,10 @@ class Journal(Protocol):
         Fault point: ``op.intent``.
         """
 
-    def operation_running(self, operation_id: str, *, pid: int, proc_start: str | None, started_at: float,
+    def operation_running(self, operation_id: str, *, pid: int | None, proc_start: str | None, started_at: float,
                           deadline: float) -> None:
-        """Record the process of a call (status ``running``). Fault point: ``op.started``."""
+        """Record the process of a call (status ``running``); for an HTTP request (``pid`` None): the guard let it
+        through and it is about to be sent. Fault point: ``op.started``."""
 
     def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
                          error: str | None = None, result: Any = None, exit_code: int | None = None,
@@ -218,18 +219,21 @@ class Journal(Protocol):
         Fault point: ``attempt.intent``.
         """
 
-    def attempt_running(self, compensation_id: str, number: int, *, pid: int, proc_start: str | None,
+    def attempt_running(self, compensation_id: str, number: int, *, pid: int | None, proc_start: str | None,
                         deadline: float) -> None:
-        """Record an attempt's process (status ``running``). Fault point: ``attempt.started``."""
+        """Record an attempt's process (status ``running``); for a reverse action (``pid`` None): its request is
+        about to be sent. Fault point: ``attempt.started``."""
 
     def finish_attempt(self, compensation_id: str, number: int, *, status: str, failure: str | None,
                        error: str | None, result: Any, at: float, exit_code: int | None = None,
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-                       compensation_status: str, reason: str | None, next_attempt_at: float | None = None) -> None:
+                       compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
+                       http_status: int | None = None, response_tail: str | None = None) -> None:
         """Record an attempt's outcome and its compensation's new status in one transaction (R-C7).
 
         The compensation's ``result`` is set to ``result`` when ``compensation_status`` is ``succeeded``;
         its ``held_back_by`` is cleared. Fault point: ``attempt.finished``.
+        ``http_status`` and ``response_tail`` (first 2 KiB of the body) record a reverse action's answer (R-H7).
         """
 
     def compensations(self, run_id: str) -> list[Row]:

@@ -179,4 +179,9 @@ MIGRATIONS: list[str] = [
     ALTER TABLE operations ADD COLUMN owner_pid INTEGER;
     ALTER TABLE operations ADD COLUMN owner_start TEXT;
     """,
+    # 5: HTTP reverse actions record the answer's status and the first 2 KiB of its body per attempt (R-H7)
+    """
+    ALTER TABLE attempts ADD COLUMN http_status INTEGER;
+    ALTER TABLE attempts ADD COLUMN response_tail TEXT;
+    """,
 ]

@@ -263,7 +263,7 @@ class SqliteJournal:
         """Record a call's intent (status ``starting``) before its process starts (R-J1)."""
         self._tx([_insert("operations", row)], "op.intent")
 
-    def operation_running(self, operation_id: str, *, pid: int, proc_start: str | None, started_at: float,
+    def operation_running(self, operation_id: str, *, pid: int | None, proc_start: str | None, started_at: float,
                           deadline: float) -> None:
         """Record the call's process (status ``running``)."""
         self._set("operations", (operation_id,), "op.started", {
@@ -319,7 +319,7 @@ class SqliteJournal:
             _update("compensations", key, {"status": "running", "reason": None, "updated_at": at}),
         ], "attempt.intent", [("compensations", key, "running", seen)])
 
-    def attempt_running(self, compensation_id: str, number: int, *, pid: int, proc_start: str | None,
+    def attempt_running(self, compensation_id: str, number: int, *, pid: int | None, proc_start: str | None,
                         deadline: float) -> None:
         """Record an attempt's process."""
         self._set("attempts", (compensation_id, number), "attempt.started",
@@ -328,11 +328,13 @@ class SqliteJournal:
     def finish_attempt(self, compensation_id: str, number: int, *, status: str, failure: str | None,
                        error: str | None, result: Any, at: float, exit_code: int | None = None,
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-                       compensation_status: str, reason: str | None, next_attempt_at: float | None = None) -> None:
+                       compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
+                       http_status: int | None = None, response_tail: str | None = None) -> None:
         """Record an attempt's outcome and its compensation's status in one transaction."""
         akey, ckey = (compensation_id, number), (compensation_id,)
         attempt = {"status": status, "failure": failure, "error": error, "result": result, "ended_at": at,
-                   "exit_code": exit_code, "signal": signal, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail}
+                   "exit_code": exit_code, "signal": signal, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail,
+                   "http_status": http_status, "response_tail": response_tail}
         comp: dict[str, Any] = {"status": compensation_status, "reason": reason, "updated_at": at,
                                 "next_attempt_at": next_attempt_at, "held_back_by": None}
         if compensation_status == "succeeded":

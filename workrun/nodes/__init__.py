@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from workrun.nodes.agent import AgentExecutor
 from workrun.nodes.base import NodeExecutor, NodeJob, Where
+from workrun.nodes.http import HttpExecutor
 from workrun.nodes.process import ProcessExecutor
 from workrun.nodes.remote import RemoteExecutor
 
-__all__ = ["AgentExecutor", "NodeExecutor", "NodeJob", "ProcessExecutor", "RemoteExecutor", "Where",
+__all__ = ["AgentExecutor", "HttpExecutor", "NodeExecutor", "NodeJob", "ProcessExecutor", "RemoteExecutor", "Where",
            "default_executors"]
 
 
 def default_executors() -> dict[str, NodeExecutor]:
     """``{kind: executor}`` of every built-in node kind."""
-    executors: list[NodeExecutor] = [ProcessExecutor(), AgentExecutor(), RemoteExecutor()]
+    executors: list[NodeExecutor] = [ProcessExecutor(), AgentExecutor(), RemoteExecutor(), HttpExecutor()]
     return {e.kind: e for e in executors}
