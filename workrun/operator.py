@@ -19,11 +19,11 @@ and arguments (R-O2), written in the same transaction as the change it makes.
 from __future__ import annotations
 
 import getpass
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from workrun import settings
 from workrun.compensation import compensate_run, refresh_holds
 from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.services import Services
@@ -38,13 +38,10 @@ def actor() -> str:
     The dashboard runs the CLI's own commands with ``WORKRUN_ACTOR=ui:<OS user>`` (R-U4).
 
     Raises:
-        UsageError: ``WORKRUN_ACTOR`` is set but empty, longer than 200 characters or has control characters.
+        ConfigError: ``WORKRUN_ACTOR`` is empty, longer than 200 characters or has control characters.
     """
-    given = os.environ.get("WORKRUN_ACTOR")
+    given = settings.current().actor  # checked with every WORKRUN_* setting (SPEC §17)
     if given is not None:
-        if not given.strip() or len(given) > 200 or any(ord(ch) < 32 or ord(ch) == 127 for ch in given):
-            raise UsageError("WORKRUN_ACTOR must be 1-200 printable characters (who performs the action)",
-                             field="WORKRUN_ACTOR")
         return given
     try:
         return getpass.getuser()

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from workrun import settings
 from workrun.errors import ConfigError
 from workrun.outcomes import Failure
 
@@ -484,27 +485,8 @@ class AllowList:
 
 
 def _parse_entry(text: str) -> AllowEntry:
-    raw = text.strip()
-    port: int | None = None
-    host = raw
-    if raw.startswith("["):
-        end = raw.find("]")
-        if end < 0 or (raw[end + 1:] and not raw[end + 1:].startswith(":")):
-            raise ValueError("bad bracketed IPv6 entry")
-        host, port_text = raw[1:end], raw[end + 2:]
-        if raw[end + 1:]:
-            if not port_text.isdigit():
-                raise ValueError("bad port")
-            port = int(port_text)
-    elif raw.count(":") == 1:
-        host, port_text = raw.split(":")
-        if not port_text.isdigit():
-            raise ValueError("bad port")
-        port = int(port_text)
-    if port is not None and not 0 < port < 65536:
-        raise ValueError("bad port")
-    network = ipaddress.ip_network(host, strict=False)
-    return AllowEntry(network, port, raw)
+    network, port = settings.parse_allow_entry(text)
+    return AllowEntry(network, port, text.strip())
 
 
 def parse_allow(entries: Any, *, file: str | None = None, field: str = "http_allow") -> AllowList:

@@ -13,6 +13,7 @@ and parses), never ``os.environ`` directly.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from typing import Any
 
 from workrun.errors import ConfigError
 
-__all__ = ["VARIABLES", "Settings", "current"]
+__all__ = ["VARIABLES", "Settings", "current", "parse_allow_entry"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Settings:
         journal_url: ``WORKRUN_JOURNAL``, a ``postgresql://`` URL of a shared journal, or None for the
             SQLite journal in the data directory (``sqlite``, the default).
         lease: ``WORKRUN_LEASE``, seconds a worker's claim on a run lasts without a heartbeat (default 30).
+        http_allow: ``WORKRUN_HTTP_ALLOW``, entries the outbound guard lets through (R-H3).
+        actor: ``WORKRUN_ACTOR``, who operator actions are recorded as (the dashboard sets ``ui:<OS user>``).
     """
 
     home: Path | None = None
@@ -54,6 +57,8 @@ class Settings:
     launch: str | None = None
     journal_url: str | None = None
     lease: float = 30.0
+    http_allow: tuple[str, ...] = ()
+    actor: str | None = None
 
 
 def _integer(lo: int, hi: int) -> tuple[Callable[[str], int], str]:
@@ -113,6 +118,50 @@ def _lease(raw: str) -> float:
     return value
 
 
+def parse_allow_entry(text: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, int | None]:
+    """Parse one outbound-guard allow entry (R-H3): ``ADDRESS``, ``ADDRESS:PORT``, ``[IPv6]:PORT`` or ``NET/PREFIX``.
+
+    Returns:
+        ``(network, port)``; ``port`` None allows every port.
+
+    Raises:
+        ValueError: anything else (host names are not accepted: the guard checks addresses).
+    """
+    raw = text.strip()
+    port: int | None = None
+    host = raw
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end < 0 or (raw[end + 1:] and not raw[end + 1:].startswith(":")):
+            raise ValueError("bad bracketed IPv6 entry")
+        host, port_text = raw[1:end], raw[end + 2:]
+        if raw[end + 1:]:
+            if not port_text.isdigit():
+                raise ValueError("bad port")
+            port = int(port_text)
+    elif raw.count(":") == 1:
+        host, port_text = raw.split(":")
+        if not port_text.isdigit():
+            raise ValueError("bad port")
+        port = int(port_text)
+    if port is not None and not 0 < port < 65536:
+        raise ValueError("bad port")
+    return ipaddress.ip_network(host, strict=False), port
+
+
+def _allow(raw: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in raw.split(",") if p.strip())
+    for part in parts:
+        parse_allow_entry(part)
+    return parts
+
+
+def _actor(raw: str) -> str:
+    if not raw.strip() or len(raw) > 200 or any(ord(ch) < 32 or ord(ch) == 127 for ch in raw):
+        raise ValueError
+    return raw
+
+
 class _IsAFile(Exception):
     """Raised when ``WORKRUN_HOME`` names something that exists and is not a directory."""
 
@@ -136,6 +185,9 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "WORKRUN_LAUNCH": ("launch", _launch, "'fork' or 'spawn'"),
     "WORKRUN_JOURNAL": ("journal_url", _journal, "'sqlite' or a postgresql:// URL"),
     "WORKRUN_LEASE": ("lease", _lease, "a number of seconds, at least 1"),
+    "WORKRUN_HTTP_ALLOW": ("http_allow", _allow,
+                           "comma-separated addresses, ADDRESS:PORT, [IPv6]:PORT or networks like 10.1.2.0/24"),
+    "WORKRUN_ACTOR": ("actor", _actor, "1-200 printable characters (who operator actions are recorded as)"),
 }
 
 
