@@ -27,6 +27,8 @@ from workrun.errors import ConfigError
 from workrun.models import NodeSpec, WorkflowSpec
 from workrun.remote import cancel_open_tasks
 from workrun.services import Services, new_id
+from workrun.ticket_records import (SYSTEM_ACTOR, action_row, event_row, new_ticket_id, notification_row, one_line,
+                                    render_request, ticket_message, ticket_row)
 from workrun.workflow import FailurePolicy, node_dependencies, parse_policy, render
 
 __all__ = ["Engine", "NodeOutcome", "brief", "create_run"]
@@ -175,6 +177,8 @@ class Engine:
                 if o not in depends_on:
                     depends_on.append(o)
         outcome = self._run_kind(run_id, node, policy, context, depends_on)
+        if outcome.status == "failed" and policy.opens_ticket:
+            return self._open_ticket(run_id, spec, key, policy, outcome, context)
         handled = 0
         result = outcome.result
         if outcome.status == "failed" and policy.kind == "continue":
@@ -195,6 +199,59 @@ class Engine:
             level = "info" if status == "succeeded" else "error"
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))
         return NodeOutcome("succeeded" if handled else status, result, outcome.error)
+
+    def _open_ticket(self, run_id: str, spec: WorkflowSpec, key: str, policy: FailurePolicy, outcome: NodeOutcome,
+                     context: dict[str, Any]) -> NodeOutcome:
+        """Hand a failed node to a person (R-M1..R-M5): one transaction holds the ticket, the node's new
+        status (``waiting``; handled for ``fallback_action``; failed for ``terminate``), the action job
+        when the policy has one, the opening event and the notification intent (R-M8)."""
+        svc = self.svc
+        kind = policy.exhausted
+        now = svc.now()
+        tid = new_ticket_id()
+        error = one_line(outcome.error) or "failed"
+        values = {**context, "run_id": run_id, "node_key": key, "ticket_id": tid, "error": error}
+        status = {"notify": "pending", "compensate": "pending", "fallback_action": "resolved"}.get(kind, "terminated")
+        node_fields: dict[str, Any] = {"status": "waiting"} if status == "pending" else \
+            {"status": "failed", "handled": int(kind == "fallback_action"), "result": None, "ended_at": now}
+        changes: list[tuple[str, str, Any, dict[str, Any]]] = [
+            ("insert", "tickets", None, ticket_row(tid, run_id, key, kind, status, error, now)),
+            ("update", "nodes", (run_id, key), node_fields),
+            ("insert", "ticket_events", None, event_row(tid, run_id, SYSTEM_ACTOR, "open",
+                                                        {"policy": kind, "status": status}, now, error))]
+        action_note = ""
+        if policy.action is not None:
+            row = action_row(tid, run_id, policy.action, {}, now)
+            try:
+                row["request"] = {**render_request(policy.action, values), "timeout": policy.action.timeout}
+                action_note = "; its action is registered"
+            except KeyError as exc:
+                row.update(status="failed", reason=f"template {{{{ {exc.args[0]} }}}} has no value: the action "
+                           "cannot be sent")
+                action_note = f"; its action cannot be sent ({row['reason']})"
+            changes.append(("insert", "ticket_actions", None, row))
+        if spec.notify is not None:
+            try:
+                changes.append(("insert", "notifications", None, notification_row(
+                    new_id("ntf"), f"ticket:{tid}", run_id, ticket_message(run_id, key, tid, error), spec.notify,
+                    values, now, ticket_id=tid)))
+            except KeyError as exc:
+                changes.append(("insert", "ticket_events", None, event_row(
+                    tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
+                    f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value")))
+        svc.journal.open_ticket(changes)
+        if status == "pending":
+            svc.say(run_id, key, "error", f"{key}: failed ({error}); waiting for a person: ticket {tid} "
+                    f"(on_failure = {kind}){action_note}. `workrun tickets resume {tid}` or "
+                    f"`workrun tickets terminate {tid}`")
+            return NodeOutcome("waiting", error=outcome.error)
+        if status == "resolved":
+            svc.say(run_id, key, "warning", f"{key}: failed ({error}); handled by on_failure = fallback_action: "
+                    f"ticket {tid} resolved{action_note}; the run goes on")
+            return NodeOutcome("succeeded", None, outcome.error)
+        svc.say(run_id, key, "error", f"{key}: failed ({error}); on_failure = terminate: the run ends "
+                f"terminated (ticket {tid}); nothing is compensated automatically")
+        return NodeOutcome("terminated", error=outcome.error)
 
     # -- the run -------------------------------------------------------------
 
@@ -219,6 +276,7 @@ class Engine:
         standby = {p.fallback for p in policies.values() if p.fallback}
         deps = {k: node_dependencies(n) for k, n in spec.nodes.items()}
         failed_node: str | None = None
+        terminated = False
         futures: dict[Future[NodeOutcome], str] = {}
 
         def status_of() -> dict[str, dict[str, Any]]:
@@ -232,7 +290,7 @@ class Engine:
             while True:
                 stopping = self._stop_requested(run_id)
                 nodes = status_of()
-                if not stopping and failed_node is None:
+                if not stopping and failed_node is None and not terminated:
                     active = set(futures.values())
                     for key, n in nodes.items():
                         if n["status"] != "pending" or key in standby or key in active:
@@ -250,21 +308,54 @@ class Engine:
                     outcome = fut.result()
                     if outcome.status == "failed" and failed_node is None:
                         failed_node = key
+                    terminated = terminated or outcome.status == "terminated"
         return self.finish(run_id, failed_node)
 
-    def finish(self, run_id: str, failed_node: str | None) -> str:
-        """End a run: ``stopped`` when a stop was requested, ``failed`` (with compensation records, in one
-        transaction, SPEC §10) when a node failed unhandled, else ``succeeded``; return that status."""
+    def finish(self, run_id: str, failed_node: str | None, *,
+               extra: list[tuple[str, str, Any, dict[str, Any]]] | None = None,
+               terminated_by: dict[str, Any] | None = None) -> str:
+        """End (or pause) a run and return its status.
+
+        ``stopped`` when a stop was requested (waiting nodes ``stopped``, their tickets ``terminated``,
+        R-M7); ``terminated`` when a node's policy is ``terminate`` (R-M5, nothing compensated);
+        ``failed`` (with compensation records, in one transaction, SPEC §10) when a node failed
+        unhandled (pending tickets ``terminated``); ``waiting`` when a node waits for a person and
+        nothing else can run (R-M1; the run is not final); else ``succeeded``.
+
+        Args:
+            extra: changes committed in the same transaction as the run's end (an operator's ticket
+                action and its audit row, R-M6); tickets and nodes they update are left to them.
+            terminated_by: a ticket whose ending makes the run ``terminated`` (``tickets terminate
+                --no-compensate``) rather than failed.
+        """
         svc = self.svc
         nodes = svc.journal.nodes(run_id)
         now = svc.now()
-        skip = [("update", "nodes", (run_id, n["node_key"]), {"status": "skipped"})
-                for n in nodes if n["status"] == "pending"]
         run = svc.journal.run(run_id)
+        extra = list(extra or [])
+        touched = {(t, k) for op, t, k, _ in extra if op == "update"}
+        tickets = [t for t in svc.journal.tickets(run_id) if ("tickets", (t["ticket_id"],)) not in touched]
+        nodes = [n for n in nodes if ("nodes", (run_id, n["node_key"])) not in touched]
+        skip = [*extra, *[("update", "nodes", (run_id, n["node_key"]), {"status": "skipped"})
+                          for n in nodes if n["status"] == "pending"]]
+
+        def close_tickets(node_status: str, why: str) -> list[tuple[str, str, Any, dict[str, Any]]]:
+            out: list[tuple[str, str, Any, dict[str, Any]]] = []
+            for t in tickets:
+                if t["status"] == "pending":
+                    out += [("update", "tickets", (t["ticket_id"],), {"status": "terminated", "updated_at": now,
+                                                                    "_expect_status": "pending"}),
+                            ("insert", "ticket_events", None, event_row(t["ticket_id"], run_id, SYSTEM_ACTOR,
+                                                                        "terminate", {"reason": why}, now, why))]
+            out += [("update", "nodes", (run_id, n["node_key"]), {"status": node_status, "ended_at": now})
+                    for n in nodes if n["status"] == "waiting"]
+            return out
+
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
             # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too
             skip += [("update", "nodes", (run_id, n["node_key"]), {"status": "stopped", "ended_at": now})
                      for n in nodes if n["status"] == "running"]
+            skip += close_tickets("stopped", "the run was stopped by the user")
             svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "stopped", "ended_at": now,
                               "reason": "stopped by the user"})], "run.stopped")
             if any(o["status"] == "succeeded" for o in svc.journal.operation_statuses(run_id)):
@@ -275,12 +366,28 @@ class Engine:
                         "nothing to undo (side effects of a stopped call are NOT undone)")
             cancel_open_tasks(svc, run_id)
             return "stopped"
+        ended_by = terminated_by or next((t for t in tickets if t["policy"] == "terminate"), None)
+        if ended_by is not None:
+            svc.journal.write([*skip, *close_tickets("failed", f"node {ended_by['node_key']!r} ended the run"),
+                               ("update", "runs", (run_id,), {
+                                   "status": "terminated", "ended_at": now,
+                                   "reason": f"node {ended_by['node_key']!r} failed"
+                                             + (" (on_failure = terminate)" if terminated_by is None else
+                                                f" (ticket {ended_by['ticket_id']} terminated)")})],
+                              "run.failed")
+            how = "on_failure = terminate" if terminated_by is None else "terminated by an operator without compensation"
+            svc.say(run_id, None, "error", f"run terminated: node {ended_by['node_key']!r} failed ({how}, ticket "
+                    f"{ended_by['ticket_id']}); nothing was compensated: `workrun compensate {run_id}` undoes its "
+                    "calls on request")
+            cancel_open_tasks(svc, run_id)
+            return "terminated"
         if failed_node is None and any(n["status"] == "failed" and not n["handled"] for n in nodes):
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
         if failed_node is not None:
             records = [] if run["eval"] else plan_records(svc.journal.operations(run_id), now)
-            svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "failed", "ended_at": now,
-                               "reason": f"node {failed_node!r} failed"}),
+            svc.journal.write([*skip, *close_tickets("failed", f"the run failed finally (node {failed_node!r})"),
+                               ("update", "runs", (run_id,), {"status": "failed", "ended_at": now,
+                                                             "reason": f"node {failed_node!r} failed"}),
                                *[("insert", "compensations", None, r) for r in records]], "run.failed")
             svc.say(run_id, None, "error", f"run failed: node {failed_node!r} failed"
                     + (" (evaluation run: no compensation, R-W6)" if run["eval"] else ""))
@@ -289,6 +396,15 @@ class Engine:
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             cancel_open_tasks(svc, run_id)
             return "failed"
+        waiting = [t for t in tickets if t["status"] == "pending"]
+        if any(n["status"] == "waiting" for n in nodes):
+            svc.journal.write([("update", "runs", (run_id,), {"status": "waiting", "reason": "waiting for a person: "
+                                                             + ", ".join(t["ticket_id"] for t in waiting)})],
+                              "run.waiting")
+            svc.say(run_id, None, "warning", "run waiting for a person: " + "; ".join(
+                f"ticket {t['ticket_id']} ({t['node_key']}): `workrun tickets resume {t['ticket_id']}` or "
+                f"`workrun tickets terminate {t['ticket_id']}`" for t in waiting))
+            return "waiting"
         svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "succeeded", "ended_at": now})],
                           "run.succeeded")
         svc.say(run_id, None, "info", "run succeeded")

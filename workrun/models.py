@@ -16,6 +16,7 @@ __all__ = [
     "NodeSpec",
     "OutputField",
     "RetryPolicy",
+    "TicketActionSpec",
     "ToolPolicy",
     "ToolRef",
     "WorkflowSpec",
@@ -81,6 +82,27 @@ class RetryPolicy(_Strict):
     backoff: float = Field(default=0.5, ge=0, le=3600)
 
 
+class TicketActionSpec(BaseModel):
+    """An HTTP action of manual repair: ``on_failure = { compensate = ACTION }`` or
+    ``{ fallback_action = ACTION }`` (R-M3, R-M4), and ``[notify] http`` (R-M8).
+
+    ``timeout`` is seconds for the whole exchange; at most ``max_retries + 1`` attempts,
+    ``backoff`` seconds before the second, doubling, capped at 60 s (as R-H6). Types are
+    taken as TOML types them (SPEC §17: a string is never a number).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any] | list[Any] | str | None = None
+    timeout: float = Field(default=30.0, gt=0, le=3600)
+    max_retries: int = Field(default=3, ge=0, le=100)
+    backoff: float = Field(default=1.0, ge=0, le=3600)
+    idempotent: bool = False
+
+
 class ToolRef(_Strict):
     """One Tool App an agent node may call."""
 
@@ -127,3 +149,4 @@ class WorkflowSpec(_Strict):
     path: str
     inputs: dict[str, Any] = Field(default_factory=dict)
     nodes: dict[str, NodeSpec]
+    notify: TicketActionSpec | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)

@@ -16,12 +16,13 @@ from pydantic import ValidationError
 
 from workrun.apps import load_app, pydantic_error
 from workrun.errors import ConfigError
-from workrun.models import AppSpec, NodeSpec, RetryPolicy, WorkflowSpec
+from workrun.models import AppSpec, NodeSpec, RetryPolicy, TicketActionSpec, WorkflowSpec
 
 __all__ = [
     "FailurePolicy",
     "load_workflow",
     "node_dependencies",
+    "parse_action",
     "parse_inputs",
     "parse_policy",
     "render",
@@ -34,40 +35,106 @@ _KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
 class FailurePolicy:
-    """A node's ``on_failure`` (R-W7): kind ``fail`` | ``continue`` | ``retry`` | ``fallback``."""
+    """A node's ``on_failure`` (R-W7, R-M1..R-M5).
 
-    def __init__(self, kind: str, retry: RetryPolicy | None = None, fallback: str | None = None) -> None:
+    ``kind``: ``fail`` | ``continue`` | ``retry`` | ``fallback`` | ``notify`` | ``compensate`` |
+    ``fallback_action`` | ``terminate``. ``retry`` carries ``then`` (``fail`` or ``notify``, R-M2);
+    ``compensate`` and ``fallback_action`` carry their HTTP ``action`` (R-M3, R-M4).
+    """
+
+    def __init__(self, kind: str, retry: RetryPolicy | None = None, fallback: str | None = None, *,
+                 then: str = "fail", action: TicketActionSpec | None = None) -> None:
         self.kind = kind
         self.retry = retry
         self.fallback = fallback
+        self.then = then
+        self.action = action
 
     def attempts(self) -> int:
         """Calls allowed for the node in all (1 unless ``retry``)."""
         return self.retry.attempts if self.retry else 1
 
+    @property
+    def exhausted(self) -> str:
+        """What a failure that is not absorbed otherwise leads to: ``fail``, ``notify``, ``compensate``,
+        ``fallback_action`` or ``terminate`` (a retry budget spent leads to its ``then``)."""
+        if self.kind == "retry":
+            return self.then
+        return self.kind if self.kind in ("notify", "compensate", "fallback_action", "terminate") else "fail"
 
-def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
-    """Parse ``on_failure`` (R-W7).
+    @property
+    def opens_ticket(self) -> bool:
+        """True when an unabsorbed failure opens a ticket (R-M1..R-M5)."""
+        return self.exhausted != "fail"
+
+
+_POLICY_HELP = ('must be "fail", "continue", "notify", "terminate", { retry = { attempts, backoff }, then = '
+                '"fail" | "notify" }, { fallback = "NODE" }, { compensate = ACTION } or { fallback_action = ACTION }')
+
+
+def parse_action(value: Any, file: str, field: str) -> TicketActionSpec:
+    """Parse an HTTP action table (R-M3, R-M4, R-M8) and check its URL shape.
 
     Raises:
-        ConfigError: for anything but "fail", "continue", {retry = {...}}, {fallback = "NODE"}.
+        ConfigError: not a table, unknown keys, wrong types, a URL that is not literal http(s) with
+            a literal host and port (R-H3).
     """
-    if value in ("fail", "continue"):
+    if not isinstance(value, dict):
+        raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=field)
+    try:
+        action = TicketActionSpec.model_validate(value)
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, field) from None
+    from urllib.parse import urlsplit
+
+    head = action.url.split("/", 3)
+    scheme_host = "/".join(head[:3])
+    if "{{" in scheme_host or "}}" in scheme_host:
+        raise ConfigError("the scheme, host and port must be literal (no template) (R-H3)", file=file,
+                          field=f"{field}.url")
+    parts = urlsplit(action.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("must be an http:// or https:// URL", file=file, field=f"{field}.url")
+    for path, text in _strings(action.model_dump(include={"url", "headers", "body"}), field):
+        if text.count("{{") != text.count("}}"):
+            raise ConfigError("unbalanced {{ }} in a template", file=file, field=path)
+    return action
+
+
+def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
+    """Parse ``on_failure`` (R-W7, R-M1..R-M5).
+
+    Raises:
+        ConfigError: naming ``FIELD`` (or the sub-field) for anything but the forms of ``_POLICY_HELP``.
+    """
+    if value in ("fail", "continue", "notify", "terminate"):
         return FailurePolicy(value)
-    if isinstance(value, dict) and len(value) == 1:
-        (kind, arg), = value.items()
-        if kind == "retry":
+    if isinstance(value, dict) and value:
+        keys = set(value)
+        if "retry" in keys and keys <= {"retry", "then"}:
+            arg = value["retry"]
             if not isinstance(arg, dict):
                 raise ConfigError("must be a table: { retry = { attempts = 3, backoff = 0.5 } }", file=file,
                                   field=f"{field}.retry")
+            then = value.get("then", "fail")
+            if then not in ("fail", "notify"):
+                raise ConfigError('must be "fail" or "notify"', file=file, field=f"{field}.then")
             try:
-                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg))
+                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg), then=then)
             except ValidationError as exc:
                 raise pydantic_error(exc, file, f"{field}.retry") from None
-        if kind == "fallback" and isinstance(arg, str):
-            return FailurePolicy("fallback", fallback=arg)
-    raise ConfigError('must be "fail", "continue", { retry = { attempts, backoff } } or { fallback = "NODE" }',
-                      file=file, field=field)
+        if len(value) == 1:
+            (kind, arg), = value.items()
+            if kind == "fallback" and isinstance(arg, str):
+                return FailurePolicy("fallback", fallback=arg)
+            if kind in ("compensate", "fallback_action"):
+                return FailurePolicy(kind, action=parse_action(arg, file, f"{field}.{kind}"))
+        if "then" in keys and "retry" not in keys:
+            raise ConfigError("then = … goes with retry = { … }", file=file, field=f"{field}.then")
+        unknown = sorted(keys - {"retry", "then", "fallback", "compensate", "fallback_action"})
+        if unknown:
+            raise ConfigError("unknown key; " + _POLICY_HELP, file=file, field=f"{field}.{unknown[0]}")
+    raise ConfigError(_POLICY_HELP, file=file, field=field)
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -236,7 +303,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
-    unknown = set(data) - {"name", "inputs", "nodes", "description"}
+    unknown = set(data) - {"name", "inputs", "nodes", "description", "notify"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
     name = data.get("name", path.stem)
@@ -357,5 +424,76 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
         graph[key] = node_dependencies(node)
     _check_cycles(graph, file, "needs")
     _check_fallbacks(graph, policies, file)
-    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes)
+    for key, policy in policies.items():
+        if policy.action is not None:
+            _check_action_templates(policy.action, file, f"nodes.{key}.on_failure.{policy.kind}", inputs,
+                                    _upstream(graph, key), _ACTION_NAMES)
+    notify = _parse_notify(data.get("notify"), file, inputs)
+    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, notify=notify)
     return spec, inputs
+
+
+_ACTION_NAMES = frozenset({"run_id", "node_key", "ticket_id", "error"})
+
+
+def _upstream(graph: dict[str, list[str]], key: str) -> set[str]:
+    out: set[str] = set()
+    todo = list(graph.get(key, []))
+    while todo:
+        dep = todo.pop()
+        if dep not in out:
+            out.add(dep)
+            todo.extend(graph.get(dep, []))
+    return out
+
+
+def _check_action_templates(action: TicketActionSpec, file: str, field: str, inputs: dict[str, Any],
+                            upstream: set[str], names: frozenset[str]) -> None:
+    """Check every ``{{ … }}`` of an action: known names, inputs that exist, upstream nodes only,
+    ``env.NAME`` only in header values and set now (R-H5).
+
+    Raises:
+        ConfigError: naming the action's field.
+    """
+    import os
+
+    for where, ref in template_refs(action.model_dump(include={"url", "headers", "body"}), field):
+        parts = ref.split(".")
+        if parts[0] == "env" and len(parts) == 2:
+            if not where.startswith(f"{field}.headers."):
+                raise ConfigError(f"{{{{ {ref} }}}}: environment variables are allowed only in header values (R-H5)",
+                                  file=file, field=where)
+            if parts[1] not in os.environ:
+                raise ConfigError(f"environment variable {parts[1]} is not set", file=file, field=where)
+            continue
+        if ref in names:
+            continue
+        if parts[0] == "inputs" and len(parts) == 2:
+            if parts[1] not in inputs:
+                raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
+                                  "with --input", file=file, field=where)
+            continue
+        if parts[0] == "nodes" and len(parts) >= 3 and parts[2] == "result":
+            if parts[1] not in upstream:
+                raise ConfigError(f"{{{{ {ref} }}}}: node {parts[1]!r} is not upstream of this node, so it has no "
+                                  "result when the action is registered", file=file, field=where)
+            continue
+        raise ConfigError(f"bad template {{{{ {ref} }}}}: use " + ", ".join(sorted(names)) + ", inputs.NAME, "
+                          "nodes.KEY.result.FIELD or env.NAME (headers)", file=file, field=where)
+
+
+def _parse_notify(value: Any, file: str, inputs: dict[str, Any]) -> TicketActionSpec | None:
+    """``[notify] http = { method, url, headers, body }`` (R-M8); ``{{ message }}`` is the one-line text."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table: [notify] http = { url = … }", file=file, field="notify")
+    unknown = sorted(set(value) - {"http"})
+    if unknown:
+        raise ConfigError("unknown key", file=file, field=f"notify.{unknown[0]}")
+    if "http" not in value:
+        raise ConfigError("is required", file=file, field="notify.http")
+    action = parse_action(value["http"], file, "notify.http")
+    _check_action_templates(action, file, "notify.http", inputs, set(),
+                            frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}))
+    return action

@@ -14,7 +14,7 @@ from workrun.services import Services
 
 __all__ = ["EXIT", "JsonOpt", "WaitOpt", "reading", "scheduling"]
 
-EXIT = {"succeeded": 0, "failed": 1, "stopped": 130}
+EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")

@@ -25,12 +25,13 @@ from workrun import __version__
 from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
+from workrun.cli import tickets as tickets_cli
 from workrun.cli.common import EXIT, JsonOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.views import run_view
 
-__all__ = ["app", "main"]
+__all__ = ["app", "finish_run", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "
@@ -38,6 +39,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(apps_cli.app, name="app")
 app.add_typer(comp_cli.app, name="compensations")
+app.add_typer(tickets_cli.app, name="tickets")
 
 _state = {"debug": False}
 
@@ -57,7 +59,8 @@ def _root(
     _state["debug"] = debug
 
 
-def _finish_run(svc, run_id: str, json_mode: bool) -> int:
+def finish_run(svc, run_id: str, json_mode: bool) -> int:
+    """Print the run (table or JSON) and return the exit code its status means (SPEC §16)."""
     view = run_view(svc.journal, run_id)
     if json_mode:
         print_json(view)
@@ -68,6 +71,11 @@ def _finish_run(svc, run_id: str, json_mode: bool) -> int:
             console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
                           f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
                           f"--run {run_id}`")
+        for t in view["tickets"]:
+            if t["status"] == "pending" and view["status"] == "waiting":
+                console.print(f"[yellow]waiting for a person[/]: ticket {t['ticket_id']} (node {t['node_key']}): "
+                              f"`workrun tickets resume {t['ticket_id']}` or `workrun tickets terminate "
+                              f"{t['ticket_id']}`")
     return EXIT.get(view["status"], 1)
 
 
@@ -80,7 +88,7 @@ def run(
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
-    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/130."""
+    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130."""
     from workrun.engine import create_run
     from workrun.recovery import drive
     from workrun.workflow import load_workflow, parse_inputs
@@ -92,7 +100,7 @@ def run(
         run_id = create_run(svc, spec, inputs, eval_run=eval_run)
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started" + (" (evaluation run)" if eval_run else ""))
         drive(svc, run_id)
-        code = _finish_run(svc, run_id, json_mode)
+        code = finish_run(svc, run_id, json_mode)
         code = 130 if svc.stopping() else code
     raise typer.Exit(code)
 
@@ -124,7 +132,7 @@ def rerun(
         svc.say(new_id, None, "info", f"run {new_id} of {spec.name} started (re-run of {old['run_id']})"
                 + ("" if path.is_file() else f"; {path} is gone, so the recorded workflow is used"))
         drive(svc, new_id)
-        code = _finish_run(svc, new_id, json_mode)
+        code = finish_run(svc, new_id, json_mode)
         code = 130 if svc.stopping() else code
     raise typer.Exit(code)
 
@@ -141,6 +149,13 @@ def stop(
     with reading() as svc:
         run = svc.journal.run(run_id)
         rid = run["run_id"]
+        if run["status"] == "waiting":  # nobody drives a waiting run: end it here, under the lock (R-M7)
+            with SchedulerLock(svc.data_dir, wait=True):
+                if svc.journal.run(rid)["status"] == "waiting":
+                    stop_orphaned_run(svc, rid)
+            console.print(f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
+                          f"effects were NOT undone; `workrun compensate {rid}` undoes them")
+            raise typer.Exit(0)
         if run["status"] != "running":
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
@@ -206,13 +221,16 @@ def compensate(
             raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
         if run["status"] == "running":
             raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
+        if run["status"] == "waiting":
+            raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
+                                     "ends it and compensates its calls", field="RUN")
         if run["status"] == "succeeded":
             raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
-        if run["status"] == "stopped" and not run["compensate_requested"]:
+        if run["status"] in ("stopped", "terminated") and not run["compensate_requested"]:
             svc.journal.write([("update", "runs", (rid,), {"compensate_requested": 1}),
                                ("insert", "events", None, {"run_id": rid, "at": svc.now(), "actor": actor(),
                                                            "action": "compensate", "args": {}})])
-            svc.say(rid, None, "info", f"compensation of stopped run {rid} requested by {actor()}")
+            svc.say(rid, None, "info", f"compensation of {run['status']} run {rid} requested by {actor()}")
         compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]

@@ -32,12 +32,14 @@ __all__ = ["FAULT_POINTS", "Journal"]
 
 FAULT_POINTS = (
     "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
-    "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
+    "run.failed", "run.succeeded", "run.stopped", "run.waiting", "comp.status", "attempt.intent", "attempt.started",
     "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
+    "ticket.opened", "ticket.changed", "action.intent", "action.sending", "action.finished",
+    "notify.intent", "notify.sending", "notify.finished",
 )
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
-                 "depends_on", "context", "args", "held_back_by"}
+                 "depends_on", "context", "args", "held_back_by", "request"}
 _COLUMNS = {
     "runs": {"status", "reason", "stop_requested", "compensate_requested", "ended_at"},
     "nodes": {"status", "handled", "result", "started_at", "ended_at"},
@@ -48,11 +50,16 @@ _COLUMNS = {
     "attempts": {"status", "pid", "proc_start", "deadline", "ended_at", "exit_code", "signal", "stdout_tail",
                  "stderr_tail", "result", "error"},
     "remote_tasks": {"task_id", "context_id", "state", "cancel_status", "cancel_answer", "cancel_at", "updated_at"},
+    "tickets": {"status", "error", "result", "updated_at"},
+    "ticket_actions": {"status", "result", "reason", "next_attempt_at", "updated_at"},
+    "ticket_attempts": {"status", "ended_at", "http_status", "response_tail", "failure", "error"},
+    "notifications": {"status", "http_status", "error", "updated_at"},
 }
 _KEYS = {
     "runs": ("run_id",), "nodes": ("run_id", "node_key"), "operations": ("operation_id",),
     "compensations": ("compensation_id",), "attempts": ("compensation_id", "number"),
-    "remote_tasks": ("run_id", "node_key"),
+    "remote_tasks": ("run_id", "node_key"), "tickets": ("ticket_id",), "ticket_actions": ("ticket_id",),
+    "ticket_attempts": ("ticket_id", "number"), "notifications": ("notification_id",),
 }
 
 
@@ -254,7 +261,7 @@ class Journal:
         rows = self._query(
             "SELECT DISTINCT run_id FROM compensations WHERE status IN ('pending', 'running') "
             "UNION SELECT run_id FROM runs WHERE eval = 0 "
-            "AND (status = 'failed' OR (status = 'stopped' AND compensate_requested = 1)) AND run_id IN "
+            "AND (status = 'failed' OR (status IN ('stopped', 'terminated') AND compensate_requested = 1)) AND run_id IN "
             "(SELECT run_id FROM operations WHERE status = 'succeeded' AND operation_id NOT IN "
             "(SELECT operation_id FROM compensations))")
         return [r["run_id"] for r in rows]
@@ -390,3 +397,126 @@ class Journal:
             "AND t.task_id IS NOT NULL AND COALESCE(t.state, '') NOT IN ('completed', 'failed', 'canceled', "
             "'rejected'))) ORDER BY r.created_at")
         return [r["run_id"] for r in rows]
+
+    # -- tickets, ticket actions, notifications (manual repair, SPEC §12) ----
+
+    def open_ticket(self, changes: list[tuple[str, str, Any, dict[str, Any]]]) -> None:
+        """Commit a ticket's opening with the node change it comes with, in one transaction (R-M1, R-M3, R-M4).
+
+        Args:
+            changes: ``write``-style changes: the ticket row, the node's update (``waiting`` or handled),
+                the action job row when the policy registers one, the opening event and the
+                notification intent when ``[notify]`` is declared.
+        """
+        self.write(changes, "ticket.opened")
+
+    def change_ticket(self, event: dict[str, Any], changes: list[tuple[str, str, Any, dict[str, Any]]]) -> None:
+        """Record an operator action on a ticket (R-M6, R-O2) with the changes it makes, atomically.
+
+        Raises:
+            ActionRefusedError: a row left the status the operator saw (``_expect_status``).
+        """
+        self.write([("insert", "ticket_events", None, event), *changes], "ticket.changed")
+
+    def ticket(self, ticket_id: str) -> dict[str, Any]:
+        """One ticket by exact id or unique prefix.
+
+        Raises:
+            NotFoundError: no ticket, or the prefix matches several.
+        """
+        rows = self._query("SELECT * FROM tickets WHERE ticket_id = ?", (ticket_id,)) or \
+            self._query("SELECT * FROM tickets WHERE ticket_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
+                        (ticket_id.replace("%", "\\%").replace("_", "\\_"),))
+        if len(rows) != 1:
+            raise NotFoundError(f"no ticket matches {ticket_id!r}" if not rows
+                                else f"{ticket_id!r} matches several tickets", field="TICKET")
+        return rows[0]
+
+    def tickets(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's tickets, oldest first."""
+        return self._query("SELECT * FROM tickets WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
+
+    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Tickets filtered by status and run, oldest first."""
+        where, params = [], []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if run_id:
+            where.append("run_id = ?")
+            params.append(run_id)
+        sql = "SELECT * FROM tickets" + (" WHERE " + " AND ".join(where) if where else "")
+        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
+
+    def ticket_action(self, ticket_id: str) -> dict[str, Any] | None:
+        """The ticket's action job, or None when its policy registered none."""
+        rows = self._query("SELECT * FROM ticket_actions WHERE ticket_id = ?", (ticket_id,))
+        return rows[0] if rows else None
+
+    def ticket_attempts(self, ticket_id: str) -> list[dict[str, Any]]:
+        """Attempts of a ticket's action, by number."""
+        return self._query("SELECT * FROM ticket_attempts WHERE ticket_id = ? ORDER BY number", (ticket_id,))
+
+    def ticket_events(self, ticket_id: str) -> list[dict[str, Any]]:
+        """A ticket's history (opening, operator actions, notes, notification outcomes), oldest first."""
+        return self._query("SELECT * FROM ticket_events WHERE ticket_id = ? ORDER BY id", (ticket_id,))
+
+    def open_ticket_actions(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Action jobs still to run (``pending``) or left ``running`` by a runner that died, oldest first."""
+        sql = "SELECT * FROM ticket_actions WHERE status IN ('pending', 'running')"
+        if run_id:
+            return self._query(sql + " AND run_id = ? ORDER BY created_at", (run_id,))
+        return self._query(sql + " ORDER BY created_at")
+
+    def start_action_attempt(self, ticket_id: str, number: int, *, trigger: str, seen: str, at: float) -> None:
+        """Record an action attempt's intent and mark the action ``running``, in one transaction (R-M3, R-C7).
+
+        Raises:
+            ActionRefusedError: the action left ``seen`` meanwhile; nothing was written.
+        """
+        self.write([("insert", "ticket_attempts", None, {"ticket_id": ticket_id, "number": number,
+                                                        "trigger": trigger, "status": "starting", "started_at": at}),
+                    ("update", "ticket_actions", (ticket_id,), {"status": "running", "_expect_status": seen,
+                                                                "next_attempt_at": None, "updated_at": at})],
+                   "action.intent")
+
+    def mark_action_sending(self, ticket_id: str, number: int) -> None:
+        """Commit that the attempt's request is about to leave (after this, a lost outcome is ``unknown``)."""
+        self.update("ticket_attempts", (ticket_id, number), "action.sending", status="sending")
+
+    def finish_action_attempt(self, ticket_id: str, number: int, attempt: dict[str, Any],
+                              action: dict[str, Any]) -> None:
+        """Record an attempt's outcome and the action's new status in one transaction."""
+        self.write([("update", "ticket_attempts", (ticket_id, number), attempt),
+                    ("update", "ticket_actions", (ticket_id,), action)], "action.finished")
+
+    def runs_with_open_tickets_work(self) -> list[str]:
+        """Ids of runs with an action job or a notification still owed, oldest first (R-M7, R-M8)."""
+        rows = self._query(
+            "SELECT run_id FROM ticket_actions WHERE status IN ('pending', 'running') "
+            "UNION SELECT run_id FROM notifications WHERE status IN ('pending', 'sending')")
+        return [r["run_id"] for r in rows]
+
+    def add_notification(self, row: dict[str, Any]) -> bool:
+        """Record a notification's intent (status ``pending``) unless one with its subject exists (R-M8).
+
+        Returns:
+            True when written; False when that subject was already notified (never twice).
+        """
+        with self._lock:
+            if self._query("SELECT 1 FROM notifications WHERE subject = ?", (row["subject"],)):
+                return False
+            self._tx([self._insert_sql("notifications", row)], "notify.intent")
+        return True
+
+    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Notifications of a run (or all), optionally with one of ``statuses``, oldest first."""
+        where, params = [], []
+        if run_id:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if statuses:
+            where.append(f"status IN ({','.join('?' for _ in statuses)})")
+            params.extend(statuses)
+        sql = "SELECT * FROM notifications" + (" WHERE " + " AND ".join(where) if where else "")
+        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))

@@ -1,0 +1,326 @@
+"""Ticket actions and notifications as durable jobs (R-M3, R-M4, R-M8; attempts as R-C7, R-H6, R-H7).
+
+An action attempt is journaled in three steps, each committed before the next:
+``action.intent`` (attempt ``starting``, action ``running``) -> ``action.sending`` (just
+before the request leaves) -> ``action.finished``. After a kill -9 recovery settles an
+attempt by the last step it reached: ``starting`` -> ``not_started`` (nothing was sent; the
+action is ``pending`` again, the attempt does not count); ``sending`` -> ``unknown``: never
+re-sent automatically unless the action says ``idempotent = true`` (its Idempotency-Key,
+the ticket id, makes that safe, R-R3).
+
+A notification has the same shape with one attempt: ``pending`` (intent, unique subject:
+one per ticket opened and per dead letter) -> ``sending`` -> ``sent`` | ``failed``; one left
+``sending`` is ``unknown`` and never sent twice. A failed notification is recorded on its
+ticket and never blocks the run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from workrun import faults
+from workrun.errors import ActionRefusedError
+from workrun.models import TicketActionSpec, WorkflowSpec
+from workrun.services import Services, new_id
+from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line
+
+__all__ = [
+    "Answer",
+    "notify_dead_letters",
+    "recover_actions",
+    "run_action",
+    "run_actions",
+    "send_notifications",
+]
+
+_ENV = re.compile(r"\{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_TAIL = 2048  # bytes of a response body kept on an attempt (R-H7)
+
+
+@dataclass
+class Answer:
+    """What one HTTP request came to.
+
+    ``sent``: bytes left for the server (False: refused before sending, nothing sent);
+    ``status``: the HTTP status, None when no answer came; ``lost``: sent but the answer was
+    lost (timeout, connection reset): the outcome is unknown (R-H2).
+    """
+
+    sent: bool
+    status: int | None = None
+    body: Any = None
+    tail: str = ""
+    error: str | None = None
+    lost: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True for a 2xx answer."""
+        return self.status is not None and 200 <= self.status < 300
+
+
+def _with_env(headers: dict[str, str]) -> dict[str, str]:
+    """Header values with ``{{ env.NAME }}`` read now (R-H5); never written back to the journal.
+
+    Raises:
+        KeyError: naming the variable that is not set.
+    """
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in os.environ:
+            raise KeyError(m.group(1))
+        return os.environ[m.group(1)]
+
+    return {k: _ENV.sub(sub, v) for k, v in headers.items()}
+
+
+def send(request: dict[str, Any], *, timeout: float, idempotency_key: str) -> Answer:
+    """Send one request (``{method, url, headers, body}``): no redirects, one timeout for the exchange.
+
+    Never raises for network trouble: it is in the :class:`Answer`.
+    """
+    import http.client
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        headers = _with_env(dict(request.get("headers") or {}))
+    except KeyError as exc:
+        return Answer(sent=False, error=f"environment variable {exc.args[0]} is not set")
+    body = request.get("body")
+    data: bytes | None = None
+    if isinstance(body, (dict, list)):
+        data = json.dumps(body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    elif isinstance(body, str):
+        data = body.encode()
+        headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+    headers["Idempotency-Key"] = idempotency_key
+    parts = urlsplit(request["url"])
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.hostname, parts.port, timeout=timeout)  # type: ignore[arg-type]
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.connect()
+    except OSError as exc:
+        return Answer(sent=False, error=f"not sent: {exc}")
+    try:
+        conn.request(request["method"], path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read(1024 * 1024 + 1)
+    except (socket.timeout, TimeoutError):
+        return Answer(sent=True, lost=True, error=f"no answer within {timeout:g} s (outcome unknown)")
+    except (OSError, http.client.HTTPException) as exc:
+        return Answer(sent=True, lost=True, error=f"connection lost after sending: {exc} (outcome unknown)")
+    finally:
+        conn.close()
+    faults.hit("action.answered")
+    text = raw[:_TAIL].decode("utf-8", "replace")
+    parsed: Any = raw.decode("utf-8", "replace")
+    if "json" in (resp.getheader("content-type") or ""):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            pass
+    answer = Answer(sent=True, status=resp.status, body=parsed, tail=text)
+    if 300 <= resp.status < 400:
+        answer.error = f"HTTP {resp.status}: redirect to {resp.getheader('location') or '?'} not followed"
+    elif not answer.ok:
+        answer.error = f"HTTP {resp.status}: {one_line(text, 200)}"
+    return answer
+
+
+def _backoff(backoff: float, used: int) -> float:
+    """Seconds before the next attempt: ``backoff`` doubling per attempt, jitter, capped at 60 s (SPEC §10)."""
+    return min(60.0, backoff * (2 ** max(0, used - 1)) * random.uniform(0.8, 1.2))
+
+
+def _spec(svc: Services, run_id: str) -> WorkflowSpec:
+    return WorkflowSpec.model_validate(svc.journal.run(run_id)["spec"])
+
+
+def _dead_letter(svc: Services, ticket: dict[str, Any], action: dict[str, Any], number: int) -> None:
+    """Record the notification intent of an action that ended ``failed`` (R-M8)."""
+    notify = _spec(svc, ticket["run_id"]).notify
+    if notify is None:
+        return
+    message = one_line(f"workrun: run {ticket['run_id']}: node {ticket['node_key']}: ticket {ticket['ticket_id']}: "
+                       f"its action failed after {number} attempt(s): {action['reason'] or 'failed'}")
+    _notify(svc, notify, f"action:{ticket['ticket_id']}:{number}", ticket["run_id"], message,
+            {"run_id": ticket["run_id"], "node_key": ticket["node_key"], "ticket_id": ticket["ticket_id"],
+             "error": action["reason"] or ""}, ticket_id=ticket["ticket_id"])
+
+
+def _notify(svc: Services, notify: TicketActionSpec, subject: str, run_id: str, message: str,
+            values: dict[str, Any], *, ticket_id: str | None = None, compensation_id: str | None = None) -> None:
+    run = svc.journal.run(run_id)
+    values = {"inputs": run["inputs"], "nodes": {}, "ticket_id": ticket_id or "",
+              "compensation_id": compensation_id or "", **values}
+    try:
+        row = notification_row(new_id("ntf"), subject, run_id, message, notify, values, svc.now(),
+                               ticket_id=ticket_id, compensation_id=compensation_id)
+    except KeyError as exc:
+        svc.say(run_id, None, "warning", f"notification not sent ({subject}): template {{{{ {exc.args[0]} }}}} "
+                "has no value")
+        return
+    svc.journal.add_notification(row)
+
+
+def notify_dead_letters(svc: Services, run_id: str) -> None:
+    """Record one notification intent per compensation of the run that ended ``failed`` (R-M8)."""
+    run = svc.journal.run(run_id)
+    notify = WorkflowSpec.model_validate(run["spec"]).notify
+    if notify is None:
+        return
+    for c in svc.journal.compensations(run_id):
+        if c["status"] != "failed":
+            continue
+        n = len(svc.journal.attempts(c["compensation_id"]))
+        message = one_line(f"workrun: run {run_id}: node {c['node_key']}: compensation {c['compensation_id']} "
+                           f"failed after {n} attempt(s): {c['reason'] or 'failed'}")
+        _notify(svc, notify, f"compensation:{c['compensation_id']}:{n}", run_id, message,
+                {"run_id": run_id, "node_key": c["node_key"] or "", "error": c["reason"] or ""},
+                compensation_id=c["compensation_id"])
+
+
+def recover_actions(svc: Services, run_id: str | None = None) -> None:
+    """Settle action attempts and notifications a runner that died left in flight (R-R3, R-M8)."""
+    for action in svc.journal.open_ticket_actions(run_id):
+        if action["status"] != "running":
+            continue
+        tid = action["ticket_id"]
+        ticket = svc.journal.ticket(tid)
+        attempts = svc.journal.ticket_attempts(tid)
+        last = attempts[-1] if attempts else None
+        now = svc.now()
+        if last is None or last["status"] not in ("starting", "sending"):
+            svc.journal.update("ticket_actions", (tid,), "action.finished", status="pending", updated_at=now)
+            continue
+        if last["status"] == "starting":
+            svc.journal.finish_action_attempt(tid, last["number"], {
+                "status": "not_started", "ended_at": now, "error": "the runner stopped before sending; nothing sent"},
+                {"status": "pending", "updated_at": now})
+            svc.say(ticket["run_id"], ticket["node_key"], "warning", f"ticket {tid}: action attempt {last['number']} "
+                    "was not sent before the runner stopped; it will be sent")
+            continue
+        if action["idempotent"]:
+            after = {"status": "pending", "reason": "outcome of the last attempt unknown; re-sent (idempotent = true)",
+                     "updated_at": now}
+        else:
+            after = {"status": "unknown", "updated_at": now,
+                     "reason": "the request was sent when the runner stopped and its outcome is unknown: verify "
+                               f"outside, then `workrun tickets confirm {tid} --done` or `--not-done`"}
+        svc.journal.finish_action_attempt(tid, last["number"], {
+            "status": "unknown", "ended_at": now, "error": "the runner stopped while the request was in flight"},
+            after)
+        svc.say(ticket["run_id"], ticket["node_key"], "warning", f"ticket {tid}: action {after['status']} "
+                f"({after['reason']})")
+    for n in svc.journal.notifications(run_id, ("sending",)):
+        _finish_notification(svc, n, "unknown", None, "the runner stopped while it was being sent; not sent again")
+
+
+def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str, Any]:
+    """Make one attempt of a ``pending`` action now; return the action row afterwards.
+
+    Raises:
+        ActionRefusedError: the action left ``pending`` meanwhile (nothing was written).
+    """
+    ticket = svc.journal.ticket(ticket_id)
+    tid = ticket["ticket_id"]
+    action = svc.journal.ticket_action(tid)
+    assert action is not None
+    attempts = svc.journal.ticket_attempts(tid)
+    number = len(attempts) + 1
+    svc.journal.start_action_attempt(tid, number, trigger=trigger, seen="pending", at=svc.now())
+    svc.say(ticket["run_id"], ticket["node_key"], "info", f"ticket {tid}: action attempt {number} ({trigger}): "
+            f"{action['request']['method']} {action['request']['url']}")
+    svc.journal.mark_action_sending(tid, number)
+    answer = send(action["request"], timeout=action["timeout"], idempotency_key=tid)
+    now = svc.now()
+    used = sum(1 for a in attempts if a["trigger"] == "auto" and a["status"] != "not_started") + (trigger == "auto")
+    attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.tail, "error": answer.error}
+    if answer.ok:
+        attempt["status"] = "succeeded"
+        after = {"status": "succeeded", "result": {"status": answer.status, "body": answer.body}, "reason": None}
+    elif answer.lost and not action["idempotent"]:
+        attempt["status"] = "unknown"
+        after = {"status": "unknown", "reason": f"{answer.error}: verify outside, then `workrun tickets confirm "
+                                                f"{tid} --done` or `--not-done`"}
+    else:
+        attempt["status"] = "failed"
+        attempt["failure"] = "not_sent" if not answer.sent else ("lost" if answer.lost else "http_status")
+        if trigger == "auto" and used < action["max_attempts"]:
+            delay = _backoff(action["backoff"], used)
+            after = {"status": "pending", "next_attempt_at": now + delay,
+                     "reason": f"attempt {number} failed ({answer.error}); next in {delay:.2g} s"}
+        else:
+            after = {"status": "failed", "reason": f"{answer.error} (after {number} attempt(s)); `workrun tickets "
+                                                   f"retry {tid}` sends it again"}
+    svc.journal.finish_action_attempt(tid, number, attempt, {**after, "updated_at": now})
+    level = "info" if after["status"] in ("succeeded", "pending") else "error"
+    svc.say(ticket["run_id"], ticket["node_key"], level, f"ticket {tid}: action {after['status']}"
+            + (f" ({after['reason']})" if after.get("reason") else ""))
+    row = svc.journal.ticket_action(tid)
+    assert row is not None
+    if row["status"] == "failed":
+        _dead_letter(svc, ticket, row, number)
+    return row
+
+
+def run_actions(svc: Services, run_id: str) -> list[dict[str, Any]]:
+    """Run the run's pending actions until none is due any more (waiting out backoff); then send the
+    run's pending notifications. Stops early when a stop is requested. Returns the actions afterwards."""
+    recover_actions(svc, run_id)
+    while not svc.stopping():
+        due, later = [], []
+        for a in svc.journal.open_ticket_actions(run_id):
+            if a["status"] != "pending":
+                continue
+            (later if a["next_attempt_at"] and a["next_attempt_at"] > svc.now() else due).append(a)
+        for a in due:
+            try:
+                run_action(svc, a["ticket_id"])
+            except ActionRefusedError:
+                continue  # someone else moved it meanwhile
+        send_notifications(svc, run_id)
+        if not due and not later:
+            break
+        if not due:
+            wait = min(a["next_attempt_at"] for a in later) - svc.now()
+            if svc.stop_event.wait(max(0.0, min(wait, 1.0))):
+                break
+    send_notifications(svc, run_id)
+    return [a for a in (svc.journal.ticket_action(t["ticket_id"]) for t in svc.journal.tickets(run_id)) if a]
+
+
+def _finish_notification(svc: Services, n: dict[str, Any], status: str, http_status: int | None,
+                         error: str | None) -> None:
+    now = svc.now()
+    changes: list[tuple[str, str, Any, dict[str, Any]]] = [
+        ("update", "notifications", (n["notification_id"],), {"status": status, "http_status": http_status,
+                                                              "error": error, "updated_at": now})]
+    if n["ticket_id"] and status != "sent":
+        changes.append(("insert", "ticket_events", None, event_row(
+            n["ticket_id"], n["run_id"], SYSTEM_ACTOR, "notify", {"status": status, "notification_id":
+                                                                  n["notification_id"]}, now, error)))
+    svc.journal.write(changes, "notify.finished")
+    if status != "sent":
+        svc.say(n["run_id"], None, "warning", f"notification {n['notification_id']} {status}: {error}")
+
+
+def send_notifications(svc: Services, run_id: str) -> None:
+    """Send the run's notifications whose intent is journaled and not yet sent (R-M8). Never raises for
+    a failed send: it is recorded (on the ticket when there is one)."""
+    for n in svc.journal.notifications(run_id, ("pending",)):
+        svc.journal.update("notifications", (n["notification_id"],), "notify.sending", status="sending",
+                           updated_at=svc.now())
+        request = n["request"]
+        answer = send(request, timeout=float(request.get("timeout") or 30), idempotency_key=n["notification_id"])
+        if answer.ok:
+            _finish_notification(svc, n, "sent", answer.status, None)
+        else:
+            _finish_notification(svc, n, "unknown" if answer.lost else "failed", answer.status, answer.error)
