@@ -118,7 +118,7 @@ def send(request: dict[str, Any], *, timeout: float, idempotency_key: str) -> An
         return Answer(sent=True, lost=True, error=f"connection lost after sending: {exc} (outcome unknown)")
     finally:
         conn.close()
-    faults.hit("action.answered")
+    faults.hit("http.answered")  # test-only crash point: answered, outcome not yet journaled
     text = raw[:_TAIL].decode("utf-8", "replace")
     parsed: Any = raw.decode("utf-8", "replace")
     if "json" in (resp.getheader("content-type") or ""):
