@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from workrun.errors import ConfigError
 from workrun.models import AppSpec
+from workrun.outbound import check_action
 
 __all__ = [
     "FINGERPRINT_EXCLUDED_DIRS",
@@ -119,11 +120,13 @@ def load_project(project: Path) -> dict[str, AppSpec]:
         except ValidationError as exc:
             raise pydantic_error(exc, file, prefix) from None
         entry = _inside(project, spec.entry, file, f"{prefix}.entry")
-        if spec.compensation is not None:
+        if spec.compensation is not None and spec.compensation.entry is not None:
             field = f"{prefix}.compensation.entry"
             comp = _inside(project, spec.compensation.entry, file, field)
             if comp == entry:
                 raise ConfigError("must differ from the App's entry (R-A4)", file=file, field=field)
+        if spec.compensation is not None and spec.compensation.http is not None:  # a reverse action (R-H6)
+            check_action(spec.compensation.http, file=file, field=f"{prefix}.compensation.http", check_env=False)
         apps[name] = spec
     return apps
 

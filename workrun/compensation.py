@@ -18,6 +18,7 @@ from typing import Any
 
 from workrun.calls import run_attempt
 from workrun.models import AppSpec
+from workrun.nodes.http import action_knobs, is_reverse_action, reverse_action_of, run_http_attempt
 from workrun.planning import Item, plan
 from workrun.services import Services
 
@@ -41,21 +42,26 @@ def plan_records(ops: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     for op in ops:
         if op["status"] != "succeeded":
             continue
-        config = AppSpec.model_validate(op["config"])
         cid = compensation_id_for(op["operation_id"])
-        comp = config.compensation
+        action, knobs = reverse_action_of(op)  # an HTTP reverse action (R-H6), or None
+        comp = None if op["kind"] == "http" else AppSpec.model_validate(op["config"]).compensation
         context = {
             "original_operation_id": op["operation_id"], "compensation_id": cid, "original_input": op["input"],
             "original_result": op["result"], "resources": op["resources"], "app": op["app"],
             "node_key": op["node_key"], "run_id": op["run_id"],
         }
+        if action is not None:
+            context["reverse_action"] = action.model_dump(mode="json")
+        elif comp is not None:
+            knobs = action_knobs(comp.max_retries, comp.timeout, comp.backoff, comp.idempotent)
+        owed = action is not None or comp is not None
         records.append({
             "compensation_id": cid, "operation_id": op["operation_id"], "run_id": op["run_id"],
-            "node_key": op["node_key"], "status": "pending" if comp else "skipped",
-            "reason": None if comp else f"App {op['app']!r} has no compensation entry",
-            "context": context if comp else None,
-            "max_attempts": (comp.max_retries + 1) if comp else 0, "timeout": comp.timeout if comp else 0,
-            "backoff": comp.backoff if comp else 0, "idempotent": int(comp.idempotent) if comp else 0,
+            "node_key": op["node_key"], "status": "pending" if owed else "skipped",
+            "reason": None if owed else (f"http node {op['node_key']!r} has no reverse action (compensation table)"
+                                         if op["kind"] == "http" else f"App {op['app']!r} has no compensation entry"),
+            "context": context if owed else None,
+            **(knobs if owed else {"max_attempts": 0, "timeout": 0, "backoff": 0, "idempotent": 0}),
             "created_at": now, "updated_at": now,
         })
     return records
@@ -154,7 +160,8 @@ def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) 
                     if only is not None and cid in only:
                         only = only - {cid}
                     svc.say(run_id, c["node_key"], "info", f"{_label(c)}: running")
-                    running[pool.submit(run_attempt, svc, c, op, trigger)] = cid
+                    attempt = run_http_attempt if is_reverse_action(c) else run_attempt
+                    running[pool.submit(attempt, svc, c, op, trigger)] = cid
             if not running:
                 if next_due is None or svc.stopping():
                     break

@@ -24,7 +24,8 @@ from workrun.apps import load_app
 from workrun.calls import call_app
 from workrun.compensation import plan_records
 from workrun.errors import ConfigError
-from workrun.models import NodeSpec, WorkflowSpec
+from workrun.models import HttpNode, NodeSpec, WorkflowSpec
+from workrun.nodes.http import run_http_node
 from workrun.remote import cancel_open_tasks
 from workrun.services import Services, new_id
 from workrun.ticket_records import (SYSTEM_ACTOR, action_row, event_row, new_ticket_id, notification_row, one_line,
@@ -146,8 +147,14 @@ class Engine:
                     return NodeOutcome("stopped", error="stopped by the user")
         return NodeOutcome("failed", error=error)
 
-    def _run_kind(self, run_id: str, node: NodeSpec, policy: FailurePolicy, context: dict[str, Any],
-                  depends_on: list[str]) -> NodeOutcome:
+    def _run_kind(self, run_id: str, node: NodeSpec | HttpNode, policy: FailurePolicy, context: dict[str, Any],
+                  depends_on: list[str], spec: WorkflowSpec) -> NodeOutcome:
+        if isinstance(node, HttpNode):
+            status, result, error = run_http_node(
+                self.svc, run_id, node, spec, context, depends_on, retry_attempts=policy.attempts(),
+                retry_backoff=policy.retry.backoff if policy.retry else None,
+                stopping=lambda: self._stop_requested(run_id))
+            return NodeOutcome(status, result, error)
         if node.kind == "process":
             return self._run_process(run_id, node, policy, context, depends_on)
         if node.kind == "agent":
@@ -176,7 +183,7 @@ class Engine:
             for o in self._effective_ops(run_id, dep, spec, nodes, ops):
                 if o not in depends_on:
                     depends_on.append(o)
-        outcome = self._run_kind(run_id, node, policy, context, depends_on)
+        outcome = self._run_kind(run_id, node, policy, context, depends_on, spec)
         if outcome.status == "failed" and policy.opens_ticket:
             return self._open_ticket(run_id, spec, key, policy, outcome, context)
         handled = 0

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "AppSpec",
     "CompensationSpec",
+    "HttpAction",
+    "HttpNode",
+    "HttpRequestSpec",
     "NodeSpec",
     "OutputField",
     "RetryPolicy",
-    "TicketActionSpec",
     "ToolPolicy",
     "ToolRef",
     "WorkflowSpec",
@@ -36,19 +38,58 @@ class OutputField(_Strict):
     required: bool = False
 
 
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+class HttpRequestSpec(_Strict):
+    """One HTTP request as written (R-H1, R-H6): templates are filled at send time.
+
+    ``url``: scheme, host and port literal (R-H3); ``headers``: values may use ``{{ env.NAME }}`` (R-H5);
+    ``body``: a table is sent as JSON, a string as text.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    method: HttpMethod
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any] | str | None = None
+
+
+class HttpAction(HttpRequestSpec):
+    """An ``http`` node's reverse action, its ``compensation`` table (R-H6, R-C7).
+
+    ``timeout`` is seconds per attempt (the whole exchange); at most ``max_retries + 1`` attempts with
+    ``backoff`` seconds before the second, doubling, capped at 60 s. ``idempotent``: an attempt whose outcome
+    is unknown may be re-sent (with the same Idempotency-Key).
+    """
+
+    timeout: float = Field(default=30.0, gt=0, le=3600)
+    idempotent: bool = False
+    max_retries: int = Field(default=3, ge=0, le=100)
+    backoff: float = Field(default=1.0, ge=0, le=3600)
+
+
 class CompensationSpec(_Strict):
-    """An App's compensation entry (R-A4, R-C7, R-C8).
+    """An App's compensation: a script ``entry`` or an ``http`` reverse action, exactly one (R-A4, R-C7, R-C8, R-H6).
 
     ``timeout`` is seconds per attempt; at most ``max_retries + 1`` attempts,
     ``backoff`` seconds before the second, doubling, capped at 60 s.
     """
 
-    entry: str
+    entry: str | None = None
+    http: HttpRequestSpec | None = None
     idempotent: bool = False
     timeout: float = Field(default=120.0, gt=0, le=86400)
     max_retries: int = Field(default=3, ge=0, le=100)
     backoff: float = Field(default=1.0, ge=0, le=3600)
     code: Literal["live", "snapshot"] = "live"
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> CompensationSpec:
+        if (self.entry is None) == (self.http is None):
+            raise ValueError("give exactly one of entry (a script) and http (a reverse action)")
+        return self
 
 
 class ToolPolicy(_Strict):
@@ -80,27 +121,6 @@ class RetryPolicy(_Strict):
 
     attempts: int = Field(default=3, ge=1, le=100)
     backoff: float = Field(default=0.5, ge=0, le=3600)
-
-
-class TicketActionSpec(BaseModel):
-    """An HTTP action of manual repair: ``on_failure = { compensate = ACTION }`` or
-    ``{ fallback_action = ACTION }`` (R-M3, R-M4), and ``[notify] http`` (R-M8).
-
-    ``timeout`` is seconds for the whole exchange; at most ``max_retries + 1`` attempts,
-    ``backoff`` seconds before the second, doubling, capped at 60 s (as R-H6). Types are
-    taken as TOML types them (SPEC §17: a string is never a number).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
-    url: str
-    headers: dict[str, str] = Field(default_factory=dict)
-    body: dict[str, Any] | list[Any] | str | None = None
-    timeout: float = Field(default=30.0, gt=0, le=3600)
-    max_retries: int = Field(default=3, ge=0, le=100)
-    backoff: float = Field(default=1.0, ge=0, le=3600)
-    idempotent: bool = False
 
 
 class ToolRef(_Strict):
@@ -142,11 +162,39 @@ class NodeSpec(_Strict):
         return value
 
 
+class HttpNode(_Strict):
+    """A ``kind = "http"`` node: one HTTP request per operation (R-H1, R-H2), optionally with a reverse action.
+
+    ``timeout`` is seconds for the whole exchange; ``idempotent`` lets an unknown outcome be re-sent with the
+    same Idempotency-Key.
+    """
+
+    key: str
+    kind: Literal["http"] = "http"
+    needs: list[str] = Field(default_factory=list)
+    on_failure: Any = "fail"
+    method: HttpMethod
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any] | str | None = None
+    timeout: float = Field(default=30.0, gt=0, le=3600)
+    idempotent: bool = False
+    compensation: HttpAction | None = None
+
+    @field_validator("needs")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists a node twice")
+        return value
+
+
 class WorkflowSpec(_Strict):
     """A parsed workflow file: ``name``, input defaults and nodes by key (R-W1)."""
 
     name: str
     path: str
     inputs: dict[str, Any] = Field(default_factory=dict)
-    nodes: dict[str, NodeSpec]
-    notify: TicketActionSpec | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)
+    nodes: dict[str, NodeSpec | HttpNode]
+    http_allow: list[str] = Field(default_factory=list)
+    notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)

@@ -24,6 +24,7 @@ from typing import Any
 from workrun.calls import finish_attempt, finish_operation
 from workrun.compensation import compensate_run, plan_records
 from workrun.engine import Engine
+from workrun.nodes.http import is_reverse_action, recover_http_attempt, recover_http_operation
 from workrun.runner.uv import recover
 from workrun.services import Services
 from workrun.ticket_actions import notify_dead_letters, run_actions, send_notifications
@@ -36,8 +37,11 @@ def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
     settled = []
     for op in svc.journal.operations_in_flight(run_id):
-        outcome = recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"], svc.grace)
-        row = finish_operation(svc, op, outcome)
+        if op["kind"] == "http":
+            row = recover_http_operation(svc, op)
+        else:
+            outcome = recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"], svc.grace)
+            row = finish_operation(svc, op, outcome)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
                     f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
@@ -50,9 +54,12 @@ def recover_attempts(svc: Services, run_id: str) -> None:
     """Settle compensation attempts that were in flight when the runner died."""
     for attempt in svc.journal.attempts_in_flight(run_id):
         comp = svc.journal.compensation(attempt["compensation_id"])
-        outcome = recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]), attempt["deadline"],
-                          svc.grace)
-        after = finish_attempt(svc, comp, attempt, outcome)
+        if is_reverse_action(comp):
+            after = recover_http_attempt(svc, comp, attempt)
+        else:
+            outcome = recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]), attempt["deadline"],
+                              svc.grace)
+            after = finish_attempt(svc, comp, attempt, outcome)
         svc.say(run_id, comp["node_key"], "warning",
                 f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "
                 f"flight when the runner stopped; recovered: {after['status']}"
@@ -147,6 +154,9 @@ def stop_orphaned_run(svc: Services, run_id: str) -> str:
     from workrun.runner.uv import Outcome, _alive, _read_exit, kill_group
 
     for op in svc.journal.operations_in_flight(run_id):
+        if op["kind"] == "http":  # no process to end: its request was sent or not
+            recover_http_operation(svc, op)
+            continue
         call_dir = Path(op["call_dir"])
         pid = op["pid"]
         if pid is None:

@@ -16,122 +16,52 @@ ticket and never blocks the run.
 
 from __future__ import annotations
 
-import os
 import random
-import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from workrun import faults
-from workrun.errors import ActionRefusedError
-from workrun.models import TicketActionSpec, WorkflowSpec
+from workrun.errors import ActionRefusedError, ConfigError
+from workrun.models import HttpAction, WorkflowSpec
+from workrun.outbound import (RequestError, SendFailure, SendResult, allow_from_env, parse_allow, parse_url, prepare,
+                              send)
 from workrun.services import Services, new_id
 from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line
 
 __all__ = [
-    "Answer",
     "notify_dead_letters",
     "recover_actions",
     "run_action",
     "run_actions",
     "send_notifications",
+    "send_request",
 ]
 
-_ENV = re.compile(r"\{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_TAIL = 2048  # bytes of a response body kept on an attempt (R-H7)
 
 
-@dataclass
-class Answer:
-    """What one HTTP request came to.
+def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout: float, idempotency_key: str,
+                 before_send: Callable[[], None] | None = None) -> SendResult:
+    """Send a stored request (``{method, url, headers, body}``, values filled at registration, only
+    ``{{ env.NAME }}`` left, read now) through the outbound guard of the run's workflow (R-H3..R-H5).
 
-    ``sent``: bytes left for the server (False: refused before sending, nothing sent);
-    ``status``: the HTTP status, None when no answer came; ``lost``: sent but the answer was
-    lost (timeout, connection reset): the outcome is unknown (R-H2).
+    Never raises for network trouble or a request that cannot be prepared: it is in the result.
     """
-
-    sent: bool
-    status: int | None = None
-    body: Any = None
-    tail: str = ""
-    error: str | None = None
-    lost: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True for a 2xx answer."""
-        return self.status is not None and 200 <= self.status < 300
-
-
-def _with_env(headers: dict[str, str]) -> dict[str, str]:
-    """Header values with ``{{ env.NAME }}`` read now (R-H5); never written back to the journal.
-
-    Raises:
-        KeyError: naming the variable that is not set.
-    """
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1) not in os.environ:
-            raise KeyError(m.group(1))
-        return os.environ[m.group(1)]
-
-    return {k: _ENV.sub(sub, v) for k, v in headers.items()}
-
-
-def send(request: dict[str, Any], *, timeout: float, idempotency_key: str) -> Answer:
-    """Send one request (``{method, url, headers, body}``): no redirects, one timeout for the exchange.
-
-    Never raises for network trouble: it is in the :class:`Answer`.
-    """
-    import http.client
-    import json
-    import socket
-    from urllib.parse import urlsplit
-
+    spec = svc.journal.run(run_id)["spec"] or {}
     try:
-        headers = _with_env(dict(request.get("headers") or {}))
-    except KeyError as exc:
-        return Answer(sent=False, error=f"environment variable {exc.args[0]} is not set")
-    body = request.get("body")
-    data: bytes | None = None
-    if isinstance(body, (dict, list)):
-        data = json.dumps(body).encode()
-        headers.setdefault("Content-Type", "application/json")
-    elif isinstance(body, str):
-        data = body.encode()
-        headers.setdefault("Content-Type", "text/plain; charset=utf-8")
-    headers["Idempotency-Key"] = idempotency_key
-    parts = urlsplit(request["url"])
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname, parts.port, timeout=timeout)  # type: ignore[arg-type]
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.connect()
-    except OSError as exc:
-        return Answer(sent=False, error=f"not sent: {exc}")
-    try:
-        conn.request(request["method"], path, body=data, headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read(1024 * 1024 + 1)
-    except (socket.timeout, TimeoutError):
-        return Answer(sent=True, lost=True, error=f"no answer within {timeout:g} s (outcome unknown)")
-    except (OSError, http.client.HTTPException) as exc:
-        return Answer(sent=True, lost=True, error=f"connection lost after sending: {exc} (outcome unknown)")
-    finally:
-        conn.close()
-    faults.hit("http.answered")  # test-only crash point: answered, outcome not yet journaled
-    text = raw[:_TAIL].decode("utf-8", "replace")
-    parsed: Any = raw.decode("utf-8", "replace")
-    if "json" in (resp.getheader("content-type") or ""):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            pass
-    answer = Answer(sent=True, status=resp.status, body=parsed, tail=text)
-    if 300 <= resp.status < 400:
-        answer.error = f"HTTP {resp.status}: redirect to {resp.getheader('location') or '?'} not followed"
-    elif not answer.ok:
-        answer.error = f"HTTP {resp.status}: {one_line(text, 200)}"
-    return answer
+        allow = parse_allow(list(spec.get("http_allow") or [])) + allow_from_env()
+        prepared = prepare(method=request["method"], url=parse_url(request["url"]), headers=request["headers"] or {},
+                           body=request.get("body"), timeout=timeout, lookup=_kept,
+                           idempotency_key=idempotency_key)
+    except (RequestError, ConfigError) as exc:
+        return SendResult(False, failure=SendFailure.NOT_SENT, error=f"not sent: {exc}")
+    result = send(prepared, allow, before_send=before_send)
+    if result.status is not None:
+        faults.hit("http.answered")  # test-only crash point: answered, the answer not yet journaled
+    return result
+
+
+def _kept(ref: str) -> str:
+    # values were filled when the action was registered; text that still looks like a template is kept as is
+    return "{{ " + ref + " }}"
 
 
 def _backoff(backoff: float, used: int) -> float:
@@ -155,7 +85,7 @@ def _dead_letter(svc: Services, ticket: dict[str, Any], action: dict[str, Any], 
              "error": action["reason"] or ""}, ticket_id=ticket["ticket_id"])
 
 
-def _notify(svc: Services, notify: TicketActionSpec, subject: str, run_id: str, message: str,
+def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, message: str,
             values: dict[str, Any], *, ticket_id: str | None = None, compensation_id: str | None = None) -> None:
     run = svc.journal.run(run_id)
     values = {"inputs": run["inputs"], "nodes": {}, "ticket_id": ticket_id or "",
@@ -238,21 +168,22 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     svc.journal.start_action_attempt(tid, number, trigger=trigger, seen="pending", at=svc.now())
     svc.say(ticket["run_id"], ticket["node_key"], "info", f"ticket {tid}: action attempt {number} ({trigger}): "
             f"{action['request']['method']} {action['request']['url']}")
-    svc.journal.mark_action_sending(tid, number)
-    answer = send(action["request"], timeout=action["timeout"], idempotency_key=tid)
+    answer = send_request(svc, ticket["run_id"], action["request"], timeout=action["timeout"], idempotency_key=tid,
+                          before_send=lambda: svc.journal.mark_action_sending(tid, number))
     now = svc.now()
     used = sum(1 for a in attempts if a["trigger"] == "auto" and a["status"] != "not_started") + (trigger == "auto")
-    attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.tail, "error": answer.error}
-    if answer.ok:
+    lost = answer.failure == SendFailure.UNKNOWN
+    attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.response_tail,
+               "error": answer.error, "failure": answer.failure.value if answer.failure else None}
+    if answer.succeeded:
         attempt["status"] = "succeeded"
-        after = {"status": "succeeded", "result": {"status": answer.status, "body": answer.body}, "reason": None}
-    elif answer.lost and not action["idempotent"]:
+        after = {"status": "succeeded", "result": answer.result(), "reason": None}
+    elif lost and not action["idempotent"]:
         attempt["status"] = "unknown"
         after = {"status": "unknown", "reason": f"{answer.error}: verify outside, then `workrun tickets confirm "
                                                 f"{tid} --done` or `--not-done`"}
     else:
         attempt["status"] = "failed"
-        attempt["failure"] = "not_sent" if not answer.sent else ("lost" if answer.lost else "http_status")
         if trigger == "auto" and used < action["max_attempts"]:
             delay = _backoff(action["backoff"], used)
             after = {"status": "pending", "next_attempt_at": now + delay,
@@ -316,11 +247,20 @@ def send_notifications(svc: Services, run_id: str) -> None:
     """Send the run's notifications whose intent is journaled and not yet sent (R-M8). Never raises for
     a failed send: it is recorded (on the ticket when there is one)."""
     for n in svc.journal.notifications(run_id, ("pending",)):
-        svc.journal.update("notifications", (n["notification_id"],), "notify.sending", status="sending",
-                           updated_at=svc.now())
         request = n["request"]
-        answer = send(request, timeout=float(request.get("timeout") or 30), idempotency_key=n["notification_id"])
-        if answer.ok:
-            _finish_notification(svc, n, "sent", answer.status, None)
+        nid = n["notification_id"]
+        sending = False
+
+        def about_to_send(nid: str = nid) -> None:
+            nonlocal sending
+            svc.journal.update("notifications", (nid,), "notify.sending", status="sending", updated_at=svc.now())
+            sending = True
+
+        answer = send_request(svc, run_id, request, timeout=float(request.get("timeout") or 30),
+                              idempotency_key=nid, before_send=about_to_send)
+        row = {**n, "status": "sending" if sending else "pending"}
+        if answer.succeeded:
+            _finish_notification(svc, row, "sent", answer.status, None)
         else:
-            _finish_notification(svc, n, "unknown" if answer.lost else "failed", answer.status, answer.error)
+            lost = answer.failure == SendFailure.UNKNOWN
+            _finish_notification(svc, row, "unknown" if lost else "failed", answer.status, answer.error)

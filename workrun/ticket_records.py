@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from workrun.models import TicketActionSpec
+from workrun.models import HttpAction
 
 __all__ = [
     "SYSTEM_ACTOR",
@@ -90,7 +90,7 @@ def fill(value: Any, values: dict[str, Any], *, in_url: bool = False) -> Any:
     return _TEMPLATE.sub(sub, value)
 
 
-def render_request(action: TicketActionSpec, values: dict[str, Any]) -> dict[str, Any]:
+def render_request(action: HttpAction, values: dict[str, Any]) -> dict[str, Any]:
     """The request an action sends: ``{method, url, headers, body}`` with templates filled (env kept).
 
     Raises:
@@ -108,7 +108,7 @@ def ticket_row(ticket_id: str, run_id: str, node_key: str, policy: str, status: 
             "error": error, "result": None, "created_at": now, "updated_at": now}
 
 
-def action_row(ticket_id: str, run_id: str, action: TicketActionSpec, request: dict[str, Any],
+def action_row(ticket_id: str, run_id: str, action: HttpAction, request: dict[str, Any],
                now: float) -> dict[str, Any]:
     """The action job of a ticket (R-M3, R-M4): ``pending``, at most ``max_retries + 1`` attempts."""
     return {"ticket_id": ticket_id, "run_id": run_id, "status": "pending", "request": request, "result": None,
@@ -130,7 +130,7 @@ def ticket_message(run_id: str, node_key: str, ticket_id: str, error: str | None
                     f"{error or 'failed'}")
 
 
-def notification_row(notification_id: str, subject: str, run_id: str, message: str, notify: TicketActionSpec,
+def notification_row(notification_id: str, subject: str, run_id: str, message: str, notify: HttpAction,
                      values: dict[str, Any], now: float, *, ticket_id: str | None = None,
                      compensation_id: str | None = None) -> dict[str, Any]:
     """A notification's intent (R-M8): ``subject`` is unique (one message per ticket / dead letter).

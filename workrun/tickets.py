@@ -34,7 +34,7 @@ from workrun.recovery import compensate_now, drive
 from workrun.services import Services
 from workrun.ticket_actions import run_action, send_notifications
 from workrun.ticket_records import event_row
-from workrun.workflow import template_refs
+from workrun.workflow import node_templates
 
 __all__ = [
     "check",
@@ -72,9 +72,7 @@ def _used_fields(spec: WorkflowSpec, key: str) -> list[tuple[str, list[str]]]:
     """``[(field of a downstream node, path into KEY's result)]`` for every template reading node ``key``."""
     out = []
     for other, node in spec.nodes.items():
-        refs = template_refs(node.input, f"nodes.{other}.input") + template_refs(node.prompt, f"nodes.{other}.prompt") \
-            + template_refs(node.message, f"nodes.{other}.message") + template_refs(node.script, f"nodes.{other}.script")
-        for field, ref in refs:
+        for field, ref in node_templates(node, f"nodes.{other}"):
             parts = ref.split(".")
             if parts[0] == "nodes" and len(parts) >= 3 and parts[1] == key:
                 out.append((field, parts[3:]))

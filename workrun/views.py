@@ -21,9 +21,11 @@ def iso(ts: float | None) -> str | None:
 
 
 def attempt_view(a: dict[str, Any]) -> dict[str, Any]:
-    """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, trigger, status, error, result}``."""
+    """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, http_status, response_tail,
+    trigger, status, error, result}`` (``http_status``/``response_tail`` for a reverse action, R-H7)."""
     return {"number": a["number"], "started_at": iso(a["started_at"]), "ended_at": iso(a["ended_at"]),
             "exit_code": a["exit_code"], "signal": a["signal"], "stderr_tail": a["stderr_tail"] or "",
+            "http_status": a.get("http_status"), "response_tail": a.get("response_tail"),
             "trigger": a["trigger"], "status": a["status"], "error": a["error"], "result": a["result"]}
 
 

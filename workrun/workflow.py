@@ -16,12 +16,14 @@ from pydantic import ValidationError
 
 from workrun.apps import load_app, pydantic_error
 from workrun.errors import ConfigError
-from workrun.models import AppSpec, NodeSpec, RetryPolicy, TicketActionSpec, WorkflowSpec
+from workrun.models import AppSpec, HttpAction, HttpNode, NodeSpec, RetryPolicy, WorkflowSpec
+from workrun.outbound import allow_from_env, check_action, check_request, parse_allow
 
 __all__ = [
     "FailurePolicy",
     "load_workflow",
     "node_dependencies",
+    "node_templates",
     "parse_action",
     "parse_inputs",
     "parse_policy",
@@ -43,7 +45,7 @@ class FailurePolicy:
     """
 
     def __init__(self, kind: str, retry: RetryPolicy | None = None, fallback: str | None = None, *,
-                 then: str = "fail", action: TicketActionSpec | None = None) -> None:
+                 then: str = "fail", action: HttpAction | None = None) -> None:
         self.kind = kind
         self.retry = retry
         self.fallback = fallback
@@ -72,33 +74,21 @@ _POLICY_HELP = ('must be "fail", "continue", "notify", "terminate", { retry = { 
                 '"fail" | "notify" }, { fallback = "NODE" }, { compensate = ACTION } or { fallback_action = ACTION }')
 
 
-def parse_action(value: Any, file: str, field: str) -> TicketActionSpec:
-    """Parse an HTTP action table (R-M3, R-M4, R-M8) and check its URL shape.
+def parse_action(value: Any, file: str, field: str) -> HttpAction:
+    """Parse an HTTP action table of manual repair (R-M3, R-M4, R-M8): the shape of a reverse action (R-H6).
+
+    Templates are checked by :func:`_check_action_templates` once the graph is known.
 
     Raises:
-        ConfigError: not a table, unknown keys, wrong types, a URL that is not literal http(s) with
-            a literal host and port (R-H3).
+        ConfigError: not a table, unknown keys, wrong types (SPEC §17), a URL that is not literal
+            http(s) with a literal host and port (R-H3).
     """
     if not isinstance(value, dict):
         raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=field)
     try:
-        action = TicketActionSpec.model_validate(value)
+        return HttpAction.model_validate(value)
     except ValidationError as exc:
         raise pydantic_error(exc, file, field) from None
-    from urllib.parse import urlsplit
-
-    head = action.url.split("/", 3)
-    scheme_host = "/".join(head[:3])
-    if "{{" in scheme_host or "}}" in scheme_host:
-        raise ConfigError("the scheme, host and port must be literal (no template) (R-H3)", file=file,
-                          field=f"{field}.url")
-    parts = urlsplit(action.url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("must be an http:// or https:// URL", file=file, field=f"{field}.url")
-    for path, text in _strings(action.model_dump(include={"url", "headers", "body"}), field):
-        if text.count("{{") != text.count("}}"):
-            raise ConfigError("unbalanced {{ }} in a template", file=file, field=path)
-    return action
 
 
 def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
@@ -207,16 +197,34 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def node_dependencies(node: NodeSpec) -> list[str]:
+def node_templates(node: NodeSpec | HttpNode, prefix: str = "") -> list[tuple[str, str]]:
+    """``[(field path, reference)]`` of the node's templates that read run inputs or upstream results
+    (``{{ env.NAME }}`` in an http node's headers is not one of them; the reverse action's are not either)."""
+    p = f"{prefix}." if prefix else ""
+    if isinstance(node, HttpNode):
+        refs = template_refs(node.url, f"{p}url") + template_refs(node.headers, f"{p}headers") \
+            + template_refs(node.body, f"{p}body")
+        return [(f, r) for f, r in refs if not r.startswith("env.")]
+    return template_refs(node.input, f"{p}input") + template_refs(node.prompt, f"{p}prompt") \
+        + template_refs(node.message, f"{p}message") + template_refs(node.script, f"{p}script")
+
+
+def node_dependencies(node: NodeSpec | HttpNode) -> list[str]:
     """``needs`` plus every node referenced by a template (SPEC §10), in order, without duplicates."""
     deps = list(node.needs)
-    refs = template_refs(node.input) + template_refs(node.prompt, "prompt") + template_refs(node.message, "message") \
-        + template_refs(node.script, "script")
-    for _, ref in refs:
+    for _, ref in node_templates(node):
         parts = ref.split(".")
         if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
             deps.append(parts[1])
     return deps
+
+
+def _check_app_action(app: AppSpec, project: Path, inputs: dict[str, Any]) -> None:
+    """An App's HTTP reverse action, checked against this run: its environment variables are set and its
+    ``inputs.NAME`` exist (R-H5, R-H6)."""
+    if app.compensation is not None and app.compensation.http is not None:
+        check_action(app.compensation.http, file=str(project / "pyproject.toml"),
+                     field=f"tool.workrun.apps.{app.name}.compensation.http", inputs=inputs)
 
 
 def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
@@ -303,7 +311,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
-    unknown = set(data) - {"name", "inputs", "nodes", "description", "notify"}
+    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
     name = data.get("name", path.stem)
@@ -317,8 +325,10 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
         raise ConfigError("a workflow needs at least one [nodes.KEY] table", file=file, field="nodes")
     inputs = {**defaults, **(overrides or {})}
     base = path.resolve().parent
+    http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()
+    allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
 
-    nodes: dict[str, NodeSpec] = {}
+    nodes: dict[str, NodeSpec | HttpNode] = {}
     apps: dict[str, AppSpec] = {}
     for key, table in nodes_table.items():
         prefix = f"nodes.{key}"
@@ -336,10 +346,15 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 for t in table["tools"]
             ]
         try:
-            node = NodeSpec.model_validate({**table, "key": key})
+            node: NodeSpec | HttpNode = (HttpNode if table.get("kind") == "http" else NodeSpec).model_validate(
+                {**table, "key": key})
         except ValidationError as exc:
             raise pydantic_error(exc, file, prefix) from None
-        if node.kind == "process":
+        if isinstance(node, HttpNode):  # R-H1, R-H3, R-H5, R-H6: the references are checked with all nodes below
+            check_request(node, file=file, field=prefix, check_ref=lambda where, ref: None)
+            if node.compensation is not None:
+                check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs)
+        elif node.kind == "process":
             for field in ("project", "app"):
                 if not getattr(node, field):
                     raise ConfigError("is required for a process node", file=file, field=f"{prefix}.{field}")
@@ -350,6 +365,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             if apps[key].kind != "process":
                 raise ConfigError(f"App {node.app!r} is a {apps[key].kind} App; a process node needs a process App",
                                   file=file, field=f"{prefix}.app")
+            _check_app_action(apps[key], Path(node.project), inputs)  # type: ignore[arg-type]
         elif node.kind == "agent":
             if not node.tools:
                 raise ConfigError("an agent node needs at least one Tool App", file=file, field=f"{prefix}.tools")
@@ -360,6 +376,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 spec = load_app(Path(ref.project), ref.app, file=file, field=f"{prefix}.tools[{i}].app")
                 if spec.kind != "tool":
                     raise ConfigError(f"App {ref.app!r} is not a Tool App", file=file, field=f"{prefix}.tools[{i}].app")
+                _check_app_action(spec, Path(ref.project), inputs)
             for i, step in enumerate(node.script):  # scripted steps: {tool, args} or {error} (issue 5)
                 where = f"{prefix}.script[{i}]"
                 if set(step) - {"tool", "args", "error"}:
@@ -395,9 +412,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
             if dep == key:
                 raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
-        refs = template_refs(node.input, f"{prefix}.input") + template_refs(node.prompt, f"{prefix}.prompt") \
-            + template_refs(node.message, f"{prefix}.message") + template_refs(node.script, f"{prefix}.script")
-        for field, ref in refs:
+        for field, ref in node_templates(node, prefix):
             if not _REF.match(ref):
                 raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
                                   file=file, field=field)
@@ -413,6 +428,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             if target == key:
                 raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
             contract = apps[target].output if target in apps else {}
+            if isinstance(nodes[target], HttpNode) and len(parts) > 3 and parts[3] not in ("status", "headers", "body"):
+                raise ConfigError(f"{{{{ {ref} }}}}: an http node's result has status, headers and body only",
+                                  file=file, field=field)
             if contract and len(parts) > 3 and parts[3] not in contract:
                 raise ConfigError(f"{{{{ {ref} }}}}: App {nodes[target].app!r} declares no output field {parts[3]!r}",
                                   file=file, field=field)
@@ -429,7 +447,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
             _check_action_templates(policy.action, file, f"nodes.{key}.on_failure.{policy.kind}", inputs,
                                     _upstream(graph, key), _ACTION_NAMES)
     notify = _parse_notify(data.get("notify"), file, inputs)
-    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, notify=notify)
+    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow,
+                        notify=notify)
     return spec, inputs
 
 
@@ -447,42 +466,37 @@ def _upstream(graph: dict[str, list[str]], key: str) -> set[str]:
     return out
 
 
-def _check_action_templates(action: TicketActionSpec, file: str, field: str, inputs: dict[str, Any],
+def _check_action_templates(action: HttpAction, file: str, field: str, inputs: dict[str, Any],
                             upstream: set[str], names: frozenset[str]) -> None:
-    """Check every ``{{ … }}`` of an action: known names, inputs that exist, upstream nodes only,
-    ``env.NAME`` only in header values and set now (R-H5).
+    """Check an action's URL (R-H3) and every ``{{ … }}``: known names, inputs that exist, upstream nodes
+    only (they have a result when the action is registered), ``env.NAME`` only in header values and set
+    now (R-H5).
 
     Raises:
         ConfigError: naming the action's field.
     """
-    import os
 
-    for where, ref in template_refs(action.model_dump(include={"url", "headers", "body"}), field):
+    def check_ref(where: str, ref: str) -> None:
         parts = ref.split(".")
-        if parts[0] == "env" and len(parts) == 2:
-            if not where.startswith(f"{field}.headers."):
-                raise ConfigError(f"{{{{ {ref} }}}}: environment variables are allowed only in header values (R-H5)",
-                                  file=file, field=where)
-            if parts[1] not in os.environ:
-                raise ConfigError(f"environment variable {parts[1]} is not set", file=file, field=where)
-            continue
         if ref in names:
-            continue
+            return
         if parts[0] == "inputs" and len(parts) == 2:
             if parts[1] not in inputs:
                 raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
                                   "with --input", file=file, field=where)
-            continue
+            return
         if parts[0] == "nodes" and len(parts) >= 3 and parts[2] == "result":
             if parts[1] not in upstream:
                 raise ConfigError(f"{{{{ {ref} }}}}: node {parts[1]!r} is not upstream of this node, so it has no "
                                   "result when the action is registered", file=file, field=where)
-            continue
+            return
         raise ConfigError(f"bad template {{{{ {ref} }}}}: use " + ", ".join(sorted(names)) + ", inputs.NAME, "
                           "nodes.KEY.result.FIELD or env.NAME (headers)", file=file, field=where)
 
+    check_request(action, file=file, field=field, check_ref=check_ref)
 
-def _parse_notify(value: Any, file: str, inputs: dict[str, Any]) -> TicketActionSpec | None:
+
+def _parse_notify(value: Any, file: str, inputs: dict[str, Any]) -> HttpAction | None:
     """``[notify] http = { method, url, headers, body }`` (R-M8); ``{{ message }}`` is the one-line text."""
     if value is None:
         return None

@@ -216,13 +216,14 @@ def test_terminate_policy_ends_the_run_terminated(workrun, write_workflow, ops, 
 
 @pytest.mark.parametrize("policy, field", [
     ('"nag"', "nodes.charge.on_failure"),
+    ('{ compensate = { url = "http://127.0.0.1/" } }', "nodes.charge.on_failure.compensate.method"),
     ('{ retry = { attempts = 2 }, then = "terminate" }', "nodes.charge.on_failure.then"),
-    ('{ compensate = { url = "ftp://x/" } }', "nodes.charge.on_failure.compensate.url"),
-    ('{ compensate = { url = "http://{{ inputs.host }}/x" } }', "nodes.charge.on_failure.compensate.url"),
-    ('{ compensate = { url = "http://127.0.0.1/", timeout = "5" } }', "nodes.charge.on_failure.compensate.timeout"),
-    ('{ fallback_action = { url = "http://127.0.0.1/{{ nodes.ship.result.id }}" } }',
+    ('{ compensate = { method = "POST", url = "ftp://x/" } }', "nodes.charge.on_failure.compensate.url"),
+    ('{ compensate = { method = "POST", url = "http://{{ inputs.host }}/x" } }', "nodes.charge.on_failure.compensate.url"),
+    ('{ compensate = { method = "POST", url = "http://127.0.0.1/", timeout = "5" } }', "nodes.charge.on_failure.compensate.timeout"),
+    ('{ fallback_action = { method = "POST", url = "http://127.0.0.1/{{ nodes.ship.result.id }}" } }',
      "nodes.charge.on_failure.fallback_action.url"),
-    ('{ compensate = { url = "http://127.0.0.1/", body = { t = "{{ env.HOME }}" } } }',
+    ('{ compensate = { method = "POST", url = "http://127.0.0.1/", body = { t = "{{ env.HOME }}" } } }',
      "nodes.charge.on_failure.compensate.body.t"),
 ])
 def test_bad_policies_are_refused_at_load(workrun, write_workflow, ops, tmp_path, policy, field):

@@ -69,8 +69,11 @@ def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
                   f"run {view['run_id']} node {escape(view['node_key'] or '-')}")
     if view["reason"]:
         console.print(f"reason: {escape(view['reason'])}")
-    console.print(f"original call {op['operation_id']} of App {op['app']} ({op['project']}): {op['status']}, "
-                  f"ended {iso(op['ended_at'])}")
+    what = f"http node {op['node_key']}" if op["kind"] == "http" else f"App {op['app']} ({op['project']})"
+    console.print(f"original operation {op['operation_id']} of {what}: {op['status']}, ended {iso(op['ended_at'])}")
+    action = (view["context"] or {}).get("reverse_action")
+    if action:
+        console.print(f"  reverse action: {escape(action['method'])} {escape(action['url'])}")
     console.print(f"  input:  {escape(json.dumps(op['input'], ensure_ascii=False))}\n"
                   f"  result: {escape(json.dumps(op['result'], ensure_ascii=False))}")
     timeline: list[tuple[str, str]] = []
@@ -78,11 +81,14 @@ def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
         text = (f"attempt {a['number']} ({a['trigger']}): {styled(a['status'])}"
                 + (f", exit {a['exit_code']}" if a["exit_code"] is not None else "")
                 + (f", signal {a['signal']}" if a["signal"] else "")
+                + (f", HTTP {a['http_status']}" if a.get("http_status") is not None else "")
                 + (f" — {escape(a['error'])}" if a["error"] else ""))
         timeline.append((a["started_at"], text))
         tail = (a["stderr_tail"] or "").strip().splitlines()[-3:]
         for line in tail:
             timeline.append((a["started_at"], f"    stderr: {escape(line)}"))
+        for line in (a.get("response_tail") or "").strip().splitlines()[:3]:  # a reverse action's answer (R-H7)
+            timeline.append((a["started_at"], f"    response: {escape(line[:200])}"))
     for e in view["events"]:
         args = ", ".join(f"{k}={v}" for k, v in (e["args"] or {}).items() if v is not None)
         timeline.append((e["at"], f"{e['action']}" + (f" ({escape(args)})" if args else "")

@@ -150,7 +150,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, node_key)
     );
     """,
-    # 3: manual repair (SPEC §12): tickets, their action job and attempts, audit events, notifications
+    # 3: HTTP reverse actions record the answer's status and the first 2 KiB of its body per attempt (R-H7)
+    """
+    ALTER TABLE attempts ADD COLUMN http_status INTEGER;
+    ALTER TABLE attempts ADD COLUMN response_tail TEXT;
+    """,
+    # 4: manual repair (SPEC §12): tickets, their action job and attempts, audit events, notifications
     """
     CREATE TABLE tickets (
         ticket_id TEXT PRIMARY KEY,

@@ -48,7 +48,7 @@ _COLUMNS = {
     "compensations": {"status", "reason", "result", "context", "next_attempt_at", "accept_code_change", "held_back_by",
                       "max_attempts", "updated_at"},
     "attempts": {"status", "pid", "proc_start", "deadline", "ended_at", "exit_code", "signal", "stdout_tail",
-                 "stderr_tail", "result", "error"},
+                 "stderr_tail", "result", "error", "http_status", "response_tail"},
     "remote_tasks": {"task_id", "context_id", "state", "cancel_status", "cancel_answer", "cancel_at", "updated_at"},
     "tickets": {"status", "error", "result", "updated_at"},
     "ticket_actions": {"status", "result", "reason", "next_attempt_at", "updated_at"},

@@ -1,0 +1,215 @@
+"""The outbound guard and one bounded request (R-H2..R-H5), against a real HTTP server on loopback."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from _kit.http_server import TestServer
+from workrun.errors import ConfigError
+from workrun.outbound import (AllowList, SendFailure, allow_from_env, check_address, check_templates, parse_allow,
+                              parse_url, prepare, send)
+
+
+@pytest.mark.parametrize("address, rule", [
+    ("127.0.0.1", "loopback"),
+    ("127.8.9.10", "loopback"),
+    ("::1", "loopback"),
+    ("10.1.2.3", "private"),
+    ("172.16.0.1", "private"),
+    ("172.31.255.255", "private"),
+    ("192.168.1.1", "private"),
+    ("fd12::1", "private"),
+    ("169.254.169.254", "link-local"),
+    ("fe80::1", "link-local"),
+    ("100.64.0.1", "carrier-grade NAT"),
+    ("224.0.0.251", "multicast"),
+    ("ff02::1", "multicast"),
+    ("0.0.0.0", "unspecified"),
+    ("::", "unspecified"),
+    ("240.0.0.1", "reserved"),
+    ("192.0.2.10", "reserved"),
+    ("::ffff:127.0.0.1", "loopback, IPv4-mapped 127.0.0.1"),
+    ("::ffff:169.254.169.254", "link-local, IPv4-mapped 169.254.169.254"),
+    ("::10.0.0.1", "private, IPv4-compatible 10.0.0.1"),
+    ("2002:a9fe:a9fe::1", "link-local, 6to4 169.254.169.254"),
+    ("64:ff9b::7f00:1", "loopback, NAT64 127.0.0.1"),
+])
+def test_guard_refuses_each_range_naming_the_rule(address: str, rule: str) -> None:
+    line = check_address(address, 80)
+    assert line is not None and line.startswith("refused by the outbound guard: ")
+    assert line.endswith(f" ({rule})")
+    shown = line.removeprefix("refused by the outbound guard: ").split(" (")[0]
+    assert shown == address or (address == "::10.0.0.1" and shown == "::a00:1") \
+        or (address == "64:ff9b::7f00:1" and shown == address)
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "172.32.0.1", "::ffff:8.8.8.8"])
+def test_guard_lets_public_addresses_through(address: str) -> None:
+    assert check_address(address, 443) is None
+
+
+def test_http_allow_allows_addresses_ports_and_networks() -> None:
+    allow = parse_allow(["127.0.0.1:8080", "10.1.2.0/24", "[::1]:9000", "fd00::/8"])
+    assert check_address("127.0.0.1", 8080, allow) is None
+    assert check_address("127.0.0.1", 8081, allow) is not None  # the port is part of the entry
+    assert check_address("::ffff:127.0.0.1", 8080, allow) is None  # the mapped form of an allowed address
+    assert check_address("10.1.2.77", 1, allow) is None
+    assert check_address("10.1.3.1", 1, allow) == "refused by the outbound guard: 10.1.3.1 (private)"
+    assert check_address("::1", 9000, allow) is None
+    assert check_address("fd00::5", 80, allow) is None
+    assert check_address("169.254.169.254", 80, allow) is not None
+
+
+@pytest.mark.parametrize("entries", [["localhost:80"], ["10.0.0.0/33"], ["1.2.3.4:http"], "127.0.0.1", [1]])
+def test_http_allow_rejects_bad_entries(entries: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_allow(entries, file="wf.toml")
+    assert info.value.line().startswith("wf.toml: http_allow")
+
+
+def test_allow_from_environment() -> None:
+    allow = allow_from_env({"WORKRUN_HTTP_ALLOW": "127.0.0.1:1, 10.0.0.0/8"})
+    assert check_address("10.9.9.9", 5, allow) is None and check_address("127.0.0.1", 1, allow) is None
+    with pytest.raises(ConfigError) as info:
+        allow_from_env({"WORKRUN_HTTP_ALLOW": "example.com"})
+    assert info.value.field == "WORKRUN_HTTP_ALLOW"
+
+
+@pytest.mark.parametrize("url", ["http://{{ inputs.host }}/x", "https://shop.example:{{ inputs.port }}/",
+                                 "{{ inputs.scheme }}://shop.example/", "http://shop{{ inputs.x }}.example/"])
+def test_template_in_scheme_host_or_port_is_a_config_error(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_url(url, file="wf.toml", field="nodes.order.url")
+    assert info.value.line().startswith("wf.toml: nodes.order.url: ")
+    assert "literal" in info.value.message
+
+
+@pytest.mark.parametrize("url", ["ftp://a/", "http://user:pw@a/", "http://a/{{ x", "shop.example/x", "http://a:99999/"])
+def test_bad_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_url(url)
+
+
+def test_env_only_in_header_values_and_must_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKEN_SET", "s3cret")
+    monkeypatch.delenv("TOKEN_UNSET", raising=False)
+    refs: list[str] = []
+    check_templates("Bearer {{ env.TOKEN_SET }}", file="f", field="h", allow_env=True,
+                    check_ref=lambda f, r: refs.append(r))
+    with pytest.raises(ConfigError) as info:
+        check_templates({"a": "{{ env.TOKEN_SET }}"}, file="f", field="nodes.n.body", allow_env=False,
+                        check_ref=lambda f, r: None)
+    assert info.value.field == "nodes.n.body.a"
+    with pytest.raises(ConfigError) as info:
+        check_templates("Bearer {{ env.TOKEN_UNSET }}", file="f", field="nodes.n.headers.Authorization",
+                        allow_env=True, check_ref=lambda f, r: None)
+    assert info.value.line() == "f: nodes.n.headers.Authorization: environment variable TOKEN_UNSET is not set"
+
+
+def _request(url: str, *, method: str = "POST", headers: dict[str, str] | None = None, body: object = None,
+             values: dict[str, object] | None = None, timeout: float = 20, key: str = "op_test"):
+    return prepare(method=method, url=parse_url(url), headers=headers or {}, body=body, timeout=timeout,
+                   lookup=lambda ref: (values or {})[ref], idempotency_key=key)
+
+
+def _allow(server: TestServer) -> AllowList:
+    return parse_allow([f"127.0.0.1:{server.port}"])
+
+
+def test_template_values_are_percent_encoded_on_the_wire() -> None:
+    with TestServer() as server:
+        req = _request(server.url + "/items/{{ v }}?q={{ v }}&n=1", method="GET", values={"v": "/../admin?x=1#"})
+        got = send(req, _allow(server))
+        assert got.status == 404 and got.sent
+        (arrived,) = server.received
+        assert arrived.path == "/items/%2F..%2Fadmin%3Fx%3D1%23?q=%2F..%2Fadmin%3Fx%3D1%23&n=1"
+        req = _request(server.url + "/items/{{ v }}/x", method="GET", values={"v": ".."})
+        send(req, _allow(server))
+        assert server.received[1].path == "/items/%2E%2E/x"
+
+
+def test_loopback_is_refused_without_allow_and_nothing_is_sent() -> None:
+    with TestServer() as server:
+        got = send(_request(server.url + "/api"), AllowList())
+        assert (got.sent, got.failure, got.status) == (False, SendFailure.REFUSED, None)
+        assert got.error == "refused by the outbound guard: 127.0.0.1 (loopback)"
+        got = send(_request(f"http://localhost:{server.port}/api"), AllowList())
+        assert got.failure == SendFailure.REFUSED and "(loopback)" in (got.error or "")
+        assert server.received == []
+
+
+def test_success_keeps_three_headers_parses_json_and_sends_the_idempotency_key() -> None:
+    with TestServer() as server:
+        server.route("POST", "/api/orders", status=201, json={"id": 7},
+                     headers={"ETag": '"v1"', "Location": "/api/orders/7", "X-Other": "no"})
+        req = _request(server.url + "/api/orders", body={"item": "{{ item }}", "qty": "{{ qty }}"},
+                       values={"item": "book", "qty": 2}, key="op_abc")
+        got = send(req, _allow(server))
+        assert got.succeeded and got.result() == {
+            "status": 201, "body": {"id": 7},
+            "headers": {"content-type": "application/json", "location": "/api/orders/7", "etag": '"v1"'}}
+        (arrived,) = server.received
+        assert arrived.json() == {"item": "book", "qty": 2}
+        assert arrived.headers["Idempotency-Key"] == "op_abc"
+        assert arrived.headers["Host"] == f"127.0.0.1:{server.port}"
+
+
+def test_error_status_names_status_and_body_and_redirect_is_not_followed() -> None:
+    with TestServer() as server:
+        server.route("POST", "/bad", status=422, body="item " + "x" * 400)
+        server.route("POST", "/old", status=302, headers={"Location": f"{server.url}/new"})
+        got = send(_request(server.url + "/bad"), _allow(server))
+        assert got.failure == SendFailure.HTTP_STATUS and got.status == 422
+        assert got.error == "HTTP 422: item " + "x" * 195
+        got = send(_request(server.url + "/old"), _allow(server))
+        assert got.failure == SendFailure.HTTP_STATUS and got.status == 302
+        assert got.error == f"HTTP 302: redirect to {server.url}/new not followed"
+        assert server.count("POST", "/new") == 0 and server.count("GET", "/new") == 0
+
+
+def test_timeout_after_the_request_was_received_is_unknown() -> None:
+    with TestServer() as server:
+        server.route("POST", "/slow", hang=30)
+        t0 = time.monotonic()
+        got = send(_request(server.url + "/slow", timeout=1), _allow(server))
+        assert time.monotonic() - t0 < 20
+        assert (got.sent, got.failure, got.status) == (True, SendFailure.UNKNOWN, None)
+        assert got.error is not None and "no answer within 1 s" in got.error
+        assert server.count("POST", "/slow") == 1
+
+
+def test_connection_refused_is_failed_and_nothing_sent() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    got = send(_request(f"http://127.0.0.1:{port}/x"), parse_allow([f"127.0.0.1:{port}"]))
+    assert (got.sent, got.failure) == (False, SendFailure.NOT_SENT)
+
+
+def test_response_over_one_mib_is_failed() -> None:
+    with TestServer() as server:
+        server.route("GET", "/big", raw=b"a" * (1024 * 1024 + 10))
+        got = send(_request(server.url + "/big", method="GET"), _allow(server))
+        assert got.failure == SendFailure.BAD_RESPONSE and got.error == "HTTP 200: response over 1 MiB"
+
+
+def test_request_body_over_one_mib_is_refused_before_sending() -> None:
+    from workrun.outbound import RequestError
+
+    with pytest.raises(RequestError, match="over 1 MiB"):
+        _request("http://127.0.0.1:1/x", body="{{ big }}", values={"big": "a" * (1024 * 1024 + 1)})
+
+
+def test_secret_goes_to_the_server_but_not_into_what_is_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHOP_TOKEN", "tok-VERY-SECRET-1")
+    with TestServer() as server:
+        server.route("GET", "/echo", status=200, body="you sent tok-VERY-SECRET-1")
+        req = _request(server.url + "/echo", method="GET", headers={"Authorization": "Bearer {{ env.SHOP_TOKEN }}"})
+        assert req.shown()["headers"]["Authorization"] == "Bearer {{ env.SHOP_TOKEN }}"
+        got = send(req, _allow(server))
+        assert server.received[0].headers["Authorization"] == "Bearer tok-VERY-SECRET-1"
+        assert "tok-VERY-SECRET-1" not in repr(req.shown()) + repr(got.result()) + repr(got.response_tail)

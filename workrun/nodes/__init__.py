@@ -1,0 +1,1 @@
+"""One executor per node kind (STYLE.md: nodes/)."""

@@ -1,0 +1,386 @@
+"""``kind = "http"`` nodes and HTTP reverse actions, journaled around :mod:`workrun.outbound` (R-H1, R-H2, R-H6, R-H7).
+
+An http node's request is an *operation* like an App call (R-J1). Order of writes, each committed
+before the next step::
+
+    op.intent   (status ``starting``: nothing sent yet)
+    op.started  (status ``running``: the guard let it through; the request is about to go out)
+    op.finished (``succeeded`` 2xx | ``failed`` | ``unknown``: sent, no answer)
+
+A runner killed in ``starting`` sent nothing (recovered as not started, free to send); killed in
+``running`` the outcome is ``unknown`` (never re-sent, unless the node says ``idempotent = true``).
+Every request carries ``Idempotency-Key: <operation_id>``; a re-send after an unknown outcome keeps the
+key of the request it repeats.
+
+A reverse action attempt follows the same shape with ``attempt.intent`` -> ``attempt.started`` ->
+``attempt.finished``; its key is the compensation id, and its ledger row records ``http_status`` and
+``response_tail`` (the first 2 KiB of the response body) instead of an exit code and stderr (R-H7).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from workrun.errors import ActionRefusedError, ConfigError
+from workrun.models import AppSpec, HttpNode, HttpRequestSpec, WorkflowSpec
+from workrun.outbound import (AllowList, PreparedRequest, RequestError, SendFailure, SendResult, allow_from_env,
+                              parse_allow, parse_url, prepare, send)
+from workrun.services import Services, new_id
+
+__all__ = [
+    "KIND",
+    "action_knobs",
+    "finish_http_attempt",
+    "is_reverse_action",
+    "recover_http_attempt",
+    "recover_http_operation",
+    "reverse_action_of",
+    "run_http_attempt",
+    "run_http_node",
+]
+
+KIND = "http"
+_NOT_STARTED = "not started"
+
+
+def _brief(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _allow(spec_allow: list[str] | None) -> AllowList:
+    return parse_allow(list(spec_allow or [])) + allow_from_env()
+
+
+def _walk(value: Any, parts: list[str], ref: str) -> Any:
+    for part in parts:
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(ref)
+        value = value[part]
+    return value
+
+
+# -- http nodes -------------------------------------------------------------------------------------------------------
+
+
+def _node_lookup(context: dict[str, Any]) -> Callable[[str], Any]:
+    def lookup(ref: str) -> Any:
+        parts = ref.split(".")
+        if parts[0] == "inputs":
+            if parts[1] not in context["inputs"]:
+                raise KeyError(ref)
+            return context["inputs"][parts[1]]
+        if parts[0] == "nodes" and len(parts) >= 3 and parts[1] in context["nodes"]:
+            return _walk(context["nodes"][parts[1]]["result"], parts[3:], ref)
+        raise KeyError(ref)
+
+    return lookup
+
+
+def _key_of(op: dict[str, Any]) -> str:
+    """The Idempotency-Key an operation was sent with."""
+    headers = (op.get("input") or {}).get("headers") or {}
+    return next((v for k, v in headers.items() if k.lower() == "idempotency-key"), op["operation_id"])
+
+
+def _send_operation(svc: Services, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
+                    depends_on: list[str], allow: AllowList) -> dict[str, Any]:
+    row = {
+        "operation_id": op_id, "run_id": run_id, "node_key": node.key, "tool_call_index": None, "app": KIND,
+        "project": "", "kind": KIND, "tool_name": None, "config": node.model_dump(mode="json"),
+        "input": request.shown(), "fingerprint": "", "fingerprint_files": {}, "snapshot": None,
+        "depends_on": depends_on, "status": "starting", "call_dir": "", "created_at": svc.now(), "standalone": 0,
+    }
+    svc.journal.insert_operation(row)
+
+    def about_to_send() -> None:
+        now = svc.now()
+        svc.journal.update("operations", (op_id,), "op.started", status="running", started_at=now,
+                           deadline=now + request.timeout)
+
+    got = send(request, allow, before_send=about_to_send)
+    return _finish_operation(svc, op_id, got)
+
+
+def _finish_operation(svc: Services, op_id: str, got: SendResult) -> dict[str, Any]:
+    fields: dict[str, Any] = {"ended_at": svc.now(), "stdout_tail": got.response_tail}
+    if got.succeeded:
+        fields.update(status="succeeded", result=got.result())
+    elif got.failure == SendFailure.UNKNOWN:
+        fields.update(status="unknown", error=got.error)
+    else:
+        fields.update(status="failed", error=got.error)
+    svc.journal.update("operations", (op_id,), "op.finished", **fields)
+    return svc.journal.operation(op_id)
+
+
+def recover_http_operation(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+    """Settle an http operation left in flight by a runner that died (R-R3): ``starting`` = nothing was sent
+    (failed, not started: it may be sent again); ``running`` = ``unknown`` (verify outside)."""
+    if op["status"] == "starting":
+        fields = {"status": "failed", "error": f"{_NOT_STARTED}: the runner stopped before the request was sent"}
+    else:
+        fields = {"status": "unknown", "error": "outcome unknown: the runner stopped while the request was in "
+                  "flight; verify outside before sending it again"}
+    svc.journal.update("operations", (op["operation_id"],), "op.finished", ended_at=svc.now(), **fields)
+    return svc.journal.operation(op["operation_id"])
+
+
+def run_http_node(svc: Services, run_id: str, node: HttpNode, spec: WorkflowSpec, context: dict[str, Any],
+                  depends_on: list[str], *, retry_attempts: int, retry_backoff: float | None,
+                  stopping: Callable[[], bool]) -> tuple[str, Any, str | None]:
+    """Run one http node to its end (R-H1, R-H2, R-W7); return ``(status, result, error)``.
+
+    Args:
+        context: ``{"inputs": {...}, "nodes": {key: {"result": ...}}}`` for templates.
+        depends_on: upstream operation ids (for compensation order, R-C3).
+        retry_attempts: requests allowed in all by the node's failure policy (1 without ``retry``).
+        retry_backoff: seconds before the second request (doubling), None without a ``retry`` policy.
+        stopping: True when the user asked to stop.
+
+    Returns:
+        ``("succeeded", {status, headers, body}, None)``, or ``("failed" | "stopped", None, error line)``.
+
+    An ``unknown`` outcome is re-sent (with the same Idempotency-Key) only when the node is idempotent,
+    within the retry budget (one re-send without a ``retry`` policy); otherwise the node fails.
+    """
+    prior = svc.journal.operations(run_id, node.key)
+    used = sum(1 for o in prior if o["status"] in ("failed", "unknown")
+               and not (o["error"] or "").startswith(_NOT_STARTED))
+    resend_key: str | None = None
+    if prior:
+        last = prior[-1]
+        if last["status"] == "succeeded":
+            return "succeeded", last["result"], None
+        if last["status"] == "unknown":
+            if not node.idempotent:
+                return "failed", None, f"operation {last['operation_id']}: {last['error']}"
+            resend_key = _key_of(last)
+    budget = retry_attempts if retry_backoff is not None else (2 if node.idempotent else 1)
+    allow = _allow(spec.http_allow)
+    url = parse_url(node.url)
+    error: str | None = None
+    while used < budget:
+        if stopping():
+            return "stopped", None, "stopped by the user"
+        op_id = new_id("op")
+        try:
+            request = prepare(method=node.method, url=url, headers=node.headers, body=node.body, timeout=node.timeout,
+                              lookup=_node_lookup(context), idempotency_key=resend_key or op_id)
+        except KeyError as exc:
+            return "failed", None, f"template {{{{ {exc.args[0]} }}}} has no value"
+        except RequestError as exc:
+            return "failed", None, str(exc)
+        op = _send_operation(svc, run_id=run_id, node=node, op_id=op_id, request=request, depends_on=depends_on,
+                             allow=allow)
+        svc.say(run_id, node.key, "info" if op["status"] == "succeeded" else "error",
+                f"operation {op_id} ({node.method} {request.full_url}): {op['status']}"
+                + (f": {op['error']}" if op["error"] else "")
+                + (f" -> {_brief(op['result'])}" if op["status"] == "succeeded" else ""))
+        if op["status"] == "succeeded":
+            return "succeeded", op["result"], None
+        error = op["error"]
+        used += 1
+        if op["status"] == "unknown":
+            if not node.idempotent:
+                return "failed", None, error
+            resend_key = _key_of(op)
+            if used < budget:
+                svc.say(run_id, node.key, "warning", f"re-sending (request {used + 1} of {budget}) with the same "
+                        f"Idempotency-Key {resend_key}: the node is idempotent")
+        else:
+            resend_key = None
+        if used < budget and retry_backoff is not None and op["status"] == "failed":
+            delay = retry_backoff * (2 ** (used - 1))
+            svc.say(run_id, node.key, "warning",
+                    f"retrying (request {used + 1} of {budget}) in {delay:g} s (on_failure = retry)")
+            if svc.stop_event.wait(delay):
+                return "stopped", None, "stopped by the user"
+    return "failed", None, error
+
+
+# -- reverse actions --------------------------------------------------------------------------------------------------
+
+
+def reverse_action_of(op: dict[str, Any]) -> tuple[HttpRequestSpec | None, dict[str, Any]]:
+    """The reverse action of an operation's config snapshot, and its attempt settings (R-H6, R-C7).
+
+    Returns:
+        ``(action or None, {"max_attempts", "timeout", "backoff", "idempotent"})``: an http node's
+        ``compensation`` table, or an App's ``compensation = { http = {...} }`` (the App's compensation
+        settings apply); ``(None, {})`` when the operation has no reverse action.
+    """
+    if op["kind"] == KIND:
+        node = HttpNode.model_validate(op["config"])
+        action = node.compensation
+        if action is None:
+            return None, {}
+        return HttpRequestSpec.model_validate(action.model_dump(include={"method", "url", "headers", "body"})), \
+            action_knobs(action.max_retries, action.timeout, action.backoff, action.idempotent)
+    app = AppSpec.model_validate(op["config"])
+    comp = app.compensation
+    if comp is None or comp.http is None:
+        return None, {}
+    return comp.http, action_knobs(comp.max_retries, comp.timeout, comp.backoff, comp.idempotent)
+
+
+def action_knobs(max_retries: int, timeout: float, backoff: float, idempotent: bool) -> dict[str, Any]:
+    """Attempt settings as the compensation record stores them."""
+    return {"max_attempts": max_retries + 1, "timeout": timeout, "backoff": backoff, "idempotent": int(idempotent)}
+
+
+def is_reverse_action(comp: dict[str, Any]) -> bool:
+    """True when the compensation is an HTTP reverse action (its record carries the action)."""
+    return bool((comp.get("context") or {}).get("reverse_action"))
+
+
+def _action_lookup(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> Callable[[str], Any]:
+    run = svc.journal.run(comp["run_id"])
+
+    def error_line() -> str:
+        reason = run["reason"] or f"run {run['status']}"
+        failed = [n["node_key"] for n in svc.journal.nodes(run["run_id"]) if n["status"] == "failed"]
+        for key in failed:
+            errs = [o["error"] for o in svc.journal.operations(run["run_id"], key) if o["error"]]
+            if errs:
+                return f"{reason}: {errs[-1]}"
+        return reason
+
+    def lookup(ref: str) -> Any:
+        parts = ref.split(".")
+        if parts[0] == "original" and len(parts) >= 2:
+            base = op["input"] if parts[1] == "input" else op["result"]
+            return _walk(base, parts[2:], ref)
+        if ref == "operation_id":
+            return op["operation_id"]
+        if ref == "compensation_id":
+            return comp["compensation_id"]
+        if ref == "run_id":
+            return comp["run_id"]
+        if ref == "node_key":
+            return comp["node_key"]
+        if ref == "error":
+            return error_line()
+        if parts[0] == "inputs" and len(parts) == 2 and parts[1] in (run["inputs"] or {}):
+            return run["inputs"][parts[1]]
+        raise KeyError(ref)
+
+    return lookup
+
+
+def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> dict[str, Any]:
+    """Run one attempt of an HTTP reverse action and return the compensation row afterwards (R-H6, R-H7, R-C7).
+
+    The attempt's intent is committed with the compensation ``running`` (conditional on the status read);
+    ``attempt.started`` is committed after the guard let the request through and before it is sent.
+
+    Raises:
+        JournalError: the journal cannot be written (nothing unrecorded is marked done).
+    """
+    cid = comp["compensation_id"]
+    number = len(svc.journal.attempts(cid)) + 1
+    started = svc.now()
+    try:
+        svc.journal.write([
+            ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,
+                                          "status": "starting", "call_dir": "", "started_at": started}),
+            ("update", "compensations", (cid,), {"status": "running", "_expect_status": comp["status"],
+                                                 "reason": None, "updated_at": started}),
+        ], "attempt.intent")
+    except ActionRefusedError:  # an operator changed it meanwhile: nothing was written, send nothing
+        return svc.journal.compensation(cid)
+    attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
+    action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
+    run = svc.journal.run(comp["run_id"])
+    try:
+        allow = _allow((run["spec"] or {}).get("http_allow"))
+        request = prepare(method=action.method, url=parse_url(action.url), headers=action.headers, body=action.body,
+                          timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op), idempotency_key=cid)
+    except KeyError as exc:
+        return finish_http_attempt(svc, comp, attempt, SendResult(
+            False, failure=SendFailure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value"))
+    except (RequestError, ConfigError) as exc:
+        return finish_http_attempt(svc, comp, attempt, SendResult(False, failure=SendFailure.NOT_SENT,
+                                                                  error=str(exc)))
+
+    def about_to_send() -> None:
+        svc.journal.update("attempts", (cid, number), "attempt.started", status="running",
+                           deadline=svc.now() + request.timeout)
+
+    svc.say(comp["run_id"], comp["node_key"], "info",
+            f"compensation {cid} of {comp['node_key']}: attempt {number}: {action.method} {request.full_url}")
+    return finish_http_attempt(svc, comp, attempt, send(request, allow, before_send=about_to_send))
+
+
+def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], got: SendResult) -> dict[str, Any]:
+    """Journal a reverse action attempt and the compensation's new status in one transaction (``attempt.finished``).
+
+    - 2xx: ``succeeded`` (result ``{status, headers, body}`` saved; never sent again, R-R2)
+    - failed (guard, connection, non-2xx, bounds) with attempts left: ``pending`` after backoff; none left, or
+      an operator's retry: ``failed`` (dead letter)
+    - sent and unanswered: ``unknown`` (verify outside); when the action is idempotent it is re-sent with
+      the same Idempotency-Key while attempts are left, and ends ``unknown`` when none are
+    """
+    from workrun.calls import backoff_delay
+
+    cid = comp["compensation_id"]
+    number = attempt["number"]
+    now = svc.now()
+    a: dict[str, Any] = {"ended_at": now, "http_status": got.status, "response_tail": got.response_tail,
+                         "error": got.error}
+    c: dict[str, Any] = {"updated_at": now, "next_attempt_at": None, "held_back_by": None}
+    previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]
+    used = sum(1 for x in previous if x["status"] in ("failed", "unknown"))
+    exhausted = used + 1 >= int(comp["max_attempts"])
+    if got.succeeded:
+        a.update(status="succeeded", result=got.result())
+        c.update(status="succeeded", reason=None, result=got.result())
+    elif got.failure == SendFailure.UNKNOWN:
+        a.update(status="unknown")
+        if comp["idempotent"] and not exhausted and attempt["trigger"] != "operator":
+            delay = backoff_delay(float(comp["backoff"]), used + 1)
+            c.update(status="pending", next_attempt_at=now + delay,
+                     reason=f"attempt {number}: {got.error}; re-sent in {delay:.2g} s with the same Idempotency-Key "
+                     "because the action is idempotent")
+        else:
+            c.update(status="unknown", reason=f"attempt {number} was sent but not answered ({got.error}): verify "
+                     f"outside, then `workrun compensations confirm {cid} --done` or `--not-done`")
+    else:
+        a.update(status="failed")
+        what = got.error or "failed"
+        if attempt["trigger"] == "operator":
+            c.update(status="failed", reason=f"attempt {number} (operator retry) failed ({what}): needs an operator "
+                     f"(`workrun compensations show {cid}`)")
+        elif exhausted:
+            c.update(status="failed", reason=f"attempt {number} failed ({what}); all {comp['max_attempts']} "
+                     f"attempt(s) failed: needs an operator (`workrun compensations show {cid}`)")
+        else:
+            delay = backoff_delay(float(comp["backoff"]), used + 1)
+            c.update(status="pending", reason=f"attempt {number} failed ({what}); retrying in {delay:.2g} s",
+                     next_attempt_at=now + delay)
+    svc.journal.write([("update", "attempts", (cid, number), a), ("update", "compensations", (cid,), c)],
+                      "attempt.finished")
+    return svc.journal.compensation(cid)
+
+
+def recover_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any]) -> dict[str, Any]:
+    """Settle a reverse action attempt left in flight by a runner that died (R-R3, R-R4).
+
+    ``starting``: nothing was sent -> ``not_started``, the compensation ``pending`` again (not counted).
+    ``running``: it may have been sent -> ``unknown`` (re-sent only when the action is idempotent).
+    """
+    cid = comp["compensation_id"]
+    number = attempt["number"]
+    now = svc.now()
+    if attempt["status"] == "starting":
+        svc.journal.write([
+            ("update", "attempts", (cid, number), {"status": "not_started", "ended_at": now,
+                                                   "error": "not started: the runner stopped before it was sent"}),
+            ("update", "compensations", (cid,), {"status": "pending", "updated_at": now, "next_attempt_at": None,
+                                                 "reason": f"attempt {number} was never sent; it will run on resume"}),
+        ], "attempt.finished")
+        return svc.journal.compensation(cid)
+    got = SendResult(True, failure=SendFailure.UNKNOWN,
+                     error="outcome unknown: the runner stopped while the request was in flight")
+    return finish_http_attempt(svc, comp, {**attempt, "trigger": attempt["trigger"]}, got)

@@ -1,0 +1,859 @@
+"""Outbound HTTP: templates, the outbound guard and one bounded request (R-H1..R-H5).
+
+Used by ``http`` nodes and HTTP reverse actions; it knows nothing of runs or the journal.
+
+Load time (before anything runs; every problem is a :class:`~workrun.errors.ConfigError`):
+:func:`parse_url` keeps scheme, host and port literal (a template there is refused) and
+:func:`check_templates` checks brace balance, where ``{{ env.NAME }}`` may appear (header
+values only) and that every named environment variable is set.
+
+Send time: :func:`prepare` fills templates (values placed in the path or query are
+percent-encoded, so a value can never add ``/ ? # &``; ``{{ env.NAME }}`` is read now and
+kept out of what is shown), then :func:`send` resolves the host once, checks every address
+against the guard (:func:`check_address`), connects to a checked address with the right
+``Host`` header and TLS server name, follows no redirect, bounds sizes and runs the whole
+exchange under one timeout. The outcome is data (:class:`SendResult`), never an exception.
+
+Rules of the guard (R-H3): refused unless allowed by ``http_allow`` or ``WORKRUN_HTTP_ALLOW``:
+unspecified, loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local
+(169.254/16, fe80::/10), carrier-grade NAT (100.64/10), multicast, reserved (anything else
+that is not globally routable), and the IPv4-mapped, IPv4-compatible, 6to4 and NAT64 IPv6
+forms of all of these.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Callable, Iterator, Mapping
+from urllib.parse import quote
+
+from workrun.errors import ConfigError
+
+__all__ = [
+    "ALLOW_ENV",
+    "AllowList",
+    "HEADERS_LIMIT",
+    "METHODS",
+    "PreparedRequest",
+    "REQUEST_LIMIT",
+    "RESPONSE_LIMIT",
+    "SendFailure",
+    "SendResult",
+    "TAIL_LIMIT",
+    "UrlTemplate",
+    "allow_from_env",
+    "check_action",
+    "check_address",
+    "check_request",
+    "check_templates",
+    "env_names",
+    "parse_allow",
+    "parse_url",
+    "prepare",
+    "send",
+]
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+REQUEST_LIMIT = 1024 * 1024  # bytes of request body (R-H4)
+RESPONSE_LIMIT = 1024 * 1024  # bytes of response body read (R-H4)
+HEADERS_LIMIT = 64 * 1024  # bytes of request or response headers (R-H4)
+TAIL_LIMIT = 2048  # bytes of response body kept as an attempt's ``response_tail`` (R-H7)
+ALLOW_ENV = "WORKRUN_HTTP_ALLOW"
+KEPT_HEADERS = ("content-type", "location", "etag")
+
+_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_ENV_REF = re.compile(r"^env\.([A-Za-z_][A-Za-z0-9_]*)$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+class SendFailure(StrEnum):
+    """Why a request did not succeed, as data (stored next to the message, never parsed from it).
+
+    Members:
+        REFUSED: the outbound guard refused every way to the host; nothing was sent.
+        NOT_SENT: failed before any byte was sent (DNS, connection refused, bad rendered request).
+        HTTP_STATUS: answered with a status other than 2xx (a 3xx included: redirects are not followed).
+        BAD_RESPONSE: answered, but the response broke a bound (body over 1 MiB, headers over 64 KiB).
+        UNKNOWN: sent, and no (complete) answer came: timeout or connection lost (R-H2, R-R3).
+    """
+
+    REFUSED = "refused"
+    NOT_SENT = "not_sent"
+    HTTP_STATUS = "http_status"
+    BAD_RESPONSE = "bad_response"
+    UNKNOWN = "unknown"
+
+
+# -- templates --------------------------------------------------------------------------------------------------------
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def _check_braces(text: str, file: str | None, field: str) -> None:
+    rest = _TEMPLATE.sub("", text)
+    if "{{" in rest or "}}" in rest:
+        raise ConfigError("'{{' without '}}' (or the reverse): write templates as {{ NAME }}", file=file, field=field)
+
+
+def env_names(text: str) -> list[str]:
+    """Names of the ``{{ env.NAME }}`` templates in ``text``, in order."""
+    out = []
+    for m in _TEMPLATE.finditer(text):
+        env = _ENV_REF.match(m.group(1))
+        if env:
+            out.append(env.group(1))
+    return out
+
+
+@dataclass(frozen=True)
+class UrlTemplate:
+    """A URL whose scheme, host and port are literal; only the part after them may hold templates.
+
+    Attributes:
+        scheme: ``http`` or ``https``.
+        host: the host name or address, without brackets, lower-cased.
+        port: the port (the scheme's default when the URL gives none).
+        explicit_port: True when the URL names the port.
+        rest: the path, query and fragment as written (templates not yet filled), starting with ``/``,
+            ``?`` or ``#``, or empty.
+    """
+
+    scheme: str
+    host: str
+    port: int
+    explicit_port: bool
+    rest: str
+
+    @property
+    def authority(self) -> str:
+        """``host[:port]`` as it goes in the ``Host`` header (IPv6 in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}" if self.explicit_port else host
+
+    def origin(self) -> str:
+        """``scheme://authority``."""
+        return f"{self.scheme}://{self.authority}"
+
+
+def parse_url(text: str, *, file: str | None = None, field: str = "url") -> UrlTemplate:
+    """Split a URL template and check its literal part (R-H3).
+
+    Args:
+        text: the URL as written in the file, e.g. ``https://shop.example/api/orders/{{ original.result.body.id }}``.
+
+    Returns:
+        The parsed :class:`UrlTemplate`.
+
+    Raises:
+        ConfigError: not ``http``/``https``; no host; a template in the scheme, host or port;
+            user info (``user:pass@``) in the URL; a bad port; unbalanced braces.
+    """
+    if not isinstance(text, str) or not text:
+        raise ConfigError("must be a non-empty string", file=file, field=field)
+    _check_braces(text, file, field)
+    scheme, sep, after = text.partition("://")
+    if not sep:
+        raise ConfigError("must be an http:// or https:// URL", file=file, field=field)
+    if "{{" in scheme:
+        raise ConfigError("the scheme must be literal, not a template (R-H3)", file=file, field=field)
+    scheme = scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ConfigError(f"scheme {scheme!r} is not allowed: only http and https", file=file, field=field)
+    cut = min([i for i in (after.find("/"), after.find("?"), after.find("#")) if i >= 0], default=len(after))
+    netloc, rest = after[:cut], after[cut:]
+    if "{{" in netloc or "}}" in netloc:
+        raise ConfigError("the host and port must be literal, not a template (R-H3): templates may go in the path "
+                          "or query only", file=file, field=field)
+    if "@" in netloc:
+        raise ConfigError("user info in the URL is not allowed: send credentials in a header with "
+                          "{{ env.NAME }}", file=file, field=field)
+    if not netloc:
+        raise ConfigError("the URL has no host", file=file, field=field)
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        if end < 0:
+            raise ConfigError("unclosed '[' in the host", file=file, field=field)
+        host, port_text = netloc[1:end], netloc[end + 1:]
+        if port_text and not port_text.startswith(":"):
+            raise ConfigError("bad host", file=file, field=field)
+        port_text = port_text[1:]
+        try:
+            ipaddress.IPv6Address(host.split("%")[0])
+        except ValueError:
+            raise ConfigError(f"{host!r} in brackets is not an IPv6 address", file=file, field=field) from None
+    else:
+        host, _, port_text = netloc.partition(":")
+    if not host or any(c in host for c in " \t\\%") or ":" in host and not netloc.startswith("["):
+        raise ConfigError(f"bad host {host!r}", file=file, field=field)
+    explicit = bool(port_text)
+    if explicit:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(f"bad port {port_text!r}", file=file, field=field)
+        port = int(port_text)
+    else:
+        port = 443 if scheme == "https" else 80
+    return UrlTemplate(scheme, host.lower(), port, explicit, rest)
+
+
+def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool,
+                    check_ref: Callable[[str, str], None], check_env: bool = True) -> None:
+    """Check every template in ``value`` (a string, table or list) before anything runs.
+
+    Args:
+        value: the templated value (URL rest, a header value, a body).
+        field: its field path for messages, e.g. ``nodes.order.headers.Authorization``.
+        allow_env: True only for header values (R-H5).
+        check_ref: called as ``check_ref(field, reference)`` for every non-``env`` reference; raises
+            ConfigError when the reference is not allowed or has no value.
+        check_env: also require every ``{{ env.NAME }}`` to be set now (when loading a workflow to run).
+
+    Raises:
+        ConfigError: unbalanced braces; ``{{ env.NAME }}`` outside a header value; an environment variable
+            that is not set (``environment variable NAME is not set``); whatever ``check_ref`` raises.
+    """
+    for where, text in _strings(value, field):
+        _check_braces(text, file, where)
+        for m in _TEMPLATE.finditer(text):
+            ref = m.group(1)
+            env = _ENV_REF.match(ref)
+            if env:
+                if not allow_env:
+                    raise ConfigError(f"{{{{ {ref} }}}}: environment variables are allowed only in header values "
+                                      "(R-H5), so a secret never lands in a URL or body", file=file, field=where)
+                if check_env and env.group(1) not in os.environ:
+                    raise ConfigError(f"environment variable {env.group(1)} is not set", file=file, field=where)
+                continue
+            if ref.startswith("env.") or ref == "env":
+                raise ConfigError(f"bad template {{{{ {ref} }}}}: use env.NAME", file=file, field=where)
+            check_ref(where, ref)
+
+
+_ACTION_REF = re.compile(r"^(original\.(input|result)(\.[A-Za-z0-9_\-]+)*|operation_id|compensation_id|run_id|node_key"
+                         r"|error|inputs\.[A-Za-z0-9_\-]+)$")
+
+
+def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callable[[str, str], None],
+                  check_env: bool = True) -> UrlTemplate:
+    """Check one request as written (an ``http`` node or a reverse action) before anything runs (R-H3, R-H5).
+
+    Args:
+        spec: anything with ``method``, ``url``, ``headers`` (name -> templated value) and ``body``.
+        field: the field path of ``spec``, e.g. ``nodes.order`` or ``nodes.order.compensation``.
+        check_ref: ``check_ref(field, reference)`` for every non-``env`` template; raises ConfigError.
+        check_env: require every ``{{ env.NAME }}`` to be set now.
+
+    Returns:
+        The parsed URL.
+
+    Raises:
+        ConfigError: naming the field (see :func:`parse_url` and :func:`check_templates`); a header name
+            that is not a token; a ``Host`` header (the host comes from the URL).
+    """
+    url = parse_url(spec.url, file=file, field=f"{field}.url")
+    check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+    for name, value in spec.headers.items():
+        where = f"{field}.headers.{name}"
+        if not _HEADER_NAME.match(name):
+            raise ConfigError("is not a valid header name", file=file, field=where)
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
+        check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
+    if spec.body is not None:
+        check_templates(spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
+    return url
+
+
+def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = True,
+                 inputs: Mapping[str, Any] | None = None) -> UrlTemplate:
+    """Check a reverse action (R-H6): :func:`check_request` with the action's template names.
+
+    Allowed: ``original.input.…``, ``original.result.…``, ``operation_id``, ``compensation_id``,
+    ``run_id``, ``node_key``, ``inputs.NAME`` (one of ``inputs`` when given), ``error``, and
+    ``env.NAME`` in header values.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+
+    def ref(where: str, text: str) -> None:
+        if not _ACTION_REF.match(text):
+            raise ConfigError(f"bad template {{{{ {text} }}}}: a reverse action may use original.input.…, "
+                              "original.result.…, operation_id, compensation_id, run_id, node_key, inputs.NAME, "
+                              "error, and env.NAME in header values", file=file, field=where)
+        if inputs is not None and text.startswith("inputs.") and text.split(".", 1)[1] not in inputs:
+            raise ConfigError(f"{{{{ {text} }}}} refers to an input that is neither in [inputs] nor given with "
+                              "--input", file=file, field=where)
+
+    return check_request(spec, file=file, field=field, check_ref=ref, check_env=check_env)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _fill(text: str, lookup: Callable[[str], Any], encode: bool) -> str:
+    def sub(m: re.Match[str]) -> str:
+        value = _text(lookup(m.group(1)))
+        if not encode:
+            return value
+        if value in (".", ".."):  # a whole dot segment would be resolved away by URL normalisation
+            return value.replace(".", "%2E")
+        return quote(value, safe="")
+
+    return _TEMPLATE.sub(sub, text)
+
+
+def _fill_value(value: Any, lookup: Callable[[str], Any]) -> Any:
+    if isinstance(value, dict):
+        return {k: _fill_value(v, lookup) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill_value(v, lookup) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = _TEMPLATE.fullmatch(value.strip())
+    if whole:
+        return lookup(whole.group(1))
+    return _fill(value, lookup, encode=False)
+
+
+# -- the request ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreparedRequest:
+    """One request ready to send.
+
+    Attributes:
+        method: ``GET`` | ``POST`` | ``PUT`` | ``PATCH`` | ``DELETE``.
+        url: the parsed URL (literal origin).
+        target: the path and query as sent, templates filled and percent-encoded (no fragment).
+        headers: header name -> value as sent (secrets included; never store this).
+        shown_headers: the same with ``{{ env.NAME }}`` left as template text (safe to store and show).
+        body: the body's bytes (None for no body).
+        shown_body: the body as journaled: a JSON value for a table, text for a string, or None.
+        timeout: seconds for the whole exchange (R-H4).
+        secrets: the environment values placed in headers (scrubbed from anything recorded).
+    """
+
+    method: str
+    url: UrlTemplate
+    target: str
+    headers: dict[str, str]
+    shown_headers: dict[str, str]
+    body: bytes | None
+    shown_body: Any
+    timeout: float
+    secrets: list[str] = field(default_factory=list)
+
+    @property
+    def full_url(self) -> str:
+        """The URL as sent (with the original host; never contains a secret)."""
+        return self.url.origin() + self.target
+
+    def shown(self) -> dict[str, Any]:
+        """The request as journaled (R-H1): ``{method, url, headers, body}`` with secrets redacted (R-H5)."""
+        return {"method": self.method, "url": self.full_url, "headers": dict(self.shown_headers),
+                "body": self.shown_body}
+
+
+class RequestError(ValueError):
+    """Raised by :func:`prepare` when the filled request cannot be sent (message names the field, no secret)."""
+
+
+def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: Any, timeout: float,
+            lookup: Callable[[str], Any], idempotency_key: str,
+            environ: Mapping[str, str] | None = None) -> PreparedRequest:
+    """Fill a request's templates at send time (R-H1, R-H3, R-H5).
+
+    Args:
+        method: the HTTP method (upper case).
+        url: from :func:`parse_url`.
+        headers: header name -> templated value; ``{{ env.NAME }}`` read from ``environ`` now.
+        body: a table (sent as JSON), a string (sent as text) or None; templates filled (a string that is
+            exactly one template keeps the value's type).
+        timeout: seconds for the whole exchange.
+        lookup: ``lookup(reference) -> value`` for non-``env`` templates; raises KeyError when missing.
+        idempotency_key: sent as ``Idempotency-Key`` (the operation id, or a reverse action's compensation id).
+        environ: where ``env.NAME`` is read (default ``os.environ``).
+
+    Returns:
+        The :class:`PreparedRequest`.
+
+    Raises:
+        KeyError: a template has no value (the reference is the argument).
+        RequestError: an environment variable is not set, a header value holds a line break, the headers
+            exceed 64 KiB or the body 1 MiB.
+    """
+    environ = os.environ if environ is None else environ
+    target = _fill(url.rest.split("#", 1)[0], lookup, encode=True) or "/"
+    if not target.startswith("/"):
+        target = "/" + target
+    secrets: list[str] = []
+
+    def with_env(ref: str) -> Any:
+        env = _ENV_REF.match(ref)
+        if env:
+            if env.group(1) not in environ:
+                raise RequestError(f"environment variable {env.group(1)} is not set")
+            secrets.append(environ[env.group(1)])
+            return environ[env.group(1)]
+        return lookup(ref)
+
+    def without_env(ref: str) -> Any:
+        return "{{ " + ref + " }}" if _ENV_REF.match(ref) else lookup(ref)
+
+    sent: dict[str, str] = {}
+    shown: dict[str, str] = {}
+    for name, template in headers.items():
+        value = _fill(template, with_env, encode=False)
+        if any(c in value for c in "\r\n\0"):
+            raise RequestError(f"header {name}: the filled value holds a line break or NUL")
+        sent[name] = value
+        shown[name] = _fill(template, without_env, encode=False)
+    shown_body = _fill_value(body, lookup) if body is not None else None
+    data: bytes | None = None
+    lower = {k.lower() for k in sent}
+    if isinstance(shown_body, str):
+        data = shown_body.encode("utf-8")
+        if "content-type" not in lower:
+            sent["Content-Type"] = shown["Content-Type"] = "text/plain; charset=utf-8"
+    elif shown_body is not None:
+        data = json.dumps(shown_body, ensure_ascii=False).encode("utf-8")
+        if "content-type" not in lower:
+            sent["Content-Type"] = shown["Content-Type"] = "application/json"
+    if "idempotency-key" not in lower:
+        sent["Idempotency-Key"] = shown["Idempotency-Key"] = idempotency_key
+    if data is not None and len(data) > REQUEST_LIMIT:
+        raise RequestError(f"request body is {len(data)} bytes, over 1 MiB")
+    if sum(len(k) + len(v.encode("utf-8")) + 4 for k, v in sent.items()) > HEADERS_LIMIT:
+        raise RequestError("request headers over 64 KiB")
+    return PreparedRequest(method, url, target, sent, shown, data, shown_body, float(timeout),
+                           [s for s in secrets if s])
+
+
+# -- the guard --------------------------------------------------------------------------------------------------------
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_RULES: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = [
+    (ipaddress.ip_network(n), rule) for n, rule in (
+        ("0.0.0.0/8", "unspecified"), ("::/128", "unspecified"),
+        ("127.0.0.0/8", "loopback"), ("::1/128", "loopback"),
+        ("10.0.0.0/8", "private"), ("172.16.0.0/12", "private"), ("192.168.0.0/16", "private"),
+        ("fc00::/7", "private"),
+        ("169.254.0.0/16", "link-local"), ("fe80::/10", "link-local"),
+        ("100.64.0.0/10", "carrier-grade NAT"),
+        ("224.0.0.0/4", "multicast"), ("ff00::/8", "multicast"),
+        ("240.0.0.0/4", "reserved"), ("fec0::/10", "reserved"),
+    )
+]
+
+
+@dataclass(frozen=True)
+class AllowEntry:
+    """One ``http_allow`` entry: an address or network, optionally one port."""
+
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network
+    port: int | None
+    text: str
+
+    def matches(self, address: IPAddress, port: int) -> bool:
+        """True when ``address:port`` is allowed by this entry."""
+        if self.port is not None and self.port != port:
+            return False
+        return address.version == self.network.version and address in self.network
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """Addresses the guard lets through (``http_allow`` plus ``WORKRUN_HTTP_ALLOW``)."""
+
+    entries: tuple[AllowEntry, ...] = ()
+
+    def __add__(self, other: AllowList) -> AllowList:
+        return AllowList(self.entries + other.entries)
+
+    def allows(self, address: IPAddress, port: int) -> bool:
+        """True when some entry allows ``address:port``."""
+        return any(e.matches(address, port) for e in self.entries)
+
+    def texts(self) -> list[str]:
+        """The entries as written (for storing with a run or a compensation)."""
+        return [e.text for e in self.entries]
+
+
+def _parse_entry(text: str) -> AllowEntry:
+    raw = text.strip()
+    port: int | None = None
+    host = raw
+    if raw.startswith("["):
+        end = raw.find("]")
+        if end < 0 or (raw[end + 1:] and not raw[end + 1:].startswith(":")):
+            raise ValueError("bad bracketed IPv6 entry")
+        host, port_text = raw[1:end], raw[end + 2:]
+        if raw[end + 1:]:
+            if not port_text.isdigit():
+                raise ValueError("bad port")
+            port = int(port_text)
+    elif raw.count(":") == 1:
+        host, port_text = raw.split(":")
+        if not port_text.isdigit():
+            raise ValueError("bad port")
+        port = int(port_text)
+    if port is not None and not 0 < port < 65536:
+        raise ValueError("bad port")
+    network = ipaddress.ip_network(host, strict=False)
+    return AllowEntry(network, port, raw)
+
+
+def parse_allow(entries: Any, *, file: str | None = None, field: str = "http_allow") -> AllowList:
+    """Parse ``http_allow`` (R-H3): ``["127.0.0.1:8080", "10.1.2.0/24", "[::1]:8080", "fd00::/8"]``.
+
+    Raises:
+        ConfigError: not a list of strings; an entry that is not ``ADDRESS``, ``ADDRESS:PORT``,
+            ``[IPv6]:PORT`` or ``NETWORK/PREFIX`` (host names are not accepted: the guard checks addresses).
+    """
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ConfigError('must be a list of strings like ["127.0.0.1:8080", "10.1.2.0/24"]', file=file, field=field)
+    out = []
+    for i, text in enumerate(entries):
+        try:
+            out.append(_parse_entry(text))
+        except ValueError:
+            raise ConfigError(f"{text!r} is not an address, ADDRESS:PORT, [IPv6]:PORT or a network like "
+                              "10.1.2.0/24", file=file, field=f"{field}[{i}]") from None
+    return AllowList(tuple(out))
+
+
+def allow_from_env(environ: Mapping[str, str] | None = None) -> AllowList:
+    """Parse ``WORKRUN_HTTP_ALLOW`` (comma-separated, same syntax as ``http_allow``).
+
+    Raises:
+        ConfigError: naming the variable and what it accepts.
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(ALLOW_ENV, "")
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        return AllowList(tuple(_parse_entry(p) for p in parts))
+    except ValueError:
+        raise ConfigError("must be a comma-separated list of addresses, ADDRESS:PORT, [IPv6]:PORT or networks like "
+                          f"10.1.2.0/24 (got {text!r})", field=ALLOW_ENV) from None
+
+
+def _embedded_v4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, str] | None:
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped, "IPv4-mapped"
+    packed = address.packed
+    if packed[:12] == bytes(12) and int(address) > 1:
+        return ipaddress.IPv4Address(packed[12:]), "IPv4-compatible"
+    if address.sixtofour is not None:
+        return address.sixtofour, "6to4"
+    if packed[:12] == bytes.fromhex("0064ff9b0000000000000000"):
+        return ipaddress.IPv4Address(packed[12:]), "NAT64"
+    return None
+
+
+def _rule(address: IPAddress) -> str | None:
+    for network, rule in _RULES:
+        if address.version == network.version and address in network:
+            return rule
+    if isinstance(address, ipaddress.IPv6Address):
+        inner = _embedded_v4(address)
+        if inner is not None:  # judged by the IPv4 address it carries
+            rule = _rule(inner[0])
+            return f"{rule}, {inner[1]} {inner[0]}" if rule else None
+    if not address.is_global:
+        return "reserved"
+    return None
+
+
+def check_address(address: str | IPAddress, port: int, allow: AllowList = AllowList()) -> str | None:
+    """The guard's verdict on one resolved address (R-H3).
+
+    Args:
+        address: an IPv4 or IPv6 address (an IPv6 zone suffix is ignored).
+        port: the destination port (``http_allow`` entries may name one).
+        allow: what ``http_allow`` / ``WORKRUN_HTTP_ALLOW`` let through.
+
+    Returns:
+        None when the address may be used, else the refusal line
+        ``refused by the outbound guard: ADDRESS (RULE)``.
+    """
+    ip = ipaddress.ip_address(address.split("%")[0]) if isinstance(address, str) else address
+    rule = _rule(ip)
+    if rule is None or allow.allows(ip, port):
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None and allow.allows(ip.ipv4_mapped, port):
+        return None
+    return f"refused by the outbound guard: {_show(ip)} ({rule})"
+
+
+def _show(ip: IPAddress) -> str:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return f"::ffff:{ip.ipv4_mapped}"
+    return str(ip)
+
+
+# -- sending ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SendResult:
+    """What happened to one request (R-H1, R-H2).
+
+    Attributes:
+        sent: True when request bytes may have reached the server (False: nothing was sent).
+        status: the HTTP status, or None when no answer came.
+        headers: ``content-type``, ``location`` and ``etag`` of the response (those present).
+        body: the response body: parsed JSON when the response says JSON, else text (None: no answer).
+        failure: None when succeeded (2xx), else why not.
+        error: one line for messages when not succeeded (never holds a secret).
+        response_tail: the first 2 KiB of the response body as text (R-H7).
+        address: the address the connection went to (None when none was made).
+    """
+
+    sent: bool
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    failure: SendFailure | None = None
+    error: str | None = None
+    response_tail: str | None = None
+    address: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """True for a 2xx answer within the bounds."""
+        return self.failure is None
+
+    def result(self) -> dict[str, Any]:
+        """The operation's result (R-H1): ``{status, headers, body}``."""
+        return {"status": self.status, "headers": dict(self.headers), "body": self.body}
+
+
+def _scrub(value: Any, secrets: list[str]) -> Any:
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, "[redacted]")
+        return value
+    if isinstance(value, dict):
+        return {k: _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def _resolve(host: str, port: int) -> list[IPAddress]:
+    try:
+        return [ipaddress.ip_address(host.split("%")[0])]
+    except ValueError:
+        pass
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    out: list[IPAddress] = []
+    for family, *_rest, sockaddr in infos:
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if ip not in out:
+            out.append(ip)
+    return out
+
+
+def _decode_body(raw: bytes, content_type: str, encoding: str | None) -> Any:
+    text = raw.decode(encoding or "utf-8", errors="replace")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or media.endswith("+json"):
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError:
+            return text
+    return text
+
+
+class _Exchange:
+    """Watches one exchange: when its bytes start going out, and its socket so the deadline can end it."""
+
+    def __init__(self) -> None:
+        self.sent = False
+        self.timed_out = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        if name == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                with self._lock:
+                    self._sockets.append(sock)
+                    if self.timed_out:
+                        self._shut(sock)
+        elif name == "http11.send_request_headers.started":
+            self.sent = True
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def expire(self) -> None:
+        with self._lock:
+            self.timed_out = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+
+def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None) -> SendResult:
+    """Send one request through the outbound guard (R-H2..R-H4); never raises for network trouble.
+
+    The host is resolved once; every address must pass :func:`check_address` (one refused address
+    refuses the request: a name that points inside is not used at all). The connection goes to a
+    checked address, with the original ``Host`` header and TLS server name; no proxy from the
+    environment, no redirect followed. The whole exchange (connect, send, answer, body) is bounded by
+    ``request.timeout`` seconds.
+
+    Args:
+        request: from :func:`prepare`.
+        allow: addresses the guard lets through.
+        before_send: called once after the guard let the request through and before anything is sent (the
+            caller commits "about to send" to its journal here); if it raises, nothing is sent.
+
+    Returns:
+        A :class:`SendResult`: 2xx = succeeded; other status = failed naming it and the first 200
+        characters of the body; 3xx = failed "redirect to LOCATION not followed"; refused or failed before
+        any byte was sent = failed with ``sent`` False; timeout or connection lost after sending = ``unknown``.
+    """
+    import httpx  # a base dependency; imported here so the CLI starts without it
+
+    url = request.url
+    deadline = time.monotonic() + request.timeout
+    try:
+        addresses = _resolve(url.host, url.port)
+    except OSError as exc:
+        return SendResult(False, failure=SendFailure.NOT_SENT, error=f"cannot resolve {url.host}: {exc}")
+    if not addresses:
+        return SendResult(False, failure=SendFailure.NOT_SENT, error=f"cannot resolve {url.host}: no address")
+    for address in addresses:
+        refusal = check_address(address, url.port, allow)
+        if refusal:
+            return SendResult(False, failure=SendFailure.REFUSED, error=refusal)
+    headers = {"Host": url.authority, **request.headers}
+    if before_send is not None:
+        before_send()
+    last_error = "no address"
+    for address in addresses:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        host = f"[{address}]" if address.version == 6 else str(address)
+        exchange = _Exchange()
+        extensions: dict[str, Any] = {"trace": exchange.trace}
+        if url.scheme == "https":
+            extensions["sni_hostname"] = url.host
+        timer = threading.Timer(remaining, exchange.expire)
+        timer.daemon = True
+        try:
+            with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining)) as client:
+                timer.start()
+                req = client.build_request(request.method, f"{url.scheme}://{host}:{url.port}{request.target}",
+                                           headers=headers, content=request.body, extensions=extensions)
+                response = client.send(req, stream=True)
+                try:
+                    return _read(response, request, exchange, str(address))
+                finally:
+                    response.close()
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            if exchange.sent:
+                return _lost(request, exchange, str(address), exc)
+            last_error = f"cannot connect to {url.authority} ({address}): {_reason(exc)}"
+            if exchange.timed_out or isinstance(exc, httpx.ConnectTimeout):
+                last_error = f"cannot connect to {url.authority} ({address}) within {request.timeout:g} s"
+        except httpx.HTTPError as exc:
+            if not exchange.sent:
+                return SendResult(False, failure=SendFailure.NOT_SENT, address=str(address),
+                                  error=_scrub(f"request not sent to {url.authority}: {_reason(exc)}",
+                                               request.secrets))
+            return _lost(request, exchange, str(address), exc)
+        except OSError as exc:
+            if exchange.sent:
+                return _lost(request, exchange, str(address), exc)
+            last_error = f"cannot connect to {url.authority} ({address}): {exc}"
+        finally:
+            timer.cancel()
+    return SendResult(False, failure=SendFailure.NOT_SENT, error=_scrub(last_error, request.secrets))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _lost(request: PreparedRequest, exchange: _Exchange, address: str, exc: BaseException) -> SendResult:
+    import httpx
+
+    if exchange.timed_out or isinstance(exc, httpx.TimeoutException):
+        what = f"no answer within {request.timeout:g} s after the request was sent"
+    else:
+        what = f"connection lost after the request was sent ({_scrub(_reason(exc), request.secrets)})"
+    return SendResult(True, failure=SendFailure.UNKNOWN, address=address,
+                      error=f"outcome unknown: {what}; verify outside before sending it again")
+
+
+def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address: str) -> SendResult:
+    import httpx
+
+    size = sum(len(k) + len(v) + 4 for k, v in response.headers.raw)
+    kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
+    status = response.status_code
+    if size > HEADERS_LIMIT:
+        return SendResult(True, status, kept, None, SendFailure.BAD_RESPONSE,
+                          f"HTTP {status}: response headers over 64 KiB", None, address)
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        for chunk in response.iter_bytes():
+            total += len(chunk)
+            if total > RESPONSE_LIMIT:
+                tail = b"".join(chunks)[:TAIL_LIMIT].decode("utf-8", errors="replace")
+                return SendResult(True, status, kept, None, SendFailure.BAD_RESPONSE,
+                                  f"HTTP {status}: response over 1 MiB", _scrub(tail, request.secrets), address)
+            chunks.append(chunk)
+    except (httpx.HTTPError, OSError) as exc:
+        return _lost(request, exchange, address, exc)
+    raw = b"".join(chunks)
+    body = _scrub(_decode_body(raw, kept.get("content-type", ""), response.charset_encoding), request.secrets)
+    tail = _scrub(raw[:TAIL_LIMIT].decode("utf-8", errors="replace"), request.secrets)
+    result = SendResult(True, status, kept, body, None, None, tail, address)
+    if 200 <= status < 300:
+        return result
+    if 300 <= status < 400:
+        result.failure = SendFailure.HTTP_STATUS
+        result.error = f"HTTP {status}: redirect to {kept.get('location', '(no Location header)')} not followed"
+        return result
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    text = " ".join(text.split())[:200]
+    result.failure = SendFailure.HTTP_STATUS
+    result.error = f"HTTP {status}" + (f": {text}" if text else "")
+    return result
