@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from _kit.recording_server import RecordingServer
+from _kit.http_server import TestServer
 from _ops_apps import write_project
 
 ALLOW = {"WORKRUN_HTTP_ALLOW": "127.0.0.1"}
@@ -28,7 +28,10 @@ def ops(tmp_path_factory):
 
 @pytest.fixture
 def hook():
-    with RecordingServer() as server:
+    """The loopback server: the notification hook and the actions' targets (all answer 200 unless a test says)."""
+    with TestServer() as server:
+        for path in ("/hook", "/refund", "/refund/order", "/fallback"):
+            server.route("POST", path, status=200, json={"ok": True})
         yield server
 
 
@@ -81,8 +84,8 @@ def test_notify_waits_then_resume_with_result_continues(workrun, write_workflow,
     listed = workrun("tickets", "list", "--json").json()
     assert [(x["ticket_id"], x["run_id"], x["status"]) for x in listed] == [(tid, view["run_id"], "pending")]
     # one notification for the ticket, one line naming run, node, ticket and error (R-M8)
-    (msg,) = hook.seen("/hook")
-    text = msg["json"]["text"]
+    (msg,) = hook.requests("POST", "/hook")
+    text = msg.json()["text"]
     assert "\n" not in text and view["run_id"] in text and "charge" in text and tid in text and "failing" in text
 
     res = workrun("tickets", "resume", tid[:8], "--result", '{"id": 7}', "--json")
@@ -97,7 +100,7 @@ def test_notify_waits_then_resume_with_result_continues(workrun, write_workflow,
     t = ticket_of(after)
     assert t["status"] == "resolved" and [h["action"] for h in t["history"]] == ["open", "resume"]
     assert t["history"][1]["args"] == {"result": {"id": 7}}
-    assert len(hook.seen("/hook")) == 1
+    assert len(hook.requests("POST", "/hook")) == 1
 
 
 def test_terminate_fails_the_run_and_compensates_in_reverse_order(workrun, write_workflow, ops, tmp_path):
@@ -166,19 +169,19 @@ def test_compensate_policy_runs_its_action_once_while_the_run_waits(workrun, wri
     res = workrun("run", wf, "--json", env=ALLOW)
     assert res.code == 4, res
     view = res.json()
-    (req,) = hook.seen("/refund/order")
-    assert req["json"] == {"order": "order", "run": view["run_id"]}
+    (req,) = hook.requests("POST", "/refund/order")
+    assert req.json() == {"order": "order", "run": view["run_id"]}
     t = ticket_of(view)
-    assert req["headers"]["Idempotency-Key"] == t["ticket_id"]
+    assert req.headers["Idempotency-Key"] == t["ticket_id"]
     assert t["status"] == "pending" and t["action"]["status"] == "succeeded"  # success closes neither
     assert [a["http_status"] for a in t["action"]["attempts"]] == [200]
     assert view["status"] == "waiting" and statuses(view)["charge"] == "waiting"
     assert workrun("resume", env=ALLOW).code == 0
-    assert len(hook.seen("/refund/order")) == 1
+    assert len(hook.requests("POST", "/refund/order")) == 1
 
 
 def test_fallback_action_goes_on_at_once(workrun, write_workflow, ops, tmp_path, hook):
-    hook.answer("/fallback", 503, 200)
+    hook.route("POST", "/fallback", sequence=[{"status": 503}, {"status": 200, "json": {}}])
     policy = f'{{ fallback_action = {{ method = "POST", url = "{hook.url}/fallback", backoff = 0.05 }} }}'
     wf = write_workflow("fb", node("charge", ops, '{ name = "charge", fail = true }', f"on_failure = {policy}")
                         + node("ship", ops, '{ name = "ship" }', 'needs = ["charge"]'))
@@ -190,7 +193,7 @@ def test_fallback_action_goes_on_at_once(workrun, write_workflow, ops, tmp_path,
     t = ticket_of(view)
     assert t["status"] == "resolved" and t["action"]["status"] == "succeeded"
     assert [a["http_status"] for a in t["action"]["attempts"]] == [503, 200]
-    assert len(hook.seen("/fallback")) == 2
+    assert len(hook.requests("POST", "/fallback")) == 2
 
 
 def test_retry_then_notify_opens_the_ticket_after_the_budget(workrun, write_workflow, ops, tmp_path):
@@ -290,7 +293,7 @@ def test_kill_after_ticket_opened_then_resume_twice(workrun, write_workflow, ops
     wf = payment_workflow(write_workflow, ops, log, server=hook)
     res = workrun("run", wf, env={**ALLOW, "WORKRUN_FAULT": "ticket.opened"})
     assert res.code == -signal.SIGKILL, res
-    assert hook.seen("/hook") == []  # the intent is journaled; nothing was sent yet
+    assert hook.requests("POST", "/hook") == []  # the intent is journaled; nothing was sent yet
     for _ in range(2):
         assert workrun("resume", env=ALLOW).code == 0
     (run,) = workrun("runs", "list", "--json").json()
@@ -300,7 +303,7 @@ def test_kill_after_ticket_opened_then_resume_twice(workrun, write_workflow, ops
     assert [o["node_key"] for o in view["operations"]].count("charge") == 1  # the waiting node never re-ran
     t = ticket_of(view)
     assert t["status"] == "pending" and [h["action"] for h in t["history"]] == ["open"]
-    assert len(hook.seen("/hook")) == 1  # exactly one notification across the kill
+    assert len(hook.requests("POST", "/hook")) == 1  # exactly one notification across the kill
 
 
 @pytest.mark.parametrize("idempotent", [False, True])
@@ -310,7 +313,7 @@ def test_kill_during_a_ticket_action_then_resume_twice(workrun, write_workflow, 
     wf = payment_workflow(write_workflow, ops, tmp_path / "c.log", policy=policy)
     res = workrun("run", wf, env={**ALLOW, "WORKRUN_FAULT": "http.answered"})
     assert res.code == -signal.SIGKILL, res
-    assert len(hook.seen("/refund")) == 1
+    assert len(hook.requests("POST", "/refund")) == 1
     for _ in range(2):
         workrun("resume", env=ALLOW)
     (run,) = workrun("runs", "list", "--json").json()
@@ -318,22 +321,22 @@ def test_kill_during_a_ticket_action_then_resume_twice(workrun, write_workflow, 
     t = ticket_of(view)
     assert view["status"] == "waiting" and statuses(view)["charge"] == "waiting" and t["status"] == "pending"
     if idempotent:  # re-sent with the same Idempotency-Key: safe by declaration (R-R3)
-        assert [r["headers"]["Idempotency-Key"] for r in hook.seen("/refund")] == [t["ticket_id"]] * 2
+        assert [r.headers["Idempotency-Key"] for r in hook.requests("POST", "/refund")] == [t["ticket_id"]] * 2
         assert t["action"]["status"] == "succeeded"
     else:
-        assert len(hook.seen("/refund")) == 1  # ran once: never re-sent blindly
+        assert len(hook.requests("POST", "/refund")) == 1  # ran once: never re-sent blindly
         assert t["action"]["status"] == "unknown"
         assert [a["status"] for a in t["action"]["attempts"]] == ["unknown"]
         assert workrun("tickets", "confirm", t["ticket_id"], "--not-done").code == 0
         assert workrun("tickets", "retry", t["ticket_id"], env=ALLOW).code == 0
-        assert len(hook.seen("/refund")) == 2
+        assert len(hook.requests("POST", "/refund")) == 2
         after = workrun("tickets", "show", t["ticket_id"], "--json").json()
         assert [a["trigger"] for a in after["action"]["attempts"]] == ["auto", "operator"]
         assert [h["action"] for h in after["history"]] == ["open", "confirm", "retry"]
 
 
 def test_one_notification_per_dead_letter_even_across_a_kill(workrun, write_workflow, ops, tmp_path, hook):
-    hook.answer("/refund", 500)
+    hook.route("POST", "/refund", status=500, body="declined")
     policy = f'{{ compensate = {{ method = "POST", url = "{hook.url}/refund", max_retries = 1, backoff = 0.05 }} }}'
     wf = write_workflow("dead", notify_table(hook)
                         + node("order", ops, '{ name = "order", comp = "fail" }')
@@ -347,20 +350,20 @@ def test_one_notification_per_dead_letter_even_across_a_kill(workrun, write_work
         workrun("resume", env=ALLOW)
     (run,) = workrun("runs", "list", "--json").json()
     t = ticket_of(workrun("runs", "show", run["run_id"], "--json").json())
-    assert t["action"]["status"] == "failed" and len(hook.seen("/refund")) == 2
-    texts = [r["json"]["text"] for r in hook.seen("/hook")]
+    assert t["action"]["status"] == "failed" and len(hook.requests("POST", "/refund")) == 2
+    texts = [r.json()["text"] for r in hook.requests("POST", "/hook")]
     assert len(texts) == 2, texts  # ticket opened + action dead letter
     assert "waits for a person" in texts[0] and "its action failed after 2 attempt(s)" in texts[1]
     # terminate: the order's compensation fails for good -> one more notification (a compensation dead letter)
     res = workrun("tickets", "terminate", t["ticket_id"], "--json", env=ALLOW)
     assert res.code == 1, res
     workrun("resume", env=ALLOW)
-    texts = [r["json"]["text"] for r in hook.seen("/hook")]
+    texts = [r.json()["text"] for r in hook.requests("POST", "/hook")]
     assert len(texts) == 3 and "compensation cmp_" in texts[2] and "failed after 4 attempt(s)" in texts[2]
 
 
 def test_a_failed_notification_is_recorded_and_never_blocks(workrun, write_workflow, ops, tmp_path, hook):
-    hook.answer("/hook", 500)
+    hook.route("POST", "/hook", status=500, body="hook down")
     wf = payment_workflow(write_workflow, ops, tmp_path / "c.log", server=hook)
     res = workrun("run", wf, "--json", env=ALLOW)
     assert res.code == 4, res
@@ -368,4 +371,16 @@ def test_a_failed_notification_is_recorded_and_never_blocks(workrun, write_workf
     assert [n["status"] for n in t["notifications"]] == ["failed"]
     assert t["history"][-1]["action"] == "notify" and "HTTP 500" in t["history"][-1]["text"]
     assert workrun("resume", env=ALLOW).code == 0
-    assert len(hook.seen("/hook")) == 1  # a failed notification is not re-sent
+    assert len(hook.requests("POST", "/hook")) == 1  # a failed notification is not re-sent
+
+
+def test_a_ticket_action_goes_through_the_outbound_guard(workrun, write_workflow, ops, tmp_path, hook):
+    policy = f'{{ compensate = {{ method = "POST", url = "{hook.url}/refund", max_retries = 0 }} }}'
+    wf = payment_workflow(write_workflow, ops, tmp_path / "c.log", policy=policy)
+    res = workrun("run", wf, "--json")  # loopback is not allowed here (no http_allow, no WORKRUN_HTTP_ALLOW)
+    assert res.code == 4, res
+    action = ticket_of(res.json())["action"]
+    assert action["status"] == "failed" and hook.requests() == []
+    (attempt,) = action["attempts"]
+    assert attempt["status"] == "failed" and attempt["http_status"] is None
+    assert attempt["error"].startswith("refused by the outbound guard: 127.0.0.1 (loopback)")
