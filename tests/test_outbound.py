@@ -9,8 +9,9 @@ import pytest
 
 from _kit.http_server import TestServer
 from workrun.errors import ConfigError
-from workrun.outbound import (AllowList, SendFailure, allow_from_env, check_address, check_templates, parse_allow,
+from workrun.outbound import (AllowList, allow_from_env, check_address, check_templates, parse_allow,
                               parse_url, prepare, send)
+from workrun.outcomes import Failure
 
 
 @pytest.mark.parametrize("address, rule", [
@@ -134,10 +135,10 @@ def test_template_values_are_percent_encoded_on_the_wire() -> None:
 def test_loopback_is_refused_without_allow_and_nothing_is_sent() -> None:
     with TestServer() as server:
         got = send(_request(server.url + "/api"), AllowList())
-        assert (got.sent, got.failure, got.status) == (False, SendFailure.REFUSED, None)
+        assert (got.sent, got.failure, got.status) == (False, Failure.REFUSED, None)
         assert got.error == "refused by the outbound guard: 127.0.0.1 (loopback)"
         got = send(_request(f"http://localhost:{server.port}/api"), AllowList())
-        assert got.failure == SendFailure.REFUSED and "(loopback)" in (got.error or "")
+        assert got.failure == Failure.REFUSED and "(loopback)" in (got.error or "")
         assert server.received == []
 
 
@@ -162,10 +163,10 @@ def test_error_status_names_status_and_body_and_redirect_is_not_followed() -> No
         server.route("POST", "/bad", status=422, body="item " + "x" * 400)
         server.route("POST", "/old", status=302, headers={"Location": f"{server.url}/new"})
         got = send(_request(server.url + "/bad"), _allow(server))
-        assert got.failure == SendFailure.HTTP_STATUS and got.status == 422
+        assert got.failure == Failure.HTTP_STATUS and got.status == 422
         assert got.error == "HTTP 422: item " + "x" * 195
         got = send(_request(server.url + "/old"), _allow(server))
-        assert got.failure == SendFailure.HTTP_STATUS and got.status == 302
+        assert got.failure == Failure.HTTP_STATUS and got.status == 302
         assert got.error == f"HTTP 302: redirect to {server.url}/new not followed"
         assert server.count("POST", "/new") == 0 and server.count("GET", "/new") == 0
 
@@ -176,7 +177,7 @@ def test_timeout_after_the_request_was_received_is_unknown() -> None:
         t0 = time.monotonic()
         got = send(_request(server.url + "/slow", timeout=1), _allow(server))
         assert time.monotonic() - t0 < 20
-        assert (got.sent, got.failure, got.status) == (True, SendFailure.UNKNOWN, None)
+        assert (got.sent, got.failure, got.status) == (True, Failure.UNKNOWN, None)
         assert got.error is not None and "no answer within 1 s" in got.error
         assert server.count("POST", "/slow") == 1
 
@@ -187,14 +188,14 @@ def test_connection_refused_is_failed_and_nothing_sent() -> None:
     port = sock.getsockname()[1]
     sock.close()
     got = send(_request(f"http://127.0.0.1:{port}/x"), parse_allow([f"127.0.0.1:{port}"]))
-    assert (got.sent, got.failure) == (False, SendFailure.NOT_SENT)
+    assert (got.sent, got.failure) == (False, Failure.NOT_SENT)
 
 
 def test_response_over_one_mib_is_failed() -> None:
     with TestServer() as server:
         server.route("GET", "/big", raw=b"a" * (1024 * 1024 + 10))
         got = send(_request(server.url + "/big", method="GET"), _allow(server))
-        assert got.failure == SendFailure.BAD_RESPONSE and got.error == "HTTP 200: response over 1 MiB"
+        assert got.failure == Failure.BAD_RESPONSE and got.error == "HTTP 200: response over 1 MiB"
 
 
 def test_request_body_over_one_mib_is_refused_before_sending() -> None:

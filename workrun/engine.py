@@ -26,6 +26,7 @@ from workrun.compensation import plan_records
 from workrun.errors import ConfigError
 from workrun.models import HttpNode, NodeSpec, WorkflowSpec
 from workrun.nodes.http import run_http_node
+from workrun.outcomes import Failure
 from workrun.remote import cancel_open_tasks
 from workrun.services import Services, new_id
 from workrun.ticket_records import (SYSTEM_ACTOR, action_row, event_row, new_ticket_id, notification_row, one_line,
@@ -62,6 +63,11 @@ def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eva
         "created_at": svc.now(),
     }, list(spec.nodes))
     return run_id
+
+
+def _counts(op: dict[str, Any]) -> bool:
+    """True when a failed operation used up one of its node's calls (R-W7)."""
+    return op["failure"] is None or Failure(op["failure"]).counts
 
 
 class Engine:
@@ -105,7 +111,7 @@ class Engine:
                      depends_on: list[str]) -> NodeOutcome:
         svc = self.svc
         prior = svc.journal.operations(run_id, node.key)
-        used = sum(1 for o in prior if o["status"] == "failed" and not (o["error"] or "").startswith("not started"))
+        used = sum(1 for o in prior if o["status"] == "failed" and _counts(o))
         if prior:
             last = prior[-1]
             if last["status"] == "succeeded":
@@ -133,11 +139,11 @@ class Engine:
             if op["status"] == "succeeded":
                 return NodeOutcome("succeeded", op["result"])
             error = op["error"]
-            if self._stop_requested(run_id) or (error or "").startswith("stopped by the user"):
+            if self._stop_requested(run_id) or op["failure"] == Failure.STOPPED:
                 return NodeOutcome("stopped", error="stopped by the user")
             if op["status"] == "unknown":
                 return NodeOutcome("failed", error=error)
-            if not (error or "").startswith("not started"):
+            if _counts(op):
                 used += 1
             if used < attempts and policy.retry:
                 delay = policy.retry.backoff * (2 ** (used - 1))
@@ -171,7 +177,7 @@ class Engine:
         policy = parse_policy(node.on_failure, spec.path, f"nodes.{key}.on_failure")
         nodes = {n["node_key"]: n for n in svc.journal.nodes(run_id)}
         if nodes[key]["status"] != "running":
-            svc.journal.update("nodes", (run_id, key), "node.running", status="running", started_at=svc.now())
+            svc.journal.start_node(run_id, key, at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
         ops = svc.journal.operation_statuses(run_id)
         run = svc.journal.run(run_id)
@@ -200,8 +206,8 @@ class Engine:
             elif fb.status == "stopped":
                 outcome = fb
         status = outcome.status
-        svc.journal.update("nodes", (run_id, key), "node.finished", status=status, handled=handled,
-                           result=result if (status == "succeeded" or handled) else None, ended_at=svc.now())
+        svc.journal.finish_node(run_id, key, status=status, handled=bool(handled),
+                                result=result if (status == "succeeded" or handled) else None, at=svc.now())
         if not handled:
             level = "info" if status == "succeeded" else "error"
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))
@@ -219,34 +225,31 @@ class Engine:
         error = one_line(outcome.error) or "failed"
         values = {**context, "run_id": run_id, "node_key": key, "ticket_id": tid, "error": error}
         status = {"notify": "pending", "compensate": "pending", "fallback_action": "resolved"}.get(kind, "terminated")
-        node_fields: dict[str, Any] = {"status": "waiting"} if status == "pending" else \
-            {"status": "failed", "handled": int(kind == "fallback_action"), "result": None, "ended_at": now}
-        changes: list[tuple[str, str, Any, dict[str, Any]]] = [
-            ("insert", "tickets", None, ticket_row(tid, run_id, key, kind, status, error, now)),
-            ("update", "nodes", (run_id, key), node_fields),
-            ("insert", "ticket_events", None, event_row(tid, run_id, SYSTEM_ACTOR, "open",
-                                                        {"policy": kind, "status": status}, now, error))]
+        events = [event_row(tid, run_id, SYSTEM_ACTOR, "open", {"policy": kind, "status": status}, now, error)]
+        action = None
         action_note = ""
         if policy.action is not None:
-            row = action_row(tid, run_id, policy.action, {}, now)
+            action = action_row(tid, run_id, policy.action, {}, now)
             try:
-                row["request"] = {**render_request(policy.action, values), "timeout": policy.action.timeout}
+                action["request"] = {**render_request(policy.action, values), "timeout": policy.action.timeout}
                 action_note = "; its action is registered"
             except KeyError as exc:
-                row.update(status="failed", reason=f"template {{{{ {exc.args[0]} }}}} has no value: the action "
-                           "cannot be sent")
-                action_note = f"; its action cannot be sent ({row['reason']})"
-            changes.append(("insert", "ticket_actions", None, row))
+                action.update(status="failed", reason=f"template {{{{ {exc.args[0]} }}}} has no value: the action "
+                              "cannot be sent")
+                action_note = f"; its action cannot be sent ({action['reason']})"
+        notification = None
         if spec.notify is not None:
             try:
-                changes.append(("insert", "notifications", None, notification_row(
-                    new_id("ntf"), f"ticket:{tid}", run_id, ticket_message(run_id, key, tid, error), spec.notify,
-                    values, now, ticket_id=tid)))
+                notification = notification_row(new_id("ntf"), f"ticket:{tid}", run_id,
+                                                ticket_message(run_id, key, tid, error), spec.notify, values, now,
+                                                ticket_id=tid)
             except KeyError as exc:
-                changes.append(("insert", "ticket_events", None, event_row(
-                    tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
-                    f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value")))
-        svc.journal.open_ticket(changes)
+                events.append(event_row(tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
+                                        f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value"))
+        svc.journal.open_ticket(ticket_row(tid, run_id, key, kind, status, error, now),
+                                node_status="waiting" if status == "pending" else "failed",
+                                handled=kind == "fallback_action", at=now, events=events, action=action,
+                                notification=notification)
         if status == "pending":
             svc.say(run_id, key, "error", f"{key}: failed ({error}); waiting for a person: ticket {tid} "
                     f"(on_failure = {kind}){action_note}. `workrun tickets resume {tid}` or "
@@ -318,53 +321,36 @@ class Engine:
                     terminated = terminated or outcome.status == "terminated"
         return self.finish(run_id, failed_node)
 
-    def finish(self, run_id: str, failed_node: str | None, *,
-               extra: list[tuple[str, str, Any, dict[str, Any]]] | None = None,
+    def finish(self, run_id: str, failed_node: str | None, *, by_ticket: tuple[str, dict[str, Any]] | None = None,
                terminated_by: dict[str, Any] | None = None) -> str:
         """End (or pause) a run and return its status.
 
-        ``stopped`` when a stop was requested (waiting nodes ``stopped``, their tickets ``terminated``,
-        R-M7); ``terminated`` when a node's policy is ``terminate`` (R-M5, nothing compensated);
-        ``failed`` (with compensation records, in one transaction, SPEC §10) when a node failed
-        unhandled (pending tickets ``terminated``); ``waiting`` when a node waits for a person and
-        nothing else can run (R-M1; the run is not final); else ``succeeded``.
+        ``stopped`` when a stop was requested; ``terminated`` when a node's policy is ``terminate``
+        (R-M5) or ``terminated_by`` is given (nothing compensated); ``failed`` (with compensation
+        records, in one transaction, SPEC §10) when a node failed unhandled; ``waiting`` when a node
+        waits for a person and nothing else can run (R-M1; not final); else ``succeeded``. Ending a
+        run ends its waiting nodes and terminates its pending tickets in the same transaction (R-M7).
 
         Args:
-            extra: changes committed in the same transaction as the run's end (an operator's ticket
-                action and its audit row, R-M6); tickets and nodes they update are left to them.
-            terminated_by: a ticket whose ending makes the run ``terminated`` (``tickets terminate
-                --no-compensate``) rather than failed.
+            by_ticket: ``(ticket_id, event)`` of an operator's ``tickets terminate``: that ticket and
+                its node end in the same transaction as the run (R-M6).
+            terminated_by: the ticket whose ending makes the run ``terminated`` rather than failed.
         """
         svc = self.svc
         nodes = svc.journal.nodes(run_id)
         now = svc.now()
         run = svc.journal.run(run_id)
-        extra = list(extra or [])
-        touched = {(t, k) for op, t, k, _ in extra if op == "update"}
-        tickets = [t for t in svc.journal.tickets(run_id) if ("tickets", (t["ticket_id"],)) not in touched]
-        nodes = [n for n in nodes if ("nodes", (run_id, n["node_key"])) not in touched]
-        skip = [*extra, *[("update", "nodes", (run_id, n["node_key"]), {"status": "skipped"})
-                          for n in nodes if n["status"] == "pending"]]
 
-        def close_tickets(node_status: str, why: str) -> list[tuple[str, str, Any, dict[str, Any]]]:
-            out: list[tuple[str, str, Any, dict[str, Any]]] = []
-            for t in tickets:
-                if t["status"] == "pending":
-                    out += [("update", "tickets", (t["ticket_id"],), {"status": "terminated", "updated_at": now,
-                                                                    "_expect_status": "pending"}),
-                            ("insert", "ticket_events", None, event_row(t["ticket_id"], run_id, SYSTEM_ACTOR,
-                                                                        "terminate", {"reason": why}, now, why))]
-            out += [("update", "nodes", (run_id, n["node_key"]), {"status": node_status, "ended_at": now})
-                    for n in nodes if n["status"] == "waiting"]
-            return out
+        def end(status: str, reason: str | None, records: list[dict[str, Any]] | None = None) -> None:
+            if by_ticket is not None:
+                svc.journal.end_run_by_ticket(by_ticket[0], by_ticket[1], status, at=now, reason=reason,
+                                              compensations=records or [])
+            else:
+                svc.journal.end_run(run_id, status, at=now, reason=reason, compensations=records or [])
 
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
             # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too
-            skip += [("update", "nodes", (run_id, n["node_key"]), {"status": "stopped", "ended_at": now})
-                     for n in nodes if n["status"] == "running"]
-            skip += close_tickets("stopped", "the run was stopped by the user")
-            svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "stopped", "ended_at": now,
-                              "reason": "stopped by the user"})], "run.stopped")
+            end("stopped", "stopped by the user")
             if any(o["status"] == "succeeded" for o in svc.journal.operation_statuses(run_id)):
                 svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
                         f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
@@ -373,16 +359,11 @@ class Engine:
                         "nothing to undo (side effects of a stopped call are NOT undone)")
             cancel_open_tasks(svc, run_id)
             return "stopped"
+        tickets = svc.journal.tickets(run_id)
         ended_by = terminated_by or next((t for t in tickets if t["policy"] == "terminate"), None)
         if ended_by is not None:
-            svc.journal.write([*skip, *close_tickets("failed", f"node {ended_by['node_key']!r} ended the run"),
-                               ("update", "runs", (run_id,), {
-                                   "status": "terminated", "ended_at": now,
-                                   "reason": f"node {ended_by['node_key']!r} failed"
-                                             + (" (on_failure = terminate)" if terminated_by is None else
-                                                f" (ticket {ended_by['ticket_id']} terminated)")})],
-                              "run.failed")
             how = "on_failure = terminate" if terminated_by is None else "terminated by an operator without compensation"
+            end("terminated", f"node {ended_by['node_key']!r} failed ({how})")
             svc.say(run_id, None, "error", f"run terminated: node {ended_by['node_key']!r} failed ({how}, ticket "
                     f"{ended_by['ticket_id']}); nothing was compensated: `workrun compensate {run_id}` undoes its "
                     "calls on request")
@@ -392,10 +373,7 @@ class Engine:
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
         if failed_node is not None:
             records = [] if run["eval"] else plan_records(svc.journal.operations(run_id), now)
-            svc.journal.write([*skip, *close_tickets("failed", f"the run failed finally (node {failed_node!r})"),
-                               ("update", "runs", (run_id,), {"status": "failed", "ended_at": now,
-                                                             "reason": f"node {failed_node!r} failed"}),
-                               *[("insert", "compensations", None, r) for r in records]], "run.failed")
+            end("failed", f"node {failed_node!r} failed", records)
             svc.say(run_id, None, "error", f"run failed: node {failed_node!r} failed"
                     + (" (evaluation run: no compensation, R-W6)" if run["eval"] else ""))
             for r in records:
@@ -403,16 +381,14 @@ class Engine:
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             cancel_open_tasks(svc, run_id)
             return "failed"
-        waiting = [t for t in tickets if t["status"] == "pending"]
         if any(n["status"] == "waiting" for n in nodes):
-            svc.journal.write([("update", "runs", (run_id,), {"status": "waiting", "reason": "waiting for a person: "
-                                                             + ", ".join(t["ticket_id"] for t in waiting)})],
-                              "run.waiting")
+            waiting = [t for t in tickets if t["status"] == "pending"]
+            svc.journal.pause_run(run_id, reason="waiting for a person: "
+                                  + ", ".join(t["ticket_id"] for t in waiting), at=now)
             svc.say(run_id, None, "warning", "run waiting for a person: " + "; ".join(
                 f"ticket {t['ticket_id']} ({t['node_key']}): `workrun tickets resume {t['ticket_id']}` or "
                 f"`workrun tickets terminate {t['ticket_id']}`" for t in waiting))
             return "waiting"
-        svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "succeeded", "ended_at": now})],
-                          "run.succeeded")
+        end("succeeded", None)
         svc.say(run_id, None, "info", "run succeeded")
         return "succeeded"

@@ -12,7 +12,8 @@ percent-encoded, so a value can never add ``/ ? # &``; ``{{ env.NAME }}`` is rea
 kept out of what is shown), then :func:`send` resolves the host once, checks every address
 against the guard (:func:`check_address`), connects to a checked address with the right
 ``Host`` header and TLS server name, follows no redirect, bounds sizes and runs the whole
-exchange under one timeout. The outcome is data (:class:`SendResult`), never an exception.
+exchange under one timeout. The outcome is data (:class:`SendResult` with a
+:class:`~workrun.outcomes.Failure` kind), never an exception.
 
 Rules of the guard (R-H3): refused unless allowed by ``http_allow`` or ``WORKRUN_HTTP_ALLOW``:
 unspecified, loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local
@@ -31,11 +32,11 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote
 
 from workrun.errors import ConfigError
+from workrun.outcomes import Failure
 
 __all__ = [
     "ALLOW_ENV",
@@ -45,7 +46,6 @@ __all__ = [
     "PreparedRequest",
     "REQUEST_LIMIT",
     "RESPONSE_LIMIT",
-    "SendFailure",
     "SendResult",
     "TAIL_LIMIT",
     "UrlTemplate",
@@ -72,24 +72,6 @@ KEPT_HEADERS = ("content-type", "location", "etag")
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _ENV_REF = re.compile(r"^env\.([A-Za-z_][A-Za-z0-9_]*)$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-
-
-class SendFailure(StrEnum):
-    """Why a request did not succeed, as data (stored next to the message, never parsed from it).
-
-    Members:
-        REFUSED: the outbound guard refused every way to the host; nothing was sent.
-        NOT_SENT: failed before any byte was sent (DNS, connection refused, bad rendered request).
-        HTTP_STATUS: answered with a status other than 2xx (a 3xx included: redirects are not followed).
-        BAD_RESPONSE: answered, but the response broke a bound (body over 1 MiB, headers over 64 KiB).
-        UNKNOWN: sent, and no (complete) answer came: timeout or connection lost (R-H2, R-R3).
-    """
-
-    REFUSED = "refused"
-    NOT_SENT = "not_sent"
-    HTTP_STATUS = "http_status"
-    BAD_RESPONSE = "bad_response"
-    UNKNOWN = "unknown"
 
 
 # -- templates --------------------------------------------------------------------------------------------------------
@@ -634,7 +616,7 @@ class SendResult:
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
-    failure: SendFailure | None = None
+    failure: Failure | None = None
     error: str | None = None
     response_tail: str | None = None
     address: str | None = None
@@ -752,13 +734,13 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
     try:
         addresses = _resolve(url.host, url.port)
     except OSError as exc:
-        return SendResult(False, failure=SendFailure.NOT_SENT, error=f"cannot resolve {url.host}: {exc}")
+        return SendResult(False, failure=Failure.NOT_SENT, error=f"cannot resolve {url.host}: {exc}")
     if not addresses:
-        return SendResult(False, failure=SendFailure.NOT_SENT, error=f"cannot resolve {url.host}: no address")
+        return SendResult(False, failure=Failure.NOT_SENT, error=f"cannot resolve {url.host}: no address")
     for address in addresses:
         refusal = check_address(address, url.port, allow)
         if refusal:
-            return SendResult(False, failure=SendFailure.REFUSED, error=refusal)
+            return SendResult(False, failure=Failure.REFUSED, error=refusal)
     headers = {"Host": url.authority, **request.headers}
     if before_send is not None:
         before_send()
@@ -792,7 +774,7 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
                 last_error = f"cannot connect to {url.authority} ({address}) within {request.timeout:g} s"
         except httpx.HTTPError as exc:
             if not exchange.sent:
-                return SendResult(False, failure=SendFailure.NOT_SENT, address=str(address),
+                return SendResult(False, failure=Failure.NOT_SENT, address=str(address),
                                   error=_scrub(f"request not sent to {url.authority}: {_reason(exc)}",
                                                request.secrets))
             return _lost(request, exchange, str(address), exc)
@@ -802,7 +784,7 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
             last_error = f"cannot connect to {url.authority} ({address}): {exc}"
         finally:
             timer.cancel()
-    return SendResult(False, failure=SendFailure.NOT_SENT, error=_scrub(last_error, request.secrets))
+    return SendResult(False, failure=Failure.NOT_SENT, error=_scrub(last_error, request.secrets))
 
 
 def _reason(exc: BaseException) -> str:
@@ -817,7 +799,7 @@ def _lost(request: PreparedRequest, exchange: _Exchange, address: str, exc: Base
         what = f"no answer within {request.timeout:g} s after the request was sent"
     else:
         what = f"connection lost after the request was sent ({_scrub(_reason(exc), request.secrets)})"
-    return SendResult(True, failure=SendFailure.UNKNOWN, address=address,
+    return SendResult(True, failure=Failure.UNKNOWN, address=address,
                       error=f"outcome unknown: {what}; verify outside before sending it again")
 
 
@@ -828,7 +810,7 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
     status = response.status_code
     if size > HEADERS_LIMIT:
-        return SendResult(True, status, kept, None, SendFailure.BAD_RESPONSE,
+        return SendResult(True, status, kept, None, Failure.BAD_RESPONSE,
                           f"HTTP {status}: response headers over 64 KiB", None, address)
     chunks: list[bytes] = []
     total = 0
@@ -837,7 +819,7 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
             total += len(chunk)
             if total > RESPONSE_LIMIT:
                 tail = b"".join(chunks)[:TAIL_LIMIT].decode("utf-8", errors="replace")
-                return SendResult(True, status, kept, None, SendFailure.BAD_RESPONSE,
+                return SendResult(True, status, kept, None, Failure.BAD_RESPONSE,
                                   f"HTTP {status}: response over 1 MiB", _scrub(tail, request.secrets), address)
             chunks.append(chunk)
     except (httpx.HTTPError, OSError) as exc:
@@ -849,11 +831,11 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     if 200 <= status < 300:
         return result
     if 300 <= status < 400:
-        result.failure = SendFailure.HTTP_STATUS
+        result.failure = Failure.HTTP_STATUS
         result.error = f"HTTP {status}: redirect to {kept.get('location', '(no Location header)')} not followed"
         return result
     text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
     text = " ".join(text.split())[:200]
-    result.failure = SendFailure.HTTP_STATUS
+    result.failure = Failure.HTTP_STATUS
     result.error = f"HTTP {status}" + (f": {text}" if text else "")
     return result

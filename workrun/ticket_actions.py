@@ -22,7 +22,8 @@ from typing import Any, Callable
 from workrun import faults
 from workrun.errors import ActionRefusedError, ConfigError
 from workrun.models import HttpAction, WorkflowSpec
-from workrun.outbound import (RequestError, SendFailure, SendResult, allow_from_env, parse_allow, parse_url, prepare,
+from workrun.outcomes import Failure
+from workrun.outbound import (RequestError, SendResult, allow_from_env, parse_allow, parse_url, prepare,
                               send)
 from workrun.services import Services, new_id
 from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line
@@ -52,7 +53,7 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
                            body=request.get("body"), timeout=timeout, lookup=_kept,
                            idempotency_key=idempotency_key)
     except (RequestError, ConfigError) as exc:
-        return SendResult(False, failure=SendFailure.NOT_SENT, error=f"not sent: {exc}")
+        return SendResult(False, failure=Failure.NOT_SENT, error=f"not sent: {exc}")
     result = send(prepared, allow, before_send=before_send)
     if result.status is not None:
         faults.hit("http.answered")  # test-only crash point: answered, the answer not yet journaled
@@ -128,7 +129,7 @@ def recover_actions(svc: Services, run_id: str | None = None) -> None:
         last = attempts[-1] if attempts else None
         now = svc.now()
         if last is None or last["status"] not in ("starting", "sending"):
-            svc.journal.update("ticket_actions", (tid,), "action.finished", status="pending", updated_at=now)
+            svc.journal.set_ticket_action(tid, "pending", reason=action["reason"], at=now, seen="running")
             continue
         if last["status"] == "starting":
             svc.journal.finish_action_attempt(tid, last["number"], {
@@ -169,10 +170,10 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     svc.say(ticket["run_id"], ticket["node_key"], "info", f"ticket {tid}: action attempt {number} ({trigger}): "
             f"{action['request']['method']} {action['request']['url']}")
     answer = send_request(svc, ticket["run_id"], action["request"], timeout=action["timeout"], idempotency_key=tid,
-                          before_send=lambda: svc.journal.mark_action_sending(tid, number))
+                          before_send=lambda: svc.journal.action_sending(tid, number))
     now = svc.now()
     used = sum(1 for a in attempts if a["trigger"] == "auto" and a["status"] != "not_started") + (trigger == "auto")
-    lost = answer.failure == SendFailure.UNKNOWN
+    lost = answer.failure == Failure.UNKNOWN
     attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.response_tail,
                "error": answer.error, "failure": answer.failure.value if answer.failure else None}
     if answer.succeeded:
@@ -231,14 +232,12 @@ def run_actions(svc: Services, run_id: str) -> list[dict[str, Any]]:
 def _finish_notification(svc: Services, n: dict[str, Any], status: str, http_status: int | None,
                          error: str | None) -> None:
     now = svc.now()
-    changes: list[tuple[str, str, Any, dict[str, Any]]] = [
-        ("update", "notifications", (n["notification_id"],), {"status": status, "http_status": http_status,
-                                                              "error": error, "updated_at": now})]
-    if n["ticket_id"] and status != "sent":
-        changes.append(("insert", "ticket_events", None, event_row(
-            n["ticket_id"], n["run_id"], SYSTEM_ACTOR, "notify", {"status": status, "notification_id":
-                                                                  n["notification_id"]}, now, error)))
-    svc.journal.write(changes, "notify.finished")
+    event = None
+    if n["ticket_id"] and status != "sent":  # a notification that did not go out is recorded on its ticket (R-M8)
+        event = event_row(n["ticket_id"], n["run_id"], SYSTEM_ACTOR, "notify",
+                          {"status": status, "notification_id": n["notification_id"]}, now, error)
+    svc.journal.finish_notification(n["notification_id"], status, at=now, http_status=http_status, error=error,
+                                    event=event)
     if status != "sent":
         svc.say(n["run_id"], None, "warning", f"notification {n['notification_id']} {status}: {error}")
 
@@ -253,7 +252,7 @@ def send_notifications(svc: Services, run_id: str) -> None:
 
         def about_to_send(nid: str = nid) -> None:
             nonlocal sending
-            svc.journal.update("notifications", (nid,), "notify.sending", status="sending", updated_at=svc.now())
+            svc.journal.notification_sending(nid, at=svc.now())
             sending = True
 
         answer = send_request(svc, run_id, request, timeout=float(request.get("timeout") or 30),
@@ -262,5 +261,5 @@ def send_notifications(svc: Services, run_id: str) -> None:
         if answer.succeeded:
             _finish_notification(svc, row, "sent", answer.status, None)
         else:
-            lost = answer.failure == SendFailure.UNKNOWN
+            lost = answer.failure == Failure.UNKNOWN
             _finish_notification(svc, row, "unknown" if lost else "failed", answer.status, answer.error)

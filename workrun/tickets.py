@@ -145,18 +145,9 @@ def resume(svc: Services, ticket_id: str, result: Any) -> str:
     """
     t = check(svc, ticket_id, "resume", result=result)
     tid, run_id, key = t["ticket_id"], t["run_id"], t["node_key"]
-    run = svc.journal.run(run_id)
     who = actor()
     now = svc.now()
-    changes: list[tuple[str, str, Any, dict[str, Any]]] = [
-        ("update", "tickets", (tid,), {"status": "resolved", "result": result, "updated_at": now,
-                                       "_expect_status": "pending"}),
-        ("update", "nodes", (run_id, key), {"status": "succeeded", "handled": 1, "result": result, "ended_at": now,
-                                           "_expect_status": "waiting"})]
-    if run["status"] == "waiting":
-        changes.append(("update", "runs", (run_id,), {"status": "running", "reason": None,
-                                                      "_expect_status": "waiting"}))
-    svc.journal.change_ticket(event_row(tid, run_id, who, "resume", {"result": result}, now), changes)
+    svc.journal.resume_ticket(tid, result, event_row(tid, run_id, who, "resume", {"result": result}, now), at=now)
     svc.say(run_id, key, "info", f"{key}: succeeded: resumed past by operator {who} (ticket {tid}) with result "
             f"{json.dumps(result, ensure_ascii=False)}")
     return drive(svc, run_id)
@@ -171,8 +162,7 @@ def resolve(svc: Services, ticket_id: str, text: str | None = None) -> dict[str,
     t = check(svc, ticket_id, "resolve")
     tid = t["ticket_id"]
     who = actor()
-    svc.journal.change_ticket(event_row(tid, t["run_id"], who, "resolve", {}, svc.now(), text), [
-        ("update", "tickets", (tid,), {"status": "resolved", "updated_at": svc.now(), "_expect_status": "pending"})])
+    svc.journal.resolve_ticket(tid, event_row(tid, t["run_id"], who, "resolve", {}, svc.now(), text), at=svc.now())
     svc.say(t["run_id"], t["node_key"], "info", f"ticket {tid} resolved by {who}; node {t['node_key']} still waits "
             "(resolving is not resuming)")
     return svc.journal.ticket(tid)
@@ -189,18 +179,15 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True) -> str:
     tid, run_id, key = t["ticket_id"], t["run_id"], t["node_key"]
     who = actor()
     now = svc.now()
-    changes: list[tuple[str, str, Any, dict[str, Any]]] = [
-        ("insert", "ticket_events", None, event_row(tid, run_id, who, "terminate", {"compensate": compensate}, now)),
-        ("update", "tickets", (tid,), {"status": "terminated", "updated_at": now, "_expect_status": "pending"}),
-        ("update", "nodes", (run_id, key), {"status": "failed", "ended_at": now, "_expect_status": "waiting"})]
+    event = event_row(tid, run_id, who, "terminate", {"compensate": compensate}, now)
     svc.say(run_id, key, "error", f"{key}: failed: ticket {tid} terminated by {who}"
             + ("" if compensate else " without compensation"))
     engine = Engine(svc)
     if compensate:
-        status = engine.finish(run_id, key, extra=changes)
+        status = engine.finish(run_id, key, by_ticket=(tid, event))
         compensate_now(svc, run_id)
     else:
-        status = engine.finish(run_id, key, extra=changes, terminated_by=t)
+        status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=t)
     send_notifications(svc, run_id)
     return status
 
@@ -214,10 +201,8 @@ def retry(svc: Services, ticket_id: str) -> dict[str, Any]:
     t = check(svc, ticket_id, "retry")
     tid = t["ticket_id"]
     who = actor()
-    svc.journal.change_ticket(event_row(tid, t["run_id"], who, "retry", {}, svc.now()), [
-        ("update", "ticket_actions", (tid,), {"status": "pending", "reason": f"retry requested by {who}",
-                                              "next_attempt_at": None, "updated_at": svc.now(),
-                                              "_expect_status": "failed"})])
+    svc.journal.set_ticket_action(tid, "pending", reason=f"retry requested by {who}", at=svc.now(), seen="failed",
+                                  event=event_row(tid, t["run_id"], who, "retry", {}, svc.now()))
     row = run_action(svc, tid, "operator")
     send_notifications(svc, t["run_id"])
     return row
@@ -234,8 +219,8 @@ def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = Non
     who = actor()
     fields = {"status": "succeeded", "reason": f"confirmed done by {who}"} if done else \
         {"status": "failed", "reason": f"confirmed not done by {who}; `workrun tickets retry {tid}` sends it again"}
-    svc.journal.change_ticket(event_row(tid, t["run_id"], who, "confirm", {"done": done}, svc.now(), text), [
-        ("update", "ticket_actions", (tid,), {**fields, "updated_at": svc.now(), "_expect_status": "unknown"})])
+    svc.journal.set_ticket_action(tid, fields["status"], reason=fields["reason"], at=svc.now(), seen="unknown",
+                                  event=event_row(tid, t["run_id"], who, "confirm", {"done": done}, svc.now(), text))
     svc.say(t["run_id"], t["node_key"], "info", f"ticket {tid}: action {fields['status']} ({fields['reason']})")
     row = svc.journal.ticket_action(tid)
     assert row is not None
@@ -260,6 +245,6 @@ def note(svc: Services, ticket_id: str, text: str, attach: Path | None = None) -
         target = folder / f"{len(svc.journal.ticket_events(tid)) + 1:03d}-{attach.name}"
         shutil.copy2(attach, target)
         stored = str(target)
-    svc.journal.change_ticket(event_row(tid, t["run_id"], actor(), "note",
-                                        {"attach": str(attach) if attach else None}, svc.now(), text, stored), [])
+    svc.journal.record_ticket_event(event_row(tid, t["run_id"], actor(), "note",
+                                              {"attach": str(attach) if attach else None}, svc.now(), text, stored))
     return svc.journal.ticket(tid)

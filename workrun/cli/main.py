@@ -159,7 +159,7 @@ def stop(
         if run["status"] != "running":
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
-        svc.journal.update("runs", (rid,), None, stop_requested=1)
+        svc.journal.request_stop(rid)
         lock = SchedulerLock(svc.data_dir)
         try:
             lock.acquire()
@@ -221,15 +221,14 @@ def compensate(
             raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
         if run["status"] == "running":
             raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
+        if run["status"] == "succeeded":
+            raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
         if run["status"] == "waiting":
             raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
                                      "ends it and compensates its calls", field="RUN")
-        if run["status"] == "succeeded":
-            raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
         if run["status"] in ("stopped", "terminated") and not run["compensate_requested"]:
-            svc.journal.write([("update", "runs", (rid,), {"compensate_requested": 1}),
-                               ("insert", "events", None, {"run_id": rid, "at": svc.now(), "actor": actor(),
-                                                           "action": "compensate", "args": {}})])
+            svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
+                                                   "action": "compensate", "args": {}})
             svc.say(rid, None, "info", f"compensation of {run['status']} run {rid} requested by {actor()}")
         compensate_now(svc, rid)
         view = run_view(svc.journal, rid)

@@ -19,13 +19,14 @@ A reverse action attempt follows the same shape with ``attempt.intent`` -> ``att
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
-from workrun.errors import ActionRefusedError, ConfigError
+from workrun.calls import Attempted, backoff_delay
+from workrun.errors import ConfigError, StaleStatusError
 from workrun.models import AppSpec, HttpNode, HttpRequestSpec, WorkflowSpec
-from workrun.outbound import (AllowList, PreparedRequest, RequestError, SendFailure, SendResult, allow_from_env,
-                              parse_allow, parse_url, prepare, send)
+from workrun.outbound import (AllowList, PreparedRequest, RequestError, SendResult, allow_from_env, parse_allow,
+                              parse_url, prepare, send)
+from workrun.outcomes import Failure, brief
 from workrun.services import Services, new_id
 
 __all__ = [
@@ -41,12 +42,6 @@ __all__ = [
 ]
 
 KIND = "http"
-_NOT_STARTED = "not started"
-
-
-def _brief(value: Any, limit: int = 160) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _allow(spec_allow: list[str] | None) -> AllowList:
@@ -92,26 +87,22 @@ def _send_operation(svc: Services, *, run_id: str, node: HttpNode, op_id: str, r
         "input": request.shown(), "fingerprint": "", "fingerprint_files": {}, "snapshot": None,
         "depends_on": depends_on, "status": "starting", "call_dir": "", "created_at": svc.now(), "standalone": 0,
     }
-    svc.journal.insert_operation(row)
+    svc.journal.start_operation(row)
 
     def about_to_send() -> None:
         now = svc.now()
-        svc.journal.update("operations", (op_id,), "op.started", status="running", started_at=now,
-                           deadline=now + request.timeout)
+        svc.journal.operation_running(op_id, pid=None, proc_start=None, started_at=now, deadline=now + request.timeout)
 
     got = send(request, allow, before_send=about_to_send)
     return _finish_operation(svc, op_id, got)
 
 
 def _finish_operation(svc: Services, op_id: str, got: SendResult) -> dict[str, Any]:
-    fields: dict[str, Any] = {"ended_at": svc.now(), "stdout_tail": got.response_tail}
     if got.succeeded:
-        fields.update(status="succeeded", result=got.result())
-    elif got.failure == SendFailure.UNKNOWN:
-        fields.update(status="unknown", error=got.error)
+        svc.journal.finish_operation(op_id, status="succeeded", result=got.result(), at=svc.now())
     else:
-        fields.update(status="failed", error=got.error)
-    svc.journal.update("operations", (op_id,), "op.finished", **fields)
+        svc.journal.finish_operation(op_id, status="unknown" if got.failure is Failure.UNKNOWN else "failed",
+                                     failure=got.failure, error=got.error, at=svc.now())
     return svc.journal.operation(op_id)
 
 
@@ -119,11 +110,12 @@ def recover_http_operation(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
     """Settle an http operation left in flight by a runner that died (R-R3): ``starting`` = nothing was sent
     (failed, not started: it may be sent again); ``running`` = ``unknown`` (verify outside)."""
     if op["status"] == "starting":
-        fields = {"status": "failed", "error": f"{_NOT_STARTED}: the runner stopped before the request was sent"}
+        svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
+                                     error="not started: the runner stopped before the request was sent")
     else:
-        fields = {"status": "unknown", "error": "outcome unknown: the runner stopped while the request was in "
-                  "flight; verify outside before sending it again"}
-    svc.journal.update("operations", (op["operation_id"],), "op.finished", ended_at=svc.now(), **fields)
+        svc.journal.finish_operation(op["operation_id"], status="unknown", failure=Failure.UNKNOWN, at=svc.now(),
+                                     error="outcome unknown: the runner stopped while the request was in flight; "
+                                     "verify outside before sending it again")
     return svc.journal.operation(op["operation_id"])
 
 
@@ -147,7 +139,7 @@ def run_http_node(svc: Services, run_id: str, node: HttpNode, spec: WorkflowSpec
     """
     prior = svc.journal.operations(run_id, node.key)
     used = sum(1 for o in prior if o["status"] in ("failed", "unknown")
-               and not (o["error"] or "").startswith(_NOT_STARTED))
+               and (o["failure"] is None or Failure(o["failure"]).counts))
     resend_key: str | None = None
     if prior:
         last = prior[-1]
@@ -177,7 +169,7 @@ def run_http_node(svc: Services, run_id: str, node: HttpNode, spec: WorkflowSpec
         svc.say(run_id, node.key, "info" if op["status"] == "succeeded" else "error",
                 f"operation {op_id} ({node.method} {request.full_url}): {op['status']}"
                 + (f": {op['error']}" if op["error"] else "")
-                + (f" -> {_brief(op['result'])}" if op["status"] == "succeeded" else ""))
+                + (f" -> {brief(op['result'])}" if op["status"] == "succeeded" else ""))
         if op["status"] == "succeeded":
             return "succeeded", op["result"], None
         error = op["error"]
@@ -269,8 +261,9 @@ def _action_lookup(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> C
     return lookup
 
 
-def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> dict[str, Any]:
-    """Run one attempt of an HTTP reverse action and return the compensation row afterwards (R-H6, R-H7, R-C7).
+def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    """Run one attempt of an HTTP reverse action; return the compensation row afterwards and the failure kind
+    (R-H6, R-H7, R-C7).
 
     The attempt's intent is committed with the compensation ``running`` (conditional on the status read);
     ``attempt.started`` is committed after the guard let the request through and before it is sent.
@@ -282,14 +275,9 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
     number = len(svc.journal.attempts(cid)) + 1
     started = svc.now()
     try:
-        svc.journal.write([
-            ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,
-                                          "status": "starting", "call_dir": "", "started_at": started}),
-            ("update", "compensations", (cid,), {"status": "running", "_expect_status": comp["status"],
-                                                 "reason": None, "updated_at": started}),
-        ], "attempt.intent")
-    except ActionRefusedError:  # an operator changed it meanwhile: nothing was written, send nothing
-        return svc.journal.compensation(cid)
+        svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=started)
+    except StaleStatusError:  # an operator changed it meanwhile: nothing was written, send nothing
+        return Attempted(svc.journal.compensation(cid), None)
     attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
     action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
     run = svc.journal.run(comp["run_id"])
@@ -298,19 +286,19 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
         request = prepare(method=action.method, url=parse_url(action.url), headers=action.headers, body=action.body,
                           timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op), idempotency_key=cid)
     except KeyError as exc:
-        return finish_http_attempt(svc, comp, attempt, SendResult(
-            False, failure=SendFailure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value"))
+        got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
+        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
     except (RequestError, ConfigError) as exc:
-        return finish_http_attempt(svc, comp, attempt, SendResult(False, failure=SendFailure.NOT_SENT,
-                                                                  error=str(exc)))
+        got = SendResult(False, failure=Failure.NOT_SENT, error=str(exc))
+        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
     def about_to_send() -> None:
-        svc.journal.update("attempts", (cid, number), "attempt.started", status="running",
-                           deadline=svc.now() + request.timeout)
+        svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + request.timeout)
 
     svc.say(comp["run_id"], comp["node_key"], "info",
             f"compensation {cid} of {comp['node_key']}: attempt {number}: {action.method} {request.full_url}")
-    return finish_http_attempt(svc, comp, attempt, send(request, allow, before_send=about_to_send))
+    got = send(request, allow, before_send=about_to_send)
+    return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
 
 def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], got: SendResult) -> dict[str, Any]:
@@ -321,46 +309,48 @@ def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, 
       an operator's retry: ``failed`` (dead letter)
     - sent and unanswered: ``unknown`` (verify outside); when the action is idempotent it is re-sent with
       the same Idempotency-Key while attempts are left, and ends ``unknown`` when none are
-    """
-    from workrun.calls import backoff_delay
 
+    Returns:
+        The compensation row afterwards.
+    """
     cid = comp["compensation_id"]
     number = attempt["number"]
     now = svc.now()
-    a: dict[str, Any] = {"ended_at": now, "http_status": got.status, "response_tail": got.response_tail,
-                         "error": got.error}
-    c: dict[str, Any] = {"updated_at": now, "next_attempt_at": None, "held_back_by": None}
     previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]
     used = sum(1 for x in previous if x["status"] in ("failed", "unknown"))
     exhausted = used + 1 >= int(comp["max_attempts"])
+    next_at: float | None = None
+    result = None
     if got.succeeded:
-        a.update(status="succeeded", result=got.result())
-        c.update(status="succeeded", reason=None, result=got.result())
-    elif got.failure == SendFailure.UNKNOWN:
-        a.update(status="unknown")
+        status, comp_status, reason, result = "succeeded", "succeeded", None, got.result()
+    elif got.failure is Failure.UNKNOWN:
+        status = "unknown"
         if comp["idempotent"] and not exhausted and attempt["trigger"] != "operator":
             delay = backoff_delay(float(comp["backoff"]), used + 1)
-            c.update(status="pending", next_attempt_at=now + delay,
-                     reason=f"attempt {number}: {got.error}; re-sent in {delay:.2g} s with the same Idempotency-Key "
-                     "because the action is idempotent")
+            next_at = now + delay
+            comp_status, reason = "pending", (f"attempt {number}: {got.error}; re-sent in {delay:.2g} s with the same "
+                                              "Idempotency-Key because the action is idempotent")
         else:
-            c.update(status="unknown", reason=f"attempt {number} was sent but not answered ({got.error}): verify "
-                     f"outside, then `workrun compensations confirm {cid} --done` or `--not-done`")
+            comp_status, reason = "unknown", (f"attempt {number} was sent but not answered ({got.error}): verify "
+                                              f"outside, then `workrun compensations confirm {cid} --done` or "
+                                              "`--not-done`")
     else:
-        a.update(status="failed")
+        status = "failed"
         what = got.error or "failed"
         if attempt["trigger"] == "operator":
-            c.update(status="failed", reason=f"attempt {number} (operator retry) failed ({what}): needs an operator "
-                     f"(`workrun compensations show {cid}`)")
+            comp_status, reason = "failed", (f"attempt {number} (operator retry) failed ({what}): needs an operator "
+                                             f"(`workrun compensations show {cid}`)")
         elif exhausted:
-            c.update(status="failed", reason=f"attempt {number} failed ({what}); all {comp['max_attempts']} "
-                     f"attempt(s) failed: needs an operator (`workrun compensations show {cid}`)")
+            comp_status, reason = "failed", (f"attempt {number} failed ({what}); all {comp['max_attempts']} "
+                                             f"attempt(s) failed: needs an operator (`workrun compensations show "
+                                             f"{cid}`)")
         else:
             delay = backoff_delay(float(comp["backoff"]), used + 1)
-            c.update(status="pending", reason=f"attempt {number} failed ({what}); retrying in {delay:.2g} s",
-                     next_attempt_at=now + delay)
-    svc.journal.write([("update", "attempts", (cid, number), a), ("update", "compensations", (cid,), c)],
-                      "attempt.finished")
+            next_at = now + delay
+            comp_status, reason = "pending", f"attempt {number} failed ({what}); retrying in {delay:.2g} s"
+    svc.journal.finish_attempt(cid, number, status=status, failure=got.failure, error=got.error, result=result, at=now,
+                               compensation_status=comp_status, reason=reason, next_attempt_at=next_at,
+                               http_status=got.status, response_tail=got.response_tail)
     return svc.journal.compensation(cid)
 
 
@@ -374,13 +364,11 @@ def recover_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str,
     number = attempt["number"]
     now = svc.now()
     if attempt["status"] == "starting":
-        svc.journal.write([
-            ("update", "attempts", (cid, number), {"status": "not_started", "ended_at": now,
-                                                   "error": "not started: the runner stopped before it was sent"}),
-            ("update", "compensations", (cid,), {"status": "pending", "updated_at": now, "next_attempt_at": None,
-                                                 "reason": f"attempt {number} was never sent; it will run on resume"}),
-        ], "attempt.finished")
+        svc.journal.finish_attempt(cid, number, status="not_started", failure=Failure.NOT_STARTED,
+                                   error="not started: the runner stopped before it was sent", result=None, at=now,
+                                   compensation_status="pending",
+                                   reason=f"attempt {number} was never sent; it will run on resume")
         return svc.journal.compensation(cid)
-    got = SendResult(True, failure=SendFailure.UNKNOWN,
+    got = SendResult(True, failure=Failure.UNKNOWN,
                      error="outcome unknown: the runner stopped while the request was in flight")
     return finish_http_attempt(svc, comp, {**attempt, "trigger": attempt["trigger"]}, got)
