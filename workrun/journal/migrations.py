@@ -178,7 +178,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE attempts ADD COLUMN http_status INTEGER;
     ALTER TABLE attempts ADD COLUMN response_tail TEXT;
     """,
-    # 4: manual repair (SPEC §12): tickets, their action job and attempts, audit events, notifications
+    # 5: manual repair (SPEC §12): tickets, their action job and attempts, audit events, notifications
     """
     CREATE TABLE tickets (
         ticket_id TEXT PRIMARY KEY,
