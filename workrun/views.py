@@ -10,7 +10,7 @@ from typing import Any
 
 from workrun.journal import Journal
 
-__all__ = ["attempt_view", "compensation_view", "iso", "run_summary", "run_view", "ticket_view"]
+__all__ = ["attempt_view", "compensation_view", "iso", "run_summary", "run_view", "ticket_view", "tickets_list"]
 
 
 def iso(ts: float | None) -> str | None:
@@ -114,3 +114,14 @@ def ticket_view(journal: Journal, t: dict[str, Any]) -> dict[str, Any]:
                                "message": n["message"], "http_status": n["http_status"], "error": n["error"]}
                               for n in journal.notifications(t["run_id"]) if n["ticket_id"] == tid],
             "created_at": iso(t["created_at"]), "updated_at": iso(t["updated_at"])}
+
+
+def tickets_list(journal: Journal, *, status: str | None = None, run: str | None = None) -> list[dict[str, Any]]:
+    """``tickets list --json`` and ``/api/tickets`` (SPEC §12): :func:`ticket_view` of each ticket, oldest first.
+
+    Raises:
+        NotFoundError: ``run`` matches no run (a unique prefix is accepted).
+    """
+    run_id = journal.run(run)["run_id"] if run else None
+    return [ticket_view(journal, t) for t in journal.list_tickets(status, run_id)]
+

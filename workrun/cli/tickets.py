@@ -47,13 +47,12 @@ def list_tickets(
     json_mode: bool = JsonOpt,
 ) -> None:
     """List tickets (all runs), oldest first."""
-    from workrun.views import ticket_view
+    from workrun.views import tickets_list
 
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(STATUSES)})", field="--status")
     with reading(json_mode) as svc:
-        run_id = svc.journal.run(run)["run_id"] if run else None
-        rows = [ticket_view(svc.journal, t) for t in svc.journal.list_tickets(status, run_id)]
+        rows = tickets_list(svc.journal, status=status, run=run)
     if json_mode:
         print_json(rows)
         return
