@@ -25,7 +25,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from workrun.compensation import plan_records
 from workrun.engine import Engine
 from workrun.errors import ActionRefusedError, UsageError
 from workrun.models import WorkflowSpec

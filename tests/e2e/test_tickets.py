@@ -6,11 +6,7 @@ kill -9 of the runner. Real uv Apps, the real CLI.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
