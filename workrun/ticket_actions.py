@@ -102,11 +102,17 @@ def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, messag
 
 
 def notify_dead_letters(svc: Services, run_id: str) -> None:
-    """Record one notification intent per compensation of the run that ended ``failed`` (R-M8)."""
+    """Record one notification intent per compensation and per ticket action of the run that ended
+    ``failed`` (R-M8). The subject names the attempt that ended it, so a dead letter is notified once,
+    also when the runner died between the failure and its notification (this sweep finds it)."""
     run = svc.journal.run(run_id)
     notify = WorkflowSpec.model_validate(run["spec"]).notify
     if notify is None:
         return
+    for t in svc.journal.tickets(run_id):
+        action = svc.journal.ticket_action(t["ticket_id"])
+        if action is not None and action["status"] == "failed" and svc.journal.ticket_attempts(t["ticket_id"]):
+            _dead_letter(svc, t, action, len(svc.journal.ticket_attempts(t["ticket_id"])))
     for c in svc.journal.compensations(run_id):
         if c["status"] != "failed":
             continue
@@ -207,6 +213,7 @@ def run_actions(svc: Services, run_id: str) -> list[dict[str, Any]]:
     """Run the run's pending actions until none is due any more (waiting out backoff); then send the
     run's pending notifications. Stops early when a stop is requested. Returns the actions afterwards."""
     recover_actions(svc, run_id)
+    notify_dead_letters(svc, run_id)
     while not svc.stopping():
         due, later = [], []
         for a in svc.journal.open_ticket_actions(run_id):

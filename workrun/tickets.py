@@ -123,6 +123,8 @@ def check(svc: Services, ticket_id: str, action: str, *, result: Any = None) -> 
                           f"{tid} --done` or `--not-done` first")
         if act["status"] != "failed":
             raise _refuse(t, action, f"its action is {act['status']}; only a failed action can be retried")
+        if not act["request"]:
+            raise _refuse(t, action, f"its action cannot be sent: {act['reason']}")
     if action == "confirm":
         if act is None or act["status"] != "unknown":
             raise _refuse(t, action, "only an action whose outcome is unknown can be confirmed (its action is "

@@ -380,3 +380,20 @@ def test_a_ticket_action_goes_through_the_outbound_guard(workrun, write_workflow
     (attempt,) = action["attempts"]
     assert attempt["status"] == "failed" and attempt["http_status"] is None
     assert attempt["error"].startswith("refused by the outbound guard: 127.0.0.1 (loopback)")
+
+
+def test_a_dead_letter_is_notified_once_when_the_runner_dies_right_after_it(workrun, write_workflow, ops, tmp_path,
+                                                                            hook):
+    hook.route("POST", "/refund", status=500, body="declined")
+    policy = f'{{ compensate = {{ method = "POST", url = "{hook.url}/refund", max_retries = 0 }} }}'
+    wf = payment_workflow(write_workflow, ops, tmp_path / "c.log", policy=policy, server=hook)
+    # killed right after the action's only attempt was journaled failed, before its notification intent
+    res = workrun("run", wf, env={**ALLOW, "WORKRUN_FAULT": "action.finished"})
+    assert res.code == -signal.SIGKILL, res
+    assert hook.requests("POST", "/hook") == []
+    for _ in range(2):
+        assert workrun("resume", env=ALLOW).code == 0
+    texts = [r.json()["text"] for r in hook.requests("POST", "/hook")]
+    assert len(texts) == 2 and "waits for a person" in texts[0], texts
+    assert "its action failed after 1 attempt(s)" in texts[1]
+    assert len(hook.requests("POST", "/refund")) == 1

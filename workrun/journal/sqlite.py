@@ -694,10 +694,20 @@ class SqliteJournal:
         return self._query(sql + " ORDER BY created_at")
 
     def runs_with_open_tickets_work(self) -> list[str]:
-        """Ids of runs with an action job or a notification still owed (R-M7, R-M8)."""
+        """Ids of runs with an action job or a notification still owed, or a dead letter not yet notified
+        (R-M7, R-M8)."""
         rows = self._query(
             "SELECT run_id FROM ticket_actions WHERE status IN ('pending', 'running') "
-            "UNION SELECT run_id FROM notifications WHERE status IN ('pending', 'sending')")
+            "UNION SELECT run_id FROM notifications WHERE status IN ('pending', 'sending') "
+            # a dead letter whose notification intent was never written (the runner died in between)
+            "UNION SELECT c.run_id FROM compensations c JOIN runs r USING (run_id) WHERE c.status = 'failed' "
+            "AND json_extract(r.spec, '$.notify') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM notifications n "
+            "WHERE n.subject = 'compensation:' || c.compensation_id || ':' || (SELECT COUNT(*) FROM attempts a "
+            "WHERE a.compensation_id = c.compensation_id)) "
+            "UNION SELECT x.run_id FROM ticket_actions x JOIN runs r USING (run_id) WHERE x.status = 'failed' "
+            "AND json_extract(r.spec, '$.notify') IS NOT NULL AND EXISTS (SELECT 1 FROM ticket_attempts a "
+            "WHERE a.ticket_id = x.ticket_id) AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.subject = "
+            "'action:' || x.ticket_id || ':' || (SELECT COUNT(*) FROM ticket_attempts a WHERE a.ticket_id = x.ticket_id))")
         return [r["run_id"] for r in rows]
 
     def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
