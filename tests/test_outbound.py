@@ -140,6 +140,10 @@ def test_loopback_is_refused_without_allow_and_nothing_is_sent() -> None:
         got = send(_request(f"http://localhost:{server.port}/api"), AllowList())
         assert got.failure == Failure.REFUSED and "(loopback)" in (got.error or "")
         assert server.received == []
+        # a name with several addresses connects only to one that passed (here 127.0.0.1, never ::1)
+        got = send(_request(f"http://localhost:{server.port}/api"), _allow(server))
+        assert got.sent and got.status == 404 and got.address == "127.0.0.1"
+        assert server.received[0].headers["Host"] == f"localhost:{server.port}"
 
 
 def test_success_keeps_three_headers_parses_json_and_sends_the_idempotency_key() -> None:
@@ -214,3 +218,49 @@ def test_secret_goes_to_the_server_but_not_into_what_is_shown(monkeypatch: pytes
         got = send(req, _allow(server))
         assert server.received[0].headers["Authorization"] == "Bearer tok-VERY-SECRET-1"
         assert "tok-VERY-SECRET-1" not in repr(req.shown()) + repr(got.result()) + repr(got.response_tail)
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="needs the openssl command for a test cert")
+def test_https_connects_to_the_checked_address_with_the_hosts_tls_name(tmp_path) -> None:
+    """The connection goes to 127.0.0.1 while TLS checks the certificate against the URL's host name (the
+    server-name extension): a certificate for ``localhost`` only is accepted for ``https://localhost``."""
+    import http.server
+    import ssl
+    import subprocess
+    import threading
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.headers.get("Host"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_ctx.sni_callback = lambda sock, name, ctx: names.append(name)
+    httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        allow = parse_allow([f"127.0.0.1:{port}"])
+        got = send(_request(f"https://localhost:{port}/x", method="GET"), allow, verify=client_ctx)
+        assert got.succeeded and got.address == "127.0.0.1", got
+        assert names == ["localhost"] and seen == [f"localhost:{port}"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

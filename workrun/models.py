@@ -6,18 +6,25 @@ Journal rows are plain dicts (see ``journal/sqlite.py``); these models describe
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_serializer, field_validator, model_validator
 
 __all__ = [
+    "NODE_MODELS",
+    "AgentNode",
     "AppSpec",
     "CompensationSpec",
+    "FailurePolicy",
     "HttpAction",
     "HttpNode",
     "HttpRequestSpec",
     "NodeSpec",
     "OutputField",
+    "PolicyError",
+    "ProcessNode",
+    "RemoteAgentNode",
     "RetryPolicy",
     "ToolPolicy",
     "ToolRef",
@@ -123,6 +130,101 @@ class RetryPolicy(_Strict):
     backoff: float = Field(default=0.5, ge=0, le=3600)
 
 
+_POLICY_HELP = ('must be "fail", "continue", "notify", "terminate", { retry = { attempts, backoff }, then = '
+                '"fail" | "notify" }, { fallback = "NODE" }, { compensate = ACTION } or { fallback_action = ACTION }')
+
+
+class FailurePolicy(_Strict):
+    """A node's ``on_failure`` (R-W7, R-M1..R-M5), parsed once when the workflow is loaded.
+
+    Written as ``"fail"``, ``"continue"``, ``"notify"``, ``"terminate"``, ``{ retry = { attempts,
+    backoff }, then = "fail" | "notify" }``, ``{ fallback = "NODE" }``, ``{ compensate = ACTION }`` or
+    ``{ fallback_action = ACTION }`` (ACTION: an :class:`HttpAction` table); kept (and journaled) in
+    that written form. ``then`` is what a spent retry budget leads to (R-M2).
+    """
+
+    kind: Literal["fail", "continue", "retry", "fallback", "notify", "compensate", "fallback_action",
+                  "terminate"] = "fail"
+    retry: RetryPolicy | None = None
+    fallback: str | None = None
+    then: Literal["fail", "notify"] = "fail"
+    action: HttpAction | None = None
+
+    def attempts(self) -> int:
+        """Calls allowed for the node in all (1 unless ``retry``)."""
+        return self.retry.attempts if self.retry else 1
+
+    @property
+    def exhausted(self) -> str:
+        """What a failure not absorbed otherwise leads to: ``fail``, ``notify``, ``compensate``,
+        ``fallback_action`` or ``terminate`` (a spent retry budget leads to ``then``)."""
+        if self.kind == "retry":
+            return self.then
+        return self.kind if self.kind in ("notify", "compensate", "fallback_action", "terminate") else "fail"
+
+    @property
+    def opens_ticket(self) -> bool:
+        """True when an unabsorbed failure opens a ticket (R-M1..R-M5)."""
+        return self.exhausted != "fail"
+
+    @classmethod
+    def parse(cls, value: Any) -> FailurePolicy:
+        """Parse the written form.
+
+        Raises:
+            PolicyError: naming the sub-field (``""``, ``"retry"``, ``"then"``, ``"compensate"`` …) and what
+                is wrong.
+            ValidationError: the retry or action table has a bad key or value.
+        """
+        if isinstance(value, FailurePolicy):
+            return value
+        if value in ("fail", "continue", "notify", "terminate"):
+            return cls(kind=value)
+        if isinstance(value, dict) and value:
+            keys = set(value)
+            if "retry" in keys and keys <= {"retry", "then"}:
+                arg = value["retry"]
+                if not isinstance(arg, dict):
+                    raise PolicyError("retry", "must be a table: { retry = { attempts = 3, backoff = 0.5 } }")
+                then = value.get("then", "fail")
+                if then not in ("fail", "notify"):
+                    raise PolicyError("then", 'must be "fail" or "notify"')
+                return cls(kind="retry", retry=RetryPolicy.model_validate(arg), then=then)
+            if len(value) == 1:
+                ((kind, arg),) = value.items()
+                if kind == "fallback" and isinstance(arg, str):
+                    return cls(kind="fallback", fallback=arg)
+                if kind in ("compensate", "fallback_action"):
+                    if not isinstance(arg, dict):
+                        raise PolicyError(kind, 'must be a table: { method = "POST", url = "http://…" }')
+                    return cls(kind=kind, action=HttpAction.model_validate(arg))
+            if "then" in keys and "retry" not in keys:
+                raise PolicyError("then", "then = … goes with retry = { … }")
+            unknown = sorted(keys - {"retry", "then", "fallback", "compensate", "fallback_action"})
+            if unknown:
+                raise PolicyError(unknown[0], "unknown key; " + _POLICY_HELP)
+        raise PolicyError("", _POLICY_HELP)
+
+    def written(self) -> Any:
+        """The form a user writes (and the journal keeps)."""
+        if self.kind == "retry" and self.retry is not None:
+            return {"retry": self.retry.model_dump(), **({"then": self.then} if self.then != "fail" else {})}
+        if self.kind == "fallback":
+            return {"fallback": self.fallback}
+        if self.kind in ("compensate", "fallback_action") and self.action is not None:
+            return {self.kind: self.action.model_dump()}
+        return self.kind
+
+
+class PolicyError(ValueError):
+    """Raised when ``on_failure`` is not one of its written forms; ``where`` is the sub-field (or "")."""
+
+    def __init__(self, where: str, message: str) -> None:
+        self.where = where
+        self.message = message
+        super().__init__(message)
+
+
 class ToolRef(_Strict):
     """One Tool App an agent node may call."""
 
@@ -130,17 +232,52 @@ class ToolRef(_Strict):
     app: str
 
 
-class NodeSpec(_Strict):
-    """One node of a workflow (SPEC §9). Paths are made absolute when the workflow is loaded."""
+class _Node(_Strict):
+    """What every node has (SPEC §9). Paths are made absolute when the workflow is loaded."""
 
     key: str
-    kind: Literal["process", "agent", "remote_agent"] = "process"
+    needs: list[str] = Field(default_factory=list)
+    on_failure: FailurePolicy = Field(default_factory=FailurePolicy)
+
+    @field_validator("needs")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists a node twice")
+        return value
+
+    @field_validator("on_failure", mode="before")
+    @classmethod
+    def _policy(cls, value: Any) -> Any:
+        return FailurePolicy.parse(value) if not isinstance(value, dict) or "kind" not in value else value
+
+    @field_serializer("on_failure")
+    def _written(self, policy: FailurePolicy) -> Any:
+        return policy.written()
+
+    def templated(self) -> dict[str, Any]:
+        """The fields that may hold ``{{ ... }}`` templates, by name."""
+        return {}
+
+
+class ProcessNode(_Node):
+    """``kind = "process"``: one App call (with the node's failure policy)."""
+
+    kind: Literal["process"] = "process"
     project: str | None = None
     app: str | None = None
     input: dict[str, Any] = Field(default_factory=dict)
-    needs: list[str] = Field(default_factory=list)
-    on_failure: Any = "fail"
-    # agent
+
+    def templated(self) -> dict[str, Any]:
+        """``input``."""
+        return {"input": self.input}
+
+
+class AgentNode(_Node):
+    """``kind = "agent"``: a tool-calling loop over Tool Apps; each tool call is an operation (R-C5)."""
+
+    kind: Literal["agent"]
+    input: dict[str, Any] = Field(default_factory=dict)
     tools: list[ToolRef] = Field(default_factory=list)
     prompt: str = ""
     model: str = "scripted"
@@ -149,44 +286,67 @@ class NodeSpec(_Strict):
     fail_answer: bool = False
     max_steps: int = Field(default=50, ge=1, le=10000)
     base_url: str | None = None
-    # remote_agent
+    timeout: float = Field(default=300.0, gt=0, le=86400)
+
+    def templated(self) -> dict[str, Any]:
+        """``input``, ``prompt`` and ``script``."""
+        return {"input": self.input, "prompt": self.prompt, "script": self.script}
+
+
+class RemoteAgentNode(_Node):
+    """``kind = "remote_agent"``: one message to an A2A agent, its task followed (R-C10)."""
+
+    kind: Literal["remote_agent"]
     url: str | None = None
     message: str = ""
     timeout: float = Field(default=300.0, gt=0, le=86400)
 
-    @field_validator("needs")
-    @classmethod
-    def _unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("lists a node twice")
-        return value
+    def templated(self) -> dict[str, Any]:
+        """``message``."""
+        return {"message": self.message}
 
 
-class HttpNode(_Strict):
-    """A ``kind = "http"`` node: one HTTP request per operation (R-H1, R-H2), optionally with a reverse action.
+class HttpNode(_Node):
+    """``kind = "http"``: one HTTP request per operation (R-H1, R-H2), optionally with a reverse action (R-H6).
 
     ``timeout`` is seconds for the whole exchange; ``idempotent`` lets an unknown outcome be re-sent with the
-    same Idempotency-Key.
+    same Idempotency-Key. Typed strictly: a string where a number or boolean belongs is refused (SPEC §17).
     """
 
-    key: str
-    kind: Literal["http"] = "http"
-    needs: list[str] = Field(default_factory=list)
-    on_failure: Any = "fail"
+    kind: Literal["http"]
     method: HttpMethod
-    url: str
-    headers: dict[str, str] = Field(default_factory=dict)
+    url: str = Field(strict=True)
+    headers: dict[str, str] = Field(default_factory=dict, strict=True)
     body: dict[str, Any] | str | None = None
-    timeout: float = Field(default=30.0, gt=0, le=3600)
-    idempotent: bool = False
+    timeout: float = Field(default=30.0, gt=0, le=3600, strict=True)
+    idempotent: bool = Field(default=False, strict=True)
     compensation: HttpAction | None = None
 
-    @field_validator("needs")
-    @classmethod
-    def _unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("lists a node twice")
-        return value
+    def templated(self) -> dict[str, Any]:
+        """``url``, ``headers`` (without their ``{{ env.NAME }}`` secrets, R-H5) and ``body``."""
+        return {"url": self.url, "headers": {k: _ENV_TEMPLATE.sub("", v) for k, v in self.headers.items()},
+                "body": self.body}
+
+
+_ENV_TEMPLATE = re.compile(r"\{\{\s*env\.[A-Za-z_][A-Za-z0-9_]*\s*\}\}")
+
+#: node spec class per ``kind``; a new kind adds its class here and to :data:`NodeSpec`
+NODE_MODELS: dict[str, type[_Node]] = {"process": ProcessNode, "agent": AgentNode, "remote_agent": RemoteAgentNode,
+                                      "http": HttpNode}
+
+
+def _node_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("kind", "process"))
+    return str(getattr(value, "kind", "process"))
+
+
+NodeSpec = Annotated[
+    Annotated[ProcessNode, Tag("process")] | Annotated[AgentNode, Tag("agent")]
+    | Annotated[RemoteAgentNode, Tag("remote_agent")] | Annotated[HttpNode, Tag("http")],
+    Discriminator(_node_kind),
+]
+"""One node of a workflow: a union discriminated by ``kind`` (default ``process``)."""
 
 
 class WorkflowSpec(_Strict):
@@ -195,6 +355,6 @@ class WorkflowSpec(_Strict):
     name: str
     path: str
     inputs: dict[str, Any] = Field(default_factory=dict)
-    nodes: dict[str, NodeSpec | HttpNode]
+    nodes: dict[str, NodeSpec]
     http_allow: list[str] = Field(default_factory=list)
     notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)

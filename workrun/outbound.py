@@ -29,6 +29,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -707,12 +708,14 @@ class _Exchange:
                 self._shut(sock)
 
 
-def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None) -> SendResult:
+def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None,
+         verify: ssl.SSLContext | None = None) -> SendResult:
     """Send one request through the outbound guard (R-H2..R-H4); never raises for network trouble.
 
-    The host is resolved once; every address must pass :func:`check_address` (one refused address
-    refuses the request: a name that points inside is not used at all). The connection goes to a
-    checked address, with the original ``Host`` header and TLS server name; no proxy from the
+    The host is resolved once and every address is checked with :func:`check_address`; the connection
+    goes only to an address that passed (tried in resolver order), never to a second lookup, with the
+    original ``Host`` header and TLS server name. When none passes, the request is refused naming the
+    first address and its rule. No proxy from the
     environment, no redirect followed. The whole exchange (connect, send, answer, body) is bounded by
     ``request.timeout`` seconds.
 
@@ -721,6 +724,7 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         allow: addresses the guard lets through.
         before_send: called once after the guard let the request through and before anything is sent (the
             caller commits "about to send" to its journal here); if it raises, nothing is sent.
+        verify: the TLS context that checks the server's certificate (default: the system's CAs via httpx).
 
     Returns:
         A :class:`SendResult`: 2xx = succeeded; other status = failed naming it and the first 200
@@ -737,10 +741,11 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         return SendResult(False, failure=Failure.NOT_SENT, error=f"cannot resolve {url.host}: {exc}")
     if not addresses:
         return SendResult(False, failure=Failure.NOT_SENT, error=f"cannot resolve {url.host}: no address")
-    for address in addresses:
-        refusal = check_address(address, url.port, allow)
-        if refusal:
-            return SendResult(False, failure=Failure.REFUSED, error=refusal)
+    verdicts = [(address, check_address(address, url.port, allow)) for address in addresses]
+    checked = [address for address, refusal in verdicts if refusal is None]
+    if not checked:
+        return SendResult(False, failure=Failure.REFUSED, error=verdicts[0][1])
+    addresses = checked  # only addresses that passed are ever connected to
     headers = {"Host": url.authority, **request.headers}
     if before_send is not None:
         before_send()
@@ -757,7 +762,8 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         timer = threading.Timer(remaining, exchange.expire)
         timer.daemon = True
         try:
-            with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining)) as client:
+            with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining),
+                              verify=verify if verify is not None else True) as client:
                 timer.start()
                 req = client.build_request(request.method, f"{url.scheme}://{host}:{url.port}{request.target}",
                                            headers=headers, content=request.body, extensions=extensions)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.engine import Engine
+from workrun.nodes import default_executors
 from workrun.errors import ActionRefusedError, UsageError
 from workrun.models import WorkflowSpec
 from workrun.operator import actor
@@ -33,7 +34,7 @@ from workrun.recovery import compensate_now, drive
 from workrun.services import Services
 from workrun.ticket_actions import run_action, send_notifications
 from workrun.ticket_records import event_row
-from workrun.workflow import node_templates
+from workrun.templates import template_refs
 
 __all__ = [
     "check",
@@ -71,7 +72,8 @@ def _used_fields(spec: WorkflowSpec, key: str) -> list[tuple[str, list[str]]]:
     """``[(field of a downstream node, path into KEY's result)]`` for every template reading node ``key``."""
     out = []
     for other, node in spec.nodes.items():
-        for field, ref in node_templates(node, f"nodes.{other}"):
+        refs = [r for name, value in node.templated().items() for r in template_refs(value, f"nodes.{other}.{name}")]
+        for field, ref in refs:
             parts = ref.split(".")
             if parts[0] == "nodes" and len(parts) >= 3 and parts[1] == key:
                 out.append((field, parts[3:]))
@@ -181,14 +183,12 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True) -> str:
     who = actor()
     now = svc.now()
     event = event_row(tid, run_id, who, "terminate", {"compensate": compensate}, now)
+    engine = Engine(svc, default_executors())
+    status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=None if compensate else t)
     svc.say(run_id, key, "error", f"{key}: failed: ticket {tid} terminated by {who}"
             + ("" if compensate else " without compensation"))
-    engine = Engine(svc)
     if compensate:
-        status = engine.finish(run_id, key, by_ticket=(tid, event))
         compensate_now(svc, run_id)
-    else:
-        status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=t)
     send_notifications(svc, run_id)
     return status
 

@@ -1,230 +1,70 @@
-"""Parsing workflow TOML files, templates and the node DAG (R-W1, SPEC §9).
+"""Loading a workflow TOML file: nodes, the DAG, templates and failure policies (R-W1, R-W7, SPEC §9).
 
 Everything here runs before a run is created: any error is a ConfigError
-(exit 2) and no run exists afterwards (SPEC §10).
+(exit 2) and no run exists afterwards (SPEC §10). What a node of each kind
+must satisfy is its executor's ``check`` (:mod:`workrun.nodes`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import ValidationError
 
 from workrun.apps import load_app, pydantic_error
 from workrun.errors import ConfigError
-from workrun.models import AppSpec, HttpAction, HttpNode, NodeSpec, RetryPolicy, WorkflowSpec
+from workrun.models import (NODE_MODELS, AgentNode, AppSpec, FailurePolicy, HttpAction, HttpNode, NodeSpec,
+                            OutputField, PolicyError, ProcessNode, WorkflowSpec)
 from workrun.outbound import allow_from_env, check_action, check_request, parse_allow
+from workrun.nodes.base import NodeExecutor, Where
+from workrun.templates import REFERENCE, node_dependencies, template_refs
 
-__all__ = [
-    "FailurePolicy",
-    "load_workflow",
-    "node_dependencies",
-    "node_templates",
-    "parse_action",
-    "parse_inputs",
-    "parse_policy",
-    "render",
-    "template_refs",
-]
+__all__ = ["load_workflow", "parse_policy"]
 
-_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-_REF = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
 _KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
-class FailurePolicy:
-    """A node's ``on_failure`` (R-W7, R-M1..R-M5).
-
-    ``kind``: ``fail`` | ``continue`` | ``retry`` | ``fallback`` | ``notify`` | ``compensate`` |
-    ``fallback_action`` | ``terminate``. ``retry`` carries ``then`` (``fail`` or ``notify``, R-M2);
-    ``compensate`` and ``fallback_action`` carry their HTTP ``action`` (R-M3, R-M4).
-    """
-
-    def __init__(self, kind: str, retry: RetryPolicy | None = None, fallback: str | None = None, *,
-                 then: str = "fail", action: HttpAction | None = None) -> None:
-        self.kind = kind
-        self.retry = retry
-        self.fallback = fallback
-        self.then = then
-        self.action = action
-
-    def attempts(self) -> int:
-        """Calls allowed for the node in all (1 unless ``retry``)."""
-        return self.retry.attempts if self.retry else 1
-
-    @property
-    def exhausted(self) -> str:
-        """What a failure that is not absorbed otherwise leads to: ``fail``, ``notify``, ``compensate``,
-        ``fallback_action`` or ``terminate`` (a retry budget spent leads to its ``then``)."""
-        if self.kind == "retry":
-            return self.then
-        return self.kind if self.kind in ("notify", "compensate", "fallback_action", "terminate") else "fail"
-
-    @property
-    def opens_ticket(self) -> bool:
-        """True when an unabsorbed failure opens a ticket (R-M1..R-M5)."""
-        return self.exhausted != "fail"
-
-
-_POLICY_HELP = ('must be "fail", "continue", "notify", "terminate", { retry = { attempts, backoff }, then = '
-                '"fail" | "notify" }, { fallback = "NODE" }, { compensate = ACTION } or { fallback_action = ACTION }')
-
-
-def parse_action(value: Any, file: str, field: str) -> HttpAction:
-    """Parse an HTTP action table of manual repair (R-M3, R-M4, R-M8): the shape of a reverse action (R-H6).
-
-    Templates are checked by :func:`_check_action_templates` once the graph is known.
-
-    Raises:
-        ConfigError: not a table, unknown keys, wrong types (SPEC §17), a URL that is not literal
-            http(s) with a literal host and port (R-H3).
-    """
-    if not isinstance(value, dict):
-        raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=field)
-    try:
-        return HttpAction.model_validate(value)
-    except ValidationError as exc:
-        raise pydantic_error(exc, file, field) from None
-
-
 def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
-    """Parse ``on_failure`` (R-W7, R-M1..R-M5).
+    """Parse ``on_failure`` (R-W7, R-M1..R-M5), once, when the workflow is loaded.
 
     Raises:
-        ConfigError: naming ``FIELD`` (or the sub-field) for anything but the forms of ``_POLICY_HELP``.
+        ConfigError: naming the field (or sub-field) for anything but the written forms of
+            :class:`~workrun.models.FailurePolicy`.
     """
-    if value in ("fail", "continue", "notify", "terminate"):
-        return FailurePolicy(value)
-    if isinstance(value, dict) and value:
-        keys = set(value)
-        if "retry" in keys and keys <= {"retry", "then"}:
-            arg = value["retry"]
-            if not isinstance(arg, dict):
-                raise ConfigError("must be a table: { retry = { attempts = 3, backoff = 0.5 } }", file=file,
-                                  field=f"{field}.retry")
-            then = value.get("then", "fail")
-            if then not in ("fail", "notify"):
-                raise ConfigError('must be "fail" or "notify"', file=file, field=f"{field}.then")
-            try:
-                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg), then=then)
-            except ValidationError as exc:
-                raise pydantic_error(exc, file, f"{field}.retry") from None
-        if len(value) == 1:
-            (kind, arg), = value.items()
-            if kind == "fallback" and isinstance(arg, str):
-                return FailurePolicy("fallback", fallback=arg)
-            if kind in ("compensate", "fallback_action"):
-                return FailurePolicy(kind, action=parse_action(arg, file, f"{field}.{kind}"))
-        if "then" in keys and "retry" not in keys:
-            raise ConfigError("then = … goes with retry = { … }", file=file, field=f"{field}.then")
-        unknown = sorted(keys - {"retry", "then", "fallback", "compensate", "fallback_action"})
-        if unknown:
-            raise ConfigError("unknown key; " + _POLICY_HELP, file=file, field=f"{field}.{unknown[0]}")
-    raise ConfigError(_POLICY_HELP, file=file, field=field)
+    try:
+        return FailurePolicy.parse(value)
+    except PolicyError as exc:
+        raise ConfigError(exc.message, file=file, field=f"{field}.{exc.where}" if exc.where else field) from None
+    except ValidationError as exc:
+        sub = next((k for k in ("compensate", "fallback_action") if isinstance(value, dict) and k in value), "retry")
+        raise pydantic_error(exc, file, f"{field}.{sub}") from None
 
 
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _strings(v, f"{path}[{i}]")
-
-
-def template_refs(value: Any, path: str = "input") -> list[tuple[str, str]]:
-    """Return ``[(field path, reference)]`` for every ``{{ ... }}`` in ``value``."""
-    return [(p, m.group(1)) for p, s in _strings(value, path) for m in _TEMPLATE.finditer(s)]
-
-
-def _lookup(ref: str, context: dict[str, Any]) -> Any:
-    parts = ref.split(".")
-    if parts[0] == "inputs":
-        return context["inputs"][parts[1]]
-    value: Any = context["nodes"][parts[1]]["result"]
-    for part in parts[3:]:
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(ref)
-        value = value[part]
-    return value
-
-
-def render(value: Any, context: dict[str, Any]) -> Any:
-    """Fill templates in ``value`` from ``{"inputs": {...}, "nodes": {key: {"result": ...}}}``.
-
-    A string that is exactly one template takes the referenced value as is
-    (numbers stay numbers); otherwise values are interpolated as text (JSON for
-    objects and lists).
+def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str) -> None:
+    """HTTP reverse actions that this run may send, checked against its inputs and environment (R-H5, R-H6):
+    an http node's ``compensation`` table, and ``compensation = { http = ... }`` of the Apps a node calls.
 
     Raises:
-        KeyError: naming the reference, when a value is missing at run time.
+        ConfigError: an ``{{ inputs.NAME }}`` that is not an input; an ``{{ env.NAME }}`` that is not set.
     """
-    if isinstance(value, dict):
-        return {k: render(v, context) for k, v in value.items()}
-    if isinstance(value, list):
-        return [render(v, context) for v in value]
-    if not isinstance(value, str):
-        return value
-    whole = _TEMPLATE.fullmatch(value.strip())
-    if whole:
-        return _lookup(whole.group(1), context)
-
-    def sub(m: re.Match[str]) -> str:
-        v = _lookup(m.group(1), context)
-        return v if isinstance(v, str) else json.dumps(v)
-
-    return _TEMPLATE.sub(sub, value)
-
-
-def parse_inputs(pairs: list[str]) -> dict[str, str]:
-    """Parse ``--input k=v`` options into a dict.
-
-    Raises:
-        ConfigError: for an item without ``=`` or with an empty key.
-    """
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, val = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"expected KEY=VALUE, got {pair!r}", field="--input")
-        out[key.strip()] = val
-    return out
-
-
-def node_templates(node: NodeSpec | HttpNode, prefix: str = "") -> list[tuple[str, str]]:
-    """``[(field path, reference)]`` of the node's templates that read run inputs or upstream results
-    (``{{ env.NAME }}`` in an http node's headers is not one of them; the reverse action's are not either)."""
-    p = f"{prefix}." if prefix else ""
     if isinstance(node, HttpNode):
-        refs = template_refs(node.url, f"{p}url") + template_refs(node.headers, f"{p}headers") \
-            + template_refs(node.body, f"{p}body")
-        return [(f, r) for f, r in refs if not r.startswith("env.")]
-    return template_refs(node.input, f"{p}input") + template_refs(node.prompt, f"{p}prompt") \
-        + template_refs(node.message, f"{p}message") + template_refs(node.script, f"{p}script")
-
-
-def node_dependencies(node: NodeSpec | HttpNode) -> list[str]:
-    """``needs`` plus every node referenced by a template (SPEC §10), in order, without duplicates."""
-    deps = list(node.needs)
-    for _, ref in node_templates(node):
-        parts = ref.split(".")
-        if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
-            deps.append(parts[1])
-    return deps
-
-
-def _check_app_action(app: AppSpec, project: Path, inputs: dict[str, Any]) -> None:
-    """An App's HTTP reverse action, checked against this run: its environment variables are set and its
-    ``inputs.NAME`` exist (R-H5, R-H6)."""
-    if app.compensation is not None and app.compensation.http is not None:
-        check_action(app.compensation.http, file=str(project / "pyproject.toml"),
-                     field=f"tool.workrun.apps.{app.name}.compensation.http", inputs=inputs)
+        if node.compensation is not None:
+            check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs)
+        return
+    refs: list[tuple[str, str]] = []
+    if isinstance(node, ProcessNode) and node.project and node.app:
+        refs.append((node.project, node.app))
+    if isinstance(node, AgentNode):
+        refs += [(t.project, t.app) for t in node.tools]
+    for project, name in refs:
+        app: AppSpec = load_app(Path(project), name)
+        if app.compensation is not None and app.compensation.http is not None:
+            check_action(app.compensation.http, file=str(Path(project) / "pyproject.toml"),
+                         field=f"tool.workrun.apps.{name}.compensation.http", inputs=inputs)
 
 
 def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
@@ -287,12 +127,14 @@ def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePol
                               file=file, field=f"nodes.{primary}.on_failure.fallback")
 
 
-def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[WorkflowSpec, dict[str, Any]]:
+def load_workflow(path: Path, overrides: dict[str, str] | None,
+                  executors: Mapping[str, NodeExecutor]) -> tuple[WorkflowSpec, dict[str, Any]]:
     """Load, validate and resolve a workflow file (R-W1; SPEC §9, §10).
 
     Args:
         path: the workflow TOML file; ``project`` paths are relative to it.
         overrides: ``--input`` values, overriding ``[inputs]`` defaults.
+        executors: ``{kind: executor}``; each node is checked by its kind's executor.
 
     Returns:
         (spec with absolute project paths, the run's inputs).
@@ -325,11 +167,11 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
         raise ConfigError("a workflow needs at least one [nodes.KEY] table", file=file, field="nodes")
     inputs = {**defaults, **(overrides or {})}
     base = path.resolve().parent
-    http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()
+    http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
     allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
 
-    nodes: dict[str, NodeSpec | HttpNode] = {}
-    apps: dict[str, AppSpec] = {}
+    nodes: dict[str, NodeSpec] = {}
+    outputs: dict[str, dict[str, OutputField]] = {}
     for key, table in nodes_table.items():
         prefix = f"nodes.{key}"
         if not _KEY.match(key):
@@ -345,65 +187,20 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 if isinstance(t, dict) and isinstance(t.get("project"), str) else t
                 for t in table["tools"]
             ]
+        kind = table.get("kind", "process")
+        if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
+            known = ", ".join(repr(k) for k in executors)
+            raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
+        table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
         try:
-            node: NodeSpec | HttpNode = (HttpNode if table.get("kind") == "http" else NodeSpec).model_validate(
-                {**table, "key": key})
+            node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
         except ValidationError as exc:
             raise pydantic_error(exc, file, prefix) from None
-        if isinstance(node, HttpNode):  # R-H1, R-H3, R-H5, R-H6: the references are checked with all nodes below
-            check_request(node, file=file, field=prefix, check_ref=lambda where, ref: None)
-            if node.compensation is not None:
-                check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs)
-        elif node.kind == "process":
-            for field in ("project", "app"):
-                if not getattr(node, field):
-                    raise ConfigError("is required for a process node", file=file, field=f"{prefix}.{field}")
-            if not Path(node.project).is_dir():  # type: ignore[arg-type]
-                raise ConfigError(f"App project directory {node.project} not found", file=file,
-                                  field=f"{prefix}.project")
-            apps[key] = load_app(Path(node.project), node.app, file=file, field=f"{prefix}.app")  # type: ignore[arg-type]
-            if apps[key].kind != "process":
-                raise ConfigError(f"App {node.app!r} is a {apps[key].kind} App; a process node needs a process App",
-                                  file=file, field=f"{prefix}.app")
-            _check_app_action(apps[key], Path(node.project), inputs)  # type: ignore[arg-type]
-        elif node.kind == "agent":
-            if not node.tools:
-                raise ConfigError("an agent node needs at least one Tool App", file=file, field=f"{prefix}.tools")
-            for i, ref in enumerate(node.tools):
-                if not Path(ref.project).is_dir():
-                    raise ConfigError(f"App project directory {ref.project} not found", file=file,
-                                      field=f"{prefix}.tools[{i}].project")
-                spec = load_app(Path(ref.project), ref.app, file=file, field=f"{prefix}.tools[{i}].app")
-                if spec.kind != "tool":
-                    raise ConfigError(f"App {ref.app!r} is not a Tool App", file=file, field=f"{prefix}.tools[{i}].app")
-                _check_app_action(spec, Path(ref.project), inputs)
-            for i, step in enumerate(node.script):  # scripted steps: {tool, args} or {error} (issue 5)
-                where = f"{prefix}.script[{i}]"
-                if set(step) - {"tool", "args", "error"}:
-                    raise ConfigError("unknown key " + repr(sorted(set(step) - {"tool", "args", "error"})[0]),
-                                      file=file, field=where)
-                if "error" not in step and not isinstance(step.get("tool"), str):
-                    raise ConfigError("a script step needs tool = \"NAME\" (or error = \"...\")", file=file,
-                                      field=where)
-                if not isinstance(step.get("args", {}), dict):
-                    raise ConfigError("must be a table of tool arguments", file=file, field=f"{where}.args")
-        elif node.kind == "remote_agent":
-            if not node.url:
-                raise ConfigError("is required for a remote_agent node", file=file, field=f"{prefix}.url")
-            from urllib.parse import urlsplit
-
-            parts = urlsplit(node.url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigError("must be an http:// or https:// URL", file=file, field=f"{prefix}.url")
-            try:  # found before anything runs, not as a failed run (SPEC §10)
-                import a2a.client  # noqa: F401
-            except ImportError:
-                from workrun.remote import MISSING_EXTRA
-
-                raise ConfigError(MISSING_EXTRA, file=file, field=f"{prefix}.kind") from None
+        outputs[key] = executors[kind].check(node, Where(file, prefix))
+        _check_reverse_actions(node, inputs, file, prefix)
         nodes[key] = node
 
-    policies = {k: parse_policy(n.on_failure, file, f"nodes.{k}.on_failure") for k, n in nodes.items()}
+    policies = {k: n.on_failure for k, n in nodes.items()}
     graph: dict[str, list[str]] = {}
     for key, node in nodes.items():
         prefix = f"nodes.{key}"
@@ -412,8 +209,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
             if dep == key:
                 raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
-        for field, ref in node_templates(node, prefix):
-            if not _REF.match(ref):
+        refs = [r for name, value in node.templated().items() for r in template_refs(value, f"{prefix}.{name}")]
+        for field, ref in refs:
+            if not REFERENCE.match(ref):
                 raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
                                   file=file, field=field)
             parts = ref.split(".")
@@ -427,19 +225,17 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 raise ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
             if target == key:
                 raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
-            contract = apps[target].output if target in apps else {}
-            if isinstance(nodes[target], HttpNode) and len(parts) > 3 and parts[3] not in ("status", "headers", "body"):
-                raise ConfigError(f"{{{{ {ref} }}}}: an http node's result has status, headers and body only",
-                                  file=file, field=field)
+            contract = outputs.get(target) or {}
             if contract and len(parts) > 3 and parts[3] not in contract:
-                raise ConfigError(f"{{{{ {ref} }}}}: App {nodes[target].app!r} declares no output field {parts[3]!r}",
-                                  file=file, field=field)
+                what = (f"an http node's result has {', '.join(contract)} only" if isinstance(nodes[target], HttpNode)
+                        else f"App {getattr(nodes[target], 'app', None)!r} declares no output field {parts[3]!r}")
+                raise ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
         policy = policies[key]
         if policy.kind == "fallback":
             if policy.fallback not in nodes or policy.fallback == key:
                 raise ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
                                   file=file, field=f"{prefix}.on_failure.fallback")
-        graph[key] = node_dependencies(node)
+        graph[key] = node_dependencies(node.needs, node.templated())
     _check_cycles(graph, file, "needs")
     _check_fallbacks(graph, policies, file)
     for key, policy in policies.items():
@@ -507,7 +303,12 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any]) -> HttpAction |
         raise ConfigError("unknown key", file=file, field=f"notify.{unknown[0]}")
     if "http" not in value:
         raise ConfigError("is required", file=file, field="notify.http")
-    action = parse_action(value["http"], file, "notify.http")
+    if not isinstance(value["http"], dict):
+        raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field="notify.http")
+    try:
+        action = HttpAction.model_validate(value["http"])
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, "notify.http") from None
     _check_action_templates(action, file, "notify.http", inputs, set(),
                             frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}))
     return action

@@ -1,1 +1,1 @@
-"""Helpers shared by tests (import as ``from _kit.NAME import ...``)."""
+"""Helpers shared by tests (never import one test file from another)."""

@@ -462,3 +462,39 @@ app = "book"
     res = workrun("run", wf)
     assert res.code == 2, res
     assert "tool.workrun.apps.book.compensation" in res.err and "exactly one of entry" in res.err
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_kill_9_while_an_http_node_is_in_flight_then_resume(server, write_workflow, workrun, idempotent):
+    server.route("POST", "/api/orders", sequence=[{"hang": 120}, {"status": 201, "json": {"id": 9}}])
+    wf = write_workflow("nodekill", _allow(server) + f"""
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/orders"
+idempotent = {str(idempotent).lower()}
+timeout = 60
+""")
+    proc = _spawn(["run", wf])
+    try:
+        assert server.wait_for("POST", "/api/orders", 1, timeout=120), proc
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    server.release()
+    first = workrun("resume", "--json")
+    second = workrun("resume", "--json")
+    run_id = workrun("runs", "list", "--json").json()[0]["run_id"]
+    view = workrun("runs", "show", run_id, "--json").json()
+    ops = _ops(view, "order")
+    assert ops[0]["status"] == "unknown"
+    if idempotent:  # re-sent once on resume, with the key of the request it repeats
+        assert view["status"] == "succeeded" and [o["status"] for o in ops] == ["unknown", "succeeded"], first
+        keys = [r.headers["Idempotency-Key"] for r in server.requests("POST", "/api/orders")]
+        assert keys == [ops[0]["operation_id"]] * 2
+    else:  # never re-sent: the node fails and the run with it (an unknown call is not compensated)
+        assert view["status"] == "failed" and len(ops) == 1 and ops[0]["compensation"] is None, first
+        assert server.count("POST", "/api/orders") == 1
+    assert second.code == 0

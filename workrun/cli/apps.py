@@ -55,7 +55,7 @@ compensation.result({"undone": ctx.original_operation_id})
 def new(name: str = typer.Argument(..., help="App (and project) name."),
         directory: Optional[Path] = typer.Option(None, "--dir", help="Where to create it (default ./NAME).")) -> None:
     r"""Create an App project: pyproject.toml with \[tool.workrun], main.py, compensate.py, uv.lock."""
-    from workrun.runner.uv import _clean_env, _uv_bin
+    from workrun.runner.env import clean_env, uv_bin
 
     if not re.match(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$", name):
         raise UsageError("use letters, digits, '-' and '_', starting with a letter", field="NAME")
@@ -66,7 +66,7 @@ def new(name: str = typer.Argument(..., help="App (and project) name."),
     (target / "pyproject.toml").write_text(_PYPROJECT.format(name=name))
     (target / "main.py").write_text(_MAIN)
     (target / "compensate.py").write_text(_COMPENSATE)
-    proc = subprocess.run([_uv_bin(), "lock", "--quiet"], cwd=target, env=_clean_env(), capture_output=True,
+    proc = subprocess.run([uv_bin(), "lock", "--quiet"], cwd=target, env=clean_env(), capture_output=True,
                           text=True)
     if proc.returncode != 0:
         raise ConfigError(f"`uv lock` failed: {proc.stderr.strip().splitlines()[-1:]}", file=str(target))
@@ -89,9 +89,9 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
         json_mode: bool = JsonOpt) -> None:
     """Run one App alone: journaled, never compensated (R-A6). Exit 0 if the call succeeded, else 1."""
     from workrun.apps import load_app
-    from workrun.calls import call_app
+    from workrun.operations import call_app
     from workrun.recovery import recover_operations
-    from workrun.workflow import parse_inputs
+    from workrun.templates import parse_inputs
 
     spec = load_app(project, app_name, field="APP")
     data: dict[str, object] = dict(parse_inputs(input))
@@ -138,7 +138,7 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     with reading(json_mode) as svc:
         for name, spec in apps.items():
             if spec.kind == "tool":
-                from workrun.agent.tools import discover
+                from workrun.nodes.agent.tools import discover
 
                 tools[name] = discover(svc, Path(project), spec)
             rows.append({"app": name, "kind": spec.kind, "entry": spec.entry,

@@ -12,12 +12,20 @@ from workrun.cli.output import CliReporter
 from workrun.lock import SchedulerLock
 from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "reading", "scheduling"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "reading", "scheduling"]
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
+
+
+def ask(question: str) -> bool:
+    """Ask a yes/no question on the terminal (default no); end of input or Ctrl-C at the prompt is no."""
+    try:
+        return bool(typer.confirm(question, default=False))
+    except typer.Abort:
+        return False
 
 
 @contextmanager

@@ -1,1 +1,21 @@
-"""One executor per node kind (STYLE.md: nodes/)."""
+"""Node executors, one per ``kind`` (``base.py`` has the contract).
+
+:func:`default_executors` is the registry the CLI and recovery hand to the engine;
+a new kind is one line here (and its spec class in :mod:`workrun.models`).
+"""
+
+from __future__ import annotations
+
+from workrun.nodes.agent import AgentExecutor
+from workrun.nodes.base import NodeExecutor, NodeJob, Where
+from workrun.nodes.http import HttpExecutor
+from workrun.nodes.process import ProcessExecutor
+from workrun.nodes.remote import RemoteExecutor
+
+__all__ = ["NodeExecutor", "NodeJob", "Where", "default_executors"]
+
+
+def default_executors() -> dict[str, NodeExecutor]:
+    """``{kind: executor}`` of every built-in node kind."""
+    executors: list[NodeExecutor] = [ProcessExecutor(), AgentExecutor(), RemoteExecutor(), HttpExecutor()]
+    return {e.kind: e for e in executors}

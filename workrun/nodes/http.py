@@ -7,8 +7,9 @@ before the next step::
     op.started  (status ``running``: the guard let it through; the request is about to go out)
     op.finished (``succeeded`` 2xx | ``failed`` | ``unknown``: sent, no answer)
 
-A runner killed in ``starting`` sent nothing (recovered as not started, free to send); killed in
-``running`` the outcome is ``unknown`` (never re-sent, unless the node says ``idempotent = true``).
+A runner killed in ``starting`` sent nothing (settled as not started, free to send); killed in
+``running`` the outcome is ``unknown`` (never re-sent, unless the node says ``idempotent = true``); see
+:func:`workrun.operations.settle_request`.
 Every request carries ``Idempotency-Key: <operation_id>``; a re-send after an unknown outcome keeps the
 key of the request it repeats.
 
@@ -19,29 +20,35 @@ A reverse action attempt follows the same shape with ``attempt.intent`` -> ``att
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
-from workrun.calls import Attempted, backoff_delay
+from workrun.backoff import backoff_delay
 from workrun.errors import ConfigError, StaleStatusError
-from workrun.models import AppSpec, HttpNode, HttpRequestSpec, WorkflowSpec
-from workrun.outbound import (AllowList, PreparedRequest, RequestError, SendResult, allow_from_env, parse_allow,
-                              parse_url, prepare, send)
-from workrun.outcomes import Failure, brief
+from workrun.models import AppSpec, HttpNode, HttpRequestSpec, NodeSpec, OutputField
+from workrun.nodes.base import NodeJob, Where
+from workrun.operations import Attempted
+from workrun.outbound import (AllowList, PreparedRequest, RequestError, SendResult, allow_from_env, check_action,
+                              check_request, parse_allow, parse_url, prepare, send)
+from workrun.outcomes import Failure, NodeOutcome, brief
 from workrun.services import Services, new_id
 
 __all__ = [
     "KIND",
+    "RESULT_FIELDS",
+    "HttpExecutor",
     "action_knobs",
     "finish_http_attempt",
     "is_reverse_action",
     "recover_http_attempt",
-    "recover_http_operation",
     "reverse_action_of",
     "run_http_attempt",
-    "run_http_node",
 ]
 
 KIND = "http"
+#: what an http node's result has (R-H1): a template may read these and what is under them
+RESULT_FIELDS: dict[str, OutputField] = {"status": OutputField(type="integer", required=True),
+                                         "headers": OutputField(type="object", required=True),
+                                         "body": OutputField(type="object")}
 
 
 def _allow(spec_allow: list[str] | None) -> AllowList:
@@ -106,37 +113,49 @@ def _finish_operation(svc: Services, op_id: str, got: SendResult) -> dict[str, A
     return svc.journal.operation(op_id)
 
 
-def recover_http_operation(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
-    """Settle an http operation left in flight by a runner that died (R-R3): ``starting`` = nothing was sent
-    (failed, not started: it may be sent again); ``running`` = ``unknown`` (verify outside)."""
-    if op["status"] == "starting":
-        svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
-                                     error="not started: the runner stopped before the request was sent")
-    else:
-        svc.journal.finish_operation(op["operation_id"], status="unknown", failure=Failure.UNKNOWN, at=svc.now(),
-                                     error="outcome unknown: the runner stopped while the request was in flight; "
-                                     "verify outside before sending it again")
-    return svc.journal.operation(op["operation_id"])
+class HttpExecutor:
+    """Runs ``kind = "http"`` nodes: one request per operation, the node's ``on_failure`` applied (R-H1, R-H2, R-W7).
+
+    Resuming after a restart: a succeeded request is reused (never re-sent, R-R2); one left ``unknown``
+    fails the node unless it is idempotent (then it is re-sent with the same Idempotency-Key); one that was
+    never sent is sent.
+    """
+
+    kind: ClassVar[str] = KIND
+
+    def check(self, node: NodeSpec, where: Where) -> dict[str, OutputField]:
+        """The request and its reverse action as written: literal scheme/host/port, templates only where allowed,
+        ``{{ env.NAME }}`` only in header values and set now (R-H3, R-H5, R-H6).
+
+        Returns:
+            The result's fields (``status``, ``headers``, ``body``) for template checks downstream.
+
+        Raises:
+            ConfigError: naming the field.
+        """
+        assert isinstance(node, HttpNode)
+        check_request(node, file=where.file, field=where.field, check_ref=lambda field, ref: None)
+        if node.compensation is not None:
+            check_action(node.compensation, file=where.file, field=where.at("compensation"))
+        return dict(RESULT_FIELDS)
+
+    def run(self, job: NodeJob) -> NodeOutcome:
+        """Send the node's request (again, as its failure policy and ``idempotent`` allow); see the class doc."""
+        node = job.node
+        assert isinstance(node, HttpNode)
+        return _run_http_node(job, node)
+
+    def after_run(self, svc: Services, run_id: str) -> None:
+        """Nothing: an http node's request is undone by its reverse action, with the run's compensation."""
 
 
-def run_http_node(svc: Services, run_id: str, node: HttpNode, spec: WorkflowSpec, context: dict[str, Any],
-                  depends_on: list[str], *, retry_attempts: int, retry_backoff: float | None,
-                  stopping: Callable[[], bool]) -> tuple[str, Any, str | None]:
-    """Run one http node to its end (R-H1, R-H2, R-W7); return ``(status, result, error)``.
-
-    Args:
-        context: ``{"inputs": {...}, "nodes": {key: {"result": ...}}}`` for templates.
-        depends_on: upstream operation ids (for compensation order, R-C3).
-        retry_attempts: requests allowed in all by the node's failure policy (1 without ``retry``).
-        retry_backoff: seconds before the second request (doubling), None without a ``retry`` policy.
-        stopping: True when the user asked to stop.
-
-    Returns:
-        ``("succeeded", {status, headers, body}, None)``, or ``("failed" | "stopped", None, error line)``.
+def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
+    """Run one http node to its end (R-H1, R-H2, R-W7).
 
     An ``unknown`` outcome is re-sent (with the same Idempotency-Key) only when the node is idempotent,
     within the retry budget (one re-send without a ``retry`` policy); otherwise the node fails.
     """
+    svc, run_id, policy = job.svc, job.run_id, node.on_failure
     prior = svc.journal.operations(run_id, node.key)
     used = sum(1 for o in prior if o["status"] in ("failed", "unknown")
                and (o["failure"] is None or Failure(o["failure"]).counts))
@@ -144,52 +163,54 @@ def run_http_node(svc: Services, run_id: str, node: HttpNode, spec: WorkflowSpec
     if prior:
         last = prior[-1]
         if last["status"] == "succeeded":
-            return "succeeded", last["result"], None
+            return NodeOutcome("succeeded", last["result"])
         if last["status"] == "unknown":
             if not node.idempotent:
-                return "failed", None, f"operation {last['operation_id']}: {last['error']}"
+                return NodeOutcome("failed", error=f"operation {last['operation_id']}: {last['error']}")
             resend_key = _key_of(last)
-    budget = retry_attempts if retry_backoff is not None else (2 if node.idempotent else 1)
-    allow = _allow(spec.http_allow)
-    url = parse_url(node.url)
+    budget = policy.attempts() if policy.retry else (2 if node.idempotent else 1)
+    try:
+        allow = _allow((svc.journal.run(run_id)["spec"] or {}).get("http_allow"))  # WORKRUN_HTTP_ALLOW read now
+        url = parse_url(node.url)
+    except ConfigError as exc:
+        return NodeOutcome("failed", error=exc.line())
     error: str | None = None
     while used < budget:
-        if stopping():
-            return "stopped", None, "stopped by the user"
+        if job.should_stop():
+            return NodeOutcome("stopped", error="stopped by the user")
         op_id = new_id("op")
         try:
             request = prepare(method=node.method, url=url, headers=node.headers, body=node.body, timeout=node.timeout,
-                              lookup=_node_lookup(context), idempotency_key=resend_key or op_id)
+                              lookup=_node_lookup(job.context), idempotency_key=resend_key or op_id)
         except KeyError as exc:
-            return "failed", None, f"template {{{{ {exc.args[0]} }}}} has no value"
+            return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
         except RequestError as exc:
-            return "failed", None, str(exc)
-        op = _send_operation(svc, run_id=run_id, node=node, op_id=op_id, request=request, depends_on=depends_on,
-                             allow=allow)
-        svc.say(run_id, node.key, "info" if op["status"] == "succeeded" else "error",
+            return NodeOutcome("failed", error=str(exc))
+        op = _send_operation(svc, run_id=run_id, node=node, op_id=op_id, request=request,
+                             depends_on=job.depends_on, allow=allow)
+        job.say("info" if op["status"] == "succeeded" else "error",
                 f"operation {op_id} ({node.method} {request.full_url}): {op['status']}"
                 + (f": {op['error']}" if op["error"] else "")
                 + (f" -> {brief(op['result'])}" if op["status"] == "succeeded" else ""))
         if op["status"] == "succeeded":
-            return "succeeded", op["result"], None
+            return NodeOutcome("succeeded", op["result"])
         error = op["error"]
         used += 1
         if op["status"] == "unknown":
             if not node.idempotent:
-                return "failed", None, error
+                return NodeOutcome("failed", error=error)
             resend_key = _key_of(op)
             if used < budget:
-                svc.say(run_id, node.key, "warning", f"re-sending (request {used + 1} of {budget}) with the same "
-                        f"Idempotency-Key {resend_key}: the node is idempotent")
+                job.say("warning", f"re-sending (request {used + 1} of {budget}) with the same Idempotency-Key "
+                        f"{resend_key}: the node is idempotent")
         else:
             resend_key = None
-        if used < budget and retry_backoff is not None and op["status"] == "failed":
-            delay = retry_backoff * (2 ** (used - 1))
-            svc.say(run_id, node.key, "warning",
-                    f"retrying (request {used + 1} of {budget}) in {delay:g} s (on_failure = retry)")
+        if used < budget and policy.retry is not None and op["status"] == "failed":
+            delay = backoff_delay(policy.retry.backoff, used)
+            job.say("warning", f"retrying (request {used + 1} of {budget}) in {delay:.2g} s (on_failure = retry)")
             if svc.stop_event.wait(delay):
-                return "stopped", None, "stopped by the user"
-    return "failed", None, error
+                return NodeOutcome("stopped", error="stopped by the user")
+    return NodeOutcome("failed", error=error)
 
 
 # -- reverse actions --------------------------------------------------------------------------------------------------

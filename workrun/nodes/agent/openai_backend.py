@@ -27,9 +27,9 @@ import os
 from collections import deque
 from typing import Any
 
-from workrun.agent.loop import ToolCall
+from workrun.nodes.agent.backend import ToolCall
 from workrun.errors import WorkrunError
-from workrun.models import NodeSpec
+from workrun.models import AgentNode
 
 __all__ = ["REQUEST_TIMEOUT_CAP", "OpenAIBackend"]
 
@@ -52,7 +52,7 @@ class OpenAIBackend:
             no model name, or no API key for the default endpoint.
     """
 
-    def __init__(self, node: NodeSpec, prompt: str, tool_schemas: list[dict[str, Any]]) -> None:
+    def __init__(self, node: AgentNode, prompt: str, tool_schemas: list[dict[str, Any]]) -> None:
         try:
             import openai
         except ImportError:

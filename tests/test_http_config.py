@@ -1,0 +1,93 @@
+"""Loading workflows with http nodes and reverse actions: everything wrong is found before anything runs
+(R-H1, R-H3, R-H5, R-H6; SPEC §10, §17). Pure: no server, no process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workrun.errors import ConfigError
+from workrun.models import HttpNode
+from workrun.nodes import default_executors
+from workrun.templates import node_dependencies
+from workrun.workflow import load_workflow
+
+GOOD = """
+http_allow = ["127.0.0.1:8765", "10.0.0.0/8"]
+[inputs]
+item = "book"
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "https://shop.example/api/orders?item={{ inputs.item }}"
+headers = { Authorization = "Bearer {{ env.WR_TEST_TOKEN }}" }
+body = { item = "{{ inputs.item }}", qty = 1 }
+compensation = { method = "DELETE", url = "https://shop.example/api/orders/{{ original.result.body.id }}", \
+headers = { X-Run = "{{ run_id }}", X-Why = "{{ error }}" }, body = "{{ original.input.body.item }}" }
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "https://shop.example/api/payments/{{ nodes.order.result.body.id }}"
+"""
+
+
+def _load(tmp_path: Path, text: str) -> tuple:
+    path = tmp_path / "wf.toml"
+    path.write_text(text)
+    return load_workflow(path, None, default_executors())
+
+
+@pytest.fixture(autouse=True)
+def token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WR_TEST_TOKEN", "x")
+
+
+def test_a_good_workflow_loads_with_dependencies_from_templates(tmp_path: Path) -> None:
+    spec, inputs = _load(tmp_path, GOOD)
+    order, pay = spec.nodes["order"], spec.nodes["pay"]
+    assert isinstance(order, HttpNode) and order.compensation is not None
+    assert (order.timeout, order.compensation.max_retries, order.compensation.timeout) == (30.0, 3, 30.0)
+    assert node_dependencies(pay.needs, pay.templated()) == ["order"]
+    assert node_dependencies(order.needs, order.templated()) == []
+    assert spec.http_allow == ["127.0.0.1:8765", "10.0.0.0/8"]
+
+
+@pytest.mark.parametrize("old, new, field, words", [
+    ('url = "https://shop.example/api/orders?item', 'url = "https://{{ inputs.item }}/api/orders?item',
+     "nodes.order.url", "literal"),
+    ('method = "POST"\nurl = "https://shop.example/api/orders', 'method = "SEND"\nurl = "https://shop.example/api/orders',
+     "nodes.order.method", "GET"),
+    ('WR_TEST_TOKEN', 'WR_TEST_UNSET_TOKEN', "nodes.order.headers.Authorization",
+     "environment variable WR_TEST_UNSET_TOKEN is not set"),
+    ('qty = 1 }', 'qty = "{{ env.WR_TEST_TOKEN }}" }', "nodes.order.body.qty", "only in header values"),
+    ('X-Run = "{{ run_id }}"', 'X-Run = "{{ nodes.pay.result.body }}"', "nodes.order.compensation.headers.X-Run",
+     "reverse action may use"),
+    ('X-Run = "{{ run_id }}"', 'X-Run = "{{ inputs.nope }}"', "nodes.order.compensation.headers.X-Run",
+     "neither in [inputs]"),
+    ('url = "https://shop.example/api/orders/{{', 'url = "ftp://shop.example/api/orders/{{',
+     "nodes.order.compensation.url", "only http and https"),
+    ('{{ nodes.order.result.body.id }}"', '{{ nodes.order.result.id }}"', "nodes.pay.url",
+     "an http node's result has status, headers, body only"),
+    ('{{ nodes.order.result.body.id }}"', '{{ nodes.order.result.body.id }"', "nodes.pay.url", "'{{' without '}}'"),
+    ('http_allow = ["127.0.0.1:8765", "10.0.0.0/8"]', 'http_allow = ["shop.example"]', "http_allow[0]",
+     "not an address"),
+    ('qty = 1 }\n', 'qty = 1 }\ntimeout = "30"\n', "nodes.order.timeout", ""),
+    ('qty = 1 }\n', 'qty = 1 }\nheaders2 = 1\n', "nodes.order.headers2", "unknown key"),
+    ('headers = { Authorization', 'headers = { Host = "evil.example", Authorization', "nodes.order.headers.Host",
+     "set by Workrun"),
+])
+def test_mistakes_are_config_errors_naming_the_field(tmp_path: Path, old: str, new: str, field: str,
+                                                     words: str) -> None:
+    assert old in GOOD
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, GOOD.replace(old, new, 1))
+    assert info.value.field == field
+    assert words in info.value.message
+
+
+def test_bad_workrun_http_allow_is_found_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKRUN_HTTP_ALLOW", "127.0.0.1:8765,not-an-address")
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, GOOD)
+    assert info.value.field == "WORKRUN_HTTP_ALLOW"
