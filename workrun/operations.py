@@ -331,7 +331,8 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     elif failure is Failure.UNKNOWN:
         status, what = "unknown", "in flight when the runner died; no exit record"
         if comp["idempotent"]:
-            comp_status, reason = "pending", f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
+            comp_status = "pending"
+            reason = f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
         else:
             comp_status = "unknown"
             reason = (f"attempt {number} was in flight when the runner died and its outcome cannot be established: "

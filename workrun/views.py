@@ -5,7 +5,7 @@ Pure functions of journal rows; the CLI prints them as JSON or turns them into t
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from workrun.journal import Journal
@@ -17,7 +17,7 @@ def iso(ts: float | None) -> str | None:
     """Epoch seconds -> ISO 8601 UTC with microseconds (sortable as text), or None."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
 
 
 def attempt_view(a: dict[str, Any]) -> dict[str, Any]:
@@ -76,8 +76,9 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
             "app": op["app"], "kind": op["kind"], "tool": op["tool_name"], "status": status,
             "input": op["input"], "result": op["result"], "resources": op["resources"],
             "depends_on": op["depends_on"], "fingerprint": op["fingerprint"], "error": op["error"],
-            "exit_code": op["exit_code"], "signal": op["signal"], "started_at": iso(op["started_at"] or op["created_at"]),
-            "ended_at": iso(op["ended_at"]), "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "",
+            "exit_code": op["exit_code"], "signal": op["signal"],
+            "started_at": iso(op["started_at"] or op["created_at"]), "ended_at": iso(op["ended_at"]),
+            "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "",
             "compensation": compensation_view(c, attempts.get(c["compensation_id"], [])) if c else None,
         })
     unfinished = [c["compensation_id"] for c in comps.values() if c["status"] not in ("succeeded", "skipped")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+
 TYPE_CHECKING = False  # typing costs ~14 ms of every App call's start-up; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
@@ -55,7 +56,7 @@ def call_dir(function: str) -> str:
     return value
 
 
-def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically (tmp file, rename).
 
     Not fsynced: the file survives any process dying (the threat model of
@@ -80,7 +81,7 @@ def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
         raise
 
 
-def read_envelope(path: "str | os.PathLike[str]") -> dict[str, Any]:
+def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a versioned envelope written by the other side.
 
     Raises:
@@ -99,7 +100,7 @@ def read_envelope(path: "str | os.PathLike[str]") -> dict[str, Any]:
     return data
 
 
-def claim(directory: "str | os.PathLike[str]", text: str) -> bool:
+def claim(directory: str | os.PathLike[str], text: str) -> bool:
     """Create ``directory/claim`` exclusively with ``text``; True when this caller won."""
     try:
         fd = os.open(os.path.join(directory, "claim"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -6,7 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -74,7 +74,9 @@ def new(name: str = typer.Argument(..., help="App (and project) name."),
                   "--input name=you")
 
 
-def _coerce(value: str) -> object:
+def _coerce(value: object) -> object:
+    if not isinstance(value, str):
+        return value
     try:
         return json.loads(value)
     except ValueError:
@@ -133,8 +135,8 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     from workrun.apps import load_project
 
     apps = load_project(project)
-    rows = []
-    tools: dict[str, list[dict[str, object]]] = {}
+    rows: list[dict[str, Any]] = []
+    tools: dict[str, list[dict[str, Any]]] = {}
     with reading(json_mode) as svc:
         for name, spec in apps.items():
             if spec.kind == "tool":
@@ -153,7 +155,8 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r["app"], r["kind"], r["entry"], (r["compensation"] or {}).get("entry", "-"),
-                      ", ".join(f"{k}: {v['type']}{'!' if v['required'] else ''}" for k, v in r["output"].items()) or "-",
+                      ", ".join(f"{k}: {v['type']}{'!' if v['required'] else ''}"
+                                for k, v in r["output"].items()) or "-",
                       ", ".join(str(t["name"]) + (" (confirm)" if _asks(apps[r["app"]], str(t["name"])) else "")
                                 for t in r["tools"]) or "-")
     console.print(table)

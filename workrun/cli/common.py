@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import typer
 
@@ -60,7 +61,7 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, on_signal)
     try:
-        svc.journal  # open + integrity check + migrate before anything else
+        _ = svc.journal  # open + integrity check + migrate before anything else
         if resume_first:
             from workrun.recovery import resume_all, unfinished_runs
 
@@ -71,7 +72,7 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
                 resume_all(svc)
         yield svc
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         lock.release()
         svc.close()

@@ -265,7 +265,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             traceback.print_exc()
         print_error(exc.line())
         code = exc.exit_code
-    except click_exceptions.NoArgsIsHelpError:  # type: ignore[attr-defined]  # help was printed already
+    except click_exceptions.NoArgsIsHelpError:  # help was printed already
         code = 2
     except click_exceptions.UsageError as exc:
         if debug:

@@ -4,7 +4,7 @@
 that holds all of its SQL (``sqlite.py``); ``migrations.py`` its schema steps.
 """
 
-from workrun.journal.base import FAULT_POINTS, Journal, Row
+from workrun.journal.base import FAULT_POINTS, Journal
 from workrun.journal.sqlite import SqliteJournal
 
-__all__ = ["FAULT_POINTS", "Journal", "Row", "SqliteJournal"]
+__all__ = ["FAULT_POINTS", "Journal", "SqliteJournal"]

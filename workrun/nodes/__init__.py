@@ -12,7 +12,8 @@ from workrun.nodes.http import HttpExecutor
 from workrun.nodes.process import ProcessExecutor
 from workrun.nodes.remote import RemoteExecutor
 
-__all__ = ["NodeExecutor", "NodeJob", "Where", "default_executors"]
+__all__ = ["AgentExecutor", "NodeExecutor", "NodeJob", "ProcessExecutor", "RemoteExecutor", "Where",
+           "default_executors"]
 
 
 def default_executors() -> dict[str, NodeExecutor]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from workrun.apps import load_app

@@ -42,7 +42,7 @@ def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]
         return json.loads(cache.read_text())
     python = svc.runner.prepare(project)
     call_dir = svc.call_dir(new_id("discover"))
-    envelope = {"kind": "tool", "input": {}, "context": None, "tool": None}
+    envelope: dict[str, Any] = {"kind": "tool", "input": {}, "context": None, "tool": None}
     try:
         started = svc.runner.start(python, project, project / app.entry, call_dir, envelope)
         outcome = svc.runner.wait(started, time.time() + min(app.timeout, DISCOVERY_TIMEOUT))

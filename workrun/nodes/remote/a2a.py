@@ -41,7 +41,8 @@ import asyncio
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 from urllib.parse import urlsplit
 
 from workrun.errors import ConfigError
@@ -355,7 +356,8 @@ def run_remote_node(svc: Services, run_id: str, node: RemoteAgentNode, context: 
     prior = [t for t in svc.journal.remote_tasks(run_id) if t["node_key"] == node.key]
     if prior:  # a runner died while this node was following its task: never send the message twice
         t = prior[0]
-        what = f"task {t['task_id']} (last state {t['state']})" if t["task_id"] else "a message whose task id is unknown"
+        what = (f"task {t['task_id']} (last state {t['state']})" if t["task_id"]
+                else "a message whose task id is unknown")
         return NodeOutcome("failed", error=f"the runner stopped while this node was following {what} at {t['url']}; "
                                            "it is not sent or followed again")
     try:
