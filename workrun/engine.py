@@ -23,14 +23,23 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.records import plan_records
-from workrun.models import NodeSpec, WorkflowSpec
+from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.nodes.base import NodeExecutor, NodeJob
 from workrun.operations import settle_operations
 from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id
 from workrun.templates import node_dependencies
-from workrun.ticket_records import (SYSTEM_ACTOR, action_row, event_row, new_ticket_id, notification_row, one_line,
-                                    render_request, ticket_message, ticket_row)
+from workrun.ticket_records import (
+    SYSTEM_ACTOR,
+    action_row,
+    event_row,
+    new_ticket_id,
+    notification_row,
+    one_line,
+    render_request,
+    ticket_message,
+    ticket_row,
+)
 
 __all__ = ["Engine", "create_run"]
 
@@ -290,7 +299,8 @@ class Engine:
         tickets = svc.journal.tickets(run_id)
         ended_by = terminated_by or next((t for t in tickets if t["policy"] == "terminate"), None)
         if ended_by is not None:
-            how = "on_failure = terminate" if terminated_by is None else "terminated by an operator without compensation"
+            how = ("on_failure = terminate" if terminated_by is None
+                   else "terminated by an operator without compensation")
             end("terminated", f"node {ended_by['node_key']!r} failed ({how})")
             svc.say(run_id, None, "error", f"run terminated: node {ended_by['node_key']!r} failed ({how}, ticket "
                     f"{ended_by['ticket_id']}); nothing was compensated: `workrun compensate {run_id}` undoes its "

@@ -16,15 +16,15 @@ ticket and never blocks the run.
 
 from __future__ import annotations
 
-import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from workrun import faults
+from workrun.backoff import backoff_delay
 from workrun.errors import ActionRefusedError, ConfigError
 from workrun.models import HttpAction, WorkflowSpec
+from workrun.outbound import RequestError, SendResult, allow_from_env, parse_allow, parse_url, prepare, send
 from workrun.outcomes import Failure
-from workrun.outbound import (RequestError, SendResult, allow_from_env, parse_allow, parse_url, prepare,
-                              send)
 from workrun.services import Services, new_id
 from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line
 
@@ -63,11 +63,6 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
 def _kept(ref: str) -> str:
     # values were filled when the action was registered; text that still looks like a template is kept as is
     return "{{ " + ref + " }}"
-
-
-def _backoff(backoff: float, used: int) -> float:
-    """Seconds before the next attempt: ``backoff`` doubling per attempt, jitter, capped at 60 s (SPEC §10)."""
-    return min(60.0, backoff * (2 ** max(0, used - 1)) * random.uniform(0.8, 1.2))
 
 
 def _spec(svc: Services, run_id: str) -> WorkflowSpec:
@@ -182,6 +177,7 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     lost = answer.failure == Failure.UNKNOWN
     attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.response_tail,
                "error": answer.error, "failure": answer.failure.value if answer.failure else None}
+    after: dict[str, Any]
     if answer.succeeded:
         attempt["status"] = "succeeded"
         after = {"status": "succeeded", "result": answer.result(), "reason": None}
@@ -192,7 +188,7 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     else:
         attempt["status"] = "failed"
         if trigger == "auto" and used < action["max_attempts"]:
-            delay = _backoff(action["backoff"], used)
+            delay = backoff_delay(action["backoff"], used)
             after = {"status": "pending", "next_attempt_at": now + delay,
                      "reason": f"attempt {number} failed ({answer.error}); next in {delay:.2g} s"}
         else:
@@ -215,7 +211,8 @@ def run_actions(svc: Services, run_id: str) -> list[dict[str, Any]]:
     recover_actions(svc, run_id)
     notify_dead_letters(svc, run_id)
     while not svc.stopping():
-        due, later = [], []
+        due: list[dict[str, Any]] = []
+        later: list[dict[str, Any]] = []
         for a in svc.journal.open_ticket_actions(run_id):
             if a["status"] != "pending":
                 continue

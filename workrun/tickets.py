@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from workrun.engine import Engine
-from workrun.nodes import default_executors
 from workrun.errors import ActionRefusedError, UsageError
 from workrun.models import WorkflowSpec
+from workrun.nodes import default_executors
 from workrun.operator import actor
 from workrun.recovery import compensate_now, drive
 from workrun.services import Services
+from workrun.templates import template_refs
 from workrun.ticket_actions import run_action, send_notifications
 from workrun.ticket_records import event_row
-from workrun.templates import template_refs
 
 __all__ = [
     "check",

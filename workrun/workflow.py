@@ -17,10 +17,21 @@ from pydantic import ValidationError
 
 from workrun.apps import load_app, pydantic_error
 from workrun.errors import ConfigError
-from workrun.models import (NODE_MODELS, AgentNode, AppSpec, FailurePolicy, HttpAction, HttpNode, NodeSpec,
-                            OutputField, PolicyError, ProcessNode, WorkflowSpec)
-from workrun.outbound import allow_from_env, check_action, check_request, parse_allow
+from workrun.models import (
+    NODE_MODELS,
+    AgentNode,
+    AppSpec,
+    FailurePolicy,
+    HttpAction,
+    HttpNode,
+    NodeSpec,
+    OutputField,
+    PolicyError,
+    ProcessNode,
+    WorkflowSpec,
+)
 from workrun.nodes.base import NodeExecutor, Where
+from workrun.outbound import allow_from_env, check_action, check_request, parse_allow
 from workrun.templates import REFERENCE, node_dependencies, template_refs
 
 __all__ = ["load_workflow", "parse_policy"]

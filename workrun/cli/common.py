@@ -9,11 +9,11 @@ from typing import Any
 
 import typer
 
-from workrun.cli.output import CliReporter
+from workrun.cli.output import CliReporter, console, print_json, run_table
 from workrun.lock import SchedulerLock
 from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "reading", "scheduling"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling"]
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
@@ -76,3 +76,25 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
             signal.signal(signum, handler)
         lock.release()
         svc.close()
+
+
+def finish_run(svc: Services, run_id: str, json_mode: bool) -> int:
+    """Print the run (table or JSON) and return the exit code its status means (SPEC §16)."""
+    from workrun.views import run_view
+
+    view = run_view(svc.journal, run_id)
+    if json_mode:
+        print_json(view)
+    else:
+        console.print()
+        console.print(run_table(view))
+        if view["unfinished_compensations"]:
+            console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
+                          f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
+                          f"--run {run_id}`")
+        for t in view["tickets"]:
+            if t["status"] == "pending" and view["status"] == "waiting":
+                console.print(f"[yellow]waiting for a person[/]: ticket {t['ticket_id']} (node {t['node_key']}): "
+                              f"`workrun tickets resume {t['ticket_id']}` or `workrun tickets terminate "
+                              f"{t['ticket_id']}`")
+    return EXIT.get(view["status"], 1)

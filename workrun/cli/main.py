@@ -26,12 +26,12 @@ from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
-from workrun.cli.common import EXIT, JsonOpt, WaitOpt, ask, reading, scheduling
+from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.views import run_view
 
-__all__ = ["app", "finish_run", "main"]
+__all__ = ["app", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "
@@ -54,26 +54,6 @@ def _root(
                                  callback=_print_version),
 ) -> None:
     del debug, version  # --debug is read by main() before typer runs; --version by its eager callback
-
-
-def finish_run(svc, run_id: str, json_mode: bool) -> int:
-    """Print the run (table or JSON) and return the exit code its status means (SPEC §16)."""
-    view = run_view(svc.journal, run_id)
-    if json_mode:
-        print_json(view)
-    else:
-        console.print()
-        console.print(run_table(view))
-        if view["unfinished_compensations"]:
-            console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
-                          f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
-                          f"--run {run_id}`")
-        for t in view["tickets"]:
-            if t["status"] == "pending" and view["status"] == "waiting":
-                console.print(f"[yellow]waiting for a person[/]: ticket {t['ticket_id']} (node {t['node_key']}): "
-                              f"`workrun tickets resume {t['ticket_id']}` or `workrun tickets terminate "
-                              f"{t['ticket_id']}`")
-    return EXIT.get(view["status"], 1)
 
 
 def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run: bool, rerun_of: str | None,

@@ -55,9 +55,11 @@ def show(run_id: str = typer.Argument(..., metavar="RUN", help="Run id or unique
         action = t["action"]
         console.print(f"\nticket {t['ticket_id']} {styled(t['status'])} node {escape(t['node_key'])} (on_failure = "
                       f"{t['policy']}): {escape(t['error'] or '')}"
-                      + (f"; action {styled(action['status'])} ({len(action['attempts'])} attempt(s))" if action else ""))
+                      + (f"; action {styled(action['status'])} ({len(action['attempts'])} attempt(s))"
+                         if action else ""))
         if t["status"] == "pending":
-            console.print(f"  `workrun tickets resume {t['ticket_id']}` or `workrun tickets terminate {t['ticket_id']}`")
+            console.print(f"  `workrun tickets resume {t['ticket_id']}` or "
+                          f"`workrun tickets terminate {t['ticket_id']}`")
     if view["unfinished_compensations"]:
         console.print(f"\n[yellow]compensation not finished[/] for {len(view['unfinished_compensations'])} call(s): "
                       f"`workrun resume` continues pending ones; `workrun compensations list --run {view['run_id']}` "

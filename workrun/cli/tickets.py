@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
+from workrun.cli.common import JsonOpt, WaitOpt, finish_run, reading, scheduling
 from workrun.cli.output import console, print_json, styled
 from workrun.errors import UsageError
 
@@ -34,8 +34,6 @@ def _print_ticket_line(t: dict[str, Any]) -> None:
 
 
 def _run_outcome(svc: Any, run_id: str, json_mode: bool) -> int:
-    from workrun.cli.main import finish_run
-
     code = finish_run(svc, run_id, json_mode)
     return 130 if svc.stopping() else code
 
@@ -79,7 +77,8 @@ def show(ticket_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
     if action:
         req = action["request"] or {}
         console.print(f"action: {styled(action['status'])} {escape(str(req.get('method', '')))} "
-                      f"{escape(str(req.get('url', '')))}" + (f" ({escape(action['reason'])})" if action["reason"] else ""))
+                      f"{escape(str(req.get('url', '')))}"
+                      + (f" ({escape(action['reason'])})" if action["reason"] else ""))
     timeline: list[tuple[str, str]] = []
     for a in (action or {}).get("attempts", []):
         timeline.append((a["started_at"], f"action attempt {a['number']} ({a['trigger']}): {styled(a['status'])}"
@@ -88,7 +87,8 @@ def show(ticket_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
     for e in view["history"]:
         args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
                          for k, v in (e["args"] or {}).items() if v is not None)
-        timeline.append((e["at"], f"{e['action']}" + (f" ({escape(args)})" if args else "") + f" by {escape(e['actor'])}"
+        timeline.append((e["at"], f"{e['action']}" + (f" ({escape(args)})" if args else "")
+                         + f" by {escape(e['actor'])}"
                          + (f": {escape(e['text'])}" if e["text"] else "")
                          + (f" \\[attachment {escape(e['attachment'])}]" if e["attachment"] else "")))
     for at, text in sorted(timeline, key=lambda x: x[0] or ""):

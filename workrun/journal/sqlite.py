@@ -376,7 +376,8 @@ class SqliteJournal:
         rows = self._query(
             "SELECT DISTINCT run_id FROM compensations WHERE status IN ('pending', 'running') "
             "UNION SELECT run_id FROM runs WHERE eval = 0 "
-            "AND (status = 'failed' OR (status IN ('stopped', 'terminated') AND compensate_requested = 1)) AND run_id IN "
+            "AND (status = 'failed' OR (status IN ('stopped', 'terminated') AND compensate_requested = 1)) "
+            "AND run_id IN "
             "(SELECT run_id FROM operations WHERE status = 'succeeded' AND operation_id NOT IN "
             "(SELECT operation_id FROM compensations))")
         return [r["run_id"] for r in rows]
@@ -520,7 +521,8 @@ class SqliteJournal:
         node: dict[str, Any] = {"status": node_status}
         if node_status != "waiting":
             node.update(handled=int(handled), result=None, ended_at=at)
-        stmts = [_insert("tickets", ticket), _update("nodes", key, node), *[_insert("ticket_events", e) for e in events]]
+        stmts = [_insert("tickets", ticket), _update("nodes", key, node),
+                 *[_insert("ticket_events", e) for e in events]]
         if action is not None:
             stmts.append(_insert("ticket_actions", action))
         if notification is not None:
@@ -541,7 +543,8 @@ class SqliteJournal:
         stmts = [_update("tickets", (ticket_id,), {"status": "resolved", "result": result, "updated_at": at}),
                  _update("nodes", nkey, {"status": "succeeded", "handled": 1, "result": result, "ended_at": at}),
                  _insert("ticket_events", event)]
-        checks: list[_Check] = [("tickets", (ticket_id,), "resolved", "pending"), ("nodes", nkey, "succeeded", "waiting")]
+        checks: list[_Check] = [("tickets", (ticket_id,), "resolved", "pending"),
+                                ("nodes", nkey, "succeeded", "waiting")]
         if run["status"] == "waiting":
             stmts.append(_update("runs", (t["run_id"],), {"status": "running", "reason": None}))
             checks.append(("runs", (t["run_id"],), "running", "waiting"))
@@ -557,7 +560,8 @@ class SqliteJournal:
         stmts: list[_Statement] = [_update("tickets", (ticket_id,), {"status": "terminated", "updated_at": at}),
                                    _update("nodes", nkey, {"status": "failed", "ended_at": at}),
                                    _insert("ticket_events", event)]
-        checks: list[_Check] = [("tickets", (ticket_id,), "terminated", "pending"), ("nodes", nkey, "failed", "waiting")]
+        checks: list[_Check] = [("tickets", (ticket_id,), "terminated", "pending"),
+                                ("nodes", nkey, "failed", "waiting")]
         for n in self.nodes(run_id):
             if n["status"] == "pending":
                 stmts.append(_update("nodes", (run_id, n["node_key"]), {"status": "skipped"}))
@@ -571,7 +575,8 @@ class SqliteJournal:
     def resolve_ticket(self, ticket_id: str, event: dict[str, Any], *, at: float) -> None:
         """Close a pending ticket by hand (R-M6); nothing else changes."""
         self._tx([_update("tickets", (ticket_id,), {"status": "resolved", "updated_at": at}),
-                  _insert("ticket_events", event)], "ticket.changed", [("tickets", (ticket_id,), "resolved", "pending")])
+                  _insert("ticket_events", event)], "ticket.changed",
+                 [("tickets", (ticket_id,), "resolved", "pending")])
 
     def set_ticket_action(self, ticket_id: str, status: str, *, reason: str | None, at: float, seen: str,
                           event: dict[str, Any] | None = None) -> None:
@@ -707,7 +712,8 @@ class SqliteJournal:
             "UNION SELECT x.run_id FROM ticket_actions x JOIN runs r USING (run_id) WHERE x.status = 'failed' "
             "AND json_extract(r.spec, '$.notify') IS NOT NULL AND EXISTS (SELECT 1 FROM ticket_attempts a "
             "WHERE a.ticket_id = x.ticket_id) AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.subject = "
-            "'action:' || x.ticket_id || ':' || (SELECT COUNT(*) FROM ticket_attempts a WHERE a.ticket_id = x.ticket_id))")
+            "'action:' || x.ticket_id || ':' || (SELECT COUNT(*) FROM ticket_attempts a "
+            "WHERE a.ticket_id = x.ticket_id))")
         return [r["run_id"] for r in rows]
 
     def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
