@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.apps import Fingerprint
+from workrun.states import COMPENSATION_DONE
 
 __all__ = ["gc", "materialize", "max_bytes", "take"]
 
@@ -96,7 +97,7 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
             ended = ("failed", "stopped", "terminated")
             if run["status"] in ("running", "waiting") or (run["status"] in ended and c is None
                                                and op["status"] == "succeeded" and not run["eval"]) \
-                    or (c is not None and c["status"] not in ("succeeded", "skipped")):
+                    or (c is not None and c["status"] not in COMPENSATION_DONE):
                 needed.add(op["snapshot"])
     removed = kept = 0
     live_objects: set[str] = set()

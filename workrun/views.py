@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workrun.journal import Journal
+from workrun.states import COMPENSATION_DONE, OPERATION_ENDED
 
 __all__ = ["attempt_view", "compensation_view", "iso", "run_summary", "run_view", "ticket_view", "tickets_list"]
 
@@ -70,7 +71,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
     operations = []
     for op in journal.operations(run_id):
         c = comps.get(op["operation_id"])
-        status = op["status"] if op["status"] in ("succeeded", "failed", "unknown") else "running"
+        status = op["status"] if op["status"] in OPERATION_ENDED else "running"
         operations.append({
             "operation_id": op["operation_id"], "node_key": op["node_key"], "tool_call_index": op["tool_call_index"],
             "app": op["app"], "kind": op["kind"], "tool": op["tool_name"], "status": status,
@@ -81,7 +82,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
             "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "",
             "compensation": compensation_view(c, attempts.get(c["compensation_id"], [])) if c else None,
         })
-    unfinished = [c["compensation_id"] for c in comps.values() if c["status"] not in ("succeeded", "skipped")]
+    unfinished = [c["compensation_id"] for c in comps.values() if c["status"] not in COMPENSATION_DONE]
     return {**run_summary(run), "inputs": run["inputs"], "reason": run["reason"],
             "stop_requested": bool(run["stop_requested"]), "messages": msgs(None), "nodes": nodes,
             "operations": operations, "unfinished_compensations": unfinished,

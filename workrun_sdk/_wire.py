@@ -5,14 +5,19 @@ the environment variable ``WORKRUN_CALL_DIR``. Nothing travels over stdout,
 which belongs to the App. Files in the call directory:
 
 - ``input.json`` (runner -> App): ``{"v": 1, "kind": "process"|"compensation"|"tool",
-  "input": {...}, "context": {...} | null, "tool": name | null}``
+  "input": {...}, "context": {...} | null, "tool": name | null, "operation_id": id}``
+  (``operation_id`` only for a call of a run or a standalone call)
 - ``result.json`` (App -> runner): ``{"v": 1, "result": {...}}``
 - ``resources.json`` (App -> runner): ``{"v": 1, "resources": [{"kind", "id", ...}]}``
+- ``dependencies.json`` (App -> runner): ``{"v": 1, "depends_on": [operation_id, ...]}``,
+  earlier calls this one depends on (``process.depends_on``; for compensation order)
 - ``claim`` : created exclusively by whoever gets there first, the launcher
   (``started <pid>``) or the runner's recovery (``abandoned``). It fences a
   call that the runner may have died before starting.
-- ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int}`` written when
-  the App's code returns or raises, so the outcome survives the runner dying.
+- ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int | null, "signal": int | null}``
+  written when the App's code returns or raises (``exit_code``) or is ended by a
+  signal (``signal``, ``exit_code`` null), so the outcome survives the runner dying.
+- ``stdout`` / ``stderr``: the App's output streams (the runner keeps their last 64 KiB).
 
 Every file is written atomically (temporary file, rename).
 """

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from _ops_apps import write_project
+from _kit.ops_apps import write_project
 
 
 @pytest.fixture(scope="module")

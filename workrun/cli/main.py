@@ -29,6 +29,7 @@ from workrun.cli import tickets as tickets_cli
 from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
+from workrun.states import COMPENSATION_DONE
 from workrun.views import run_view
 
 __all__ = ["app", "main"]
@@ -170,7 +171,7 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
         handled = resume_all(svc)
         views = [run_view(svc.journal, r) for r in handled]
         # SPEC §10: 0 when every compensation it handled ended succeeded or skipped
-        ok = all(op["compensation"]["status"] in ("succeeded", "skipped")
+        ok = all(op["compensation"]["status"] in COMPENSATION_DONE
                  for v in views for op in v["operations"] if op["compensation"])
         if json_mode:
             print_json({"runs": views})
@@ -214,7 +215,7 @@ def compensate(
         compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
-        ok = all(c["status"] in ("succeeded", "skipped") for c in comps)
+        ok = all(c["status"] in COMPENSATION_DONE for c in comps)
         if json_mode:
             print_json(view)
         else:
