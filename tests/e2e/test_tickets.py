@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from _kit.http_server import TestServer
-from _ops_apps import write_project
+from _kit.ops_apps import write_project
 
 ALLOW = {"WORKRUN_HTTP_ALLOW": "127.0.0.1"}
 
@@ -36,7 +36,8 @@ def node(key, ops, inp, extra=""):
 
 
 def notify_table(server):
-    return f'[notify]\nhttp = {{ method = "POST", url = "{server.url}/hook", body = {{ text = "{{{{ message }}}}" }} }}\n'
+    return (f'[notify]\nhttp = {{ method = "POST", url = "{server.url}/hook", '
+            'body = { text = "{{ message }}" } }\n')
 
 
 def statuses(view):
@@ -141,7 +142,8 @@ def test_resolve_closes_without_advancing_and_stop_ends_the_wait(workrun, write_
     res = workrun("tickets", "resolve", tid)
     assert res.code == 0, res
     after = workrun("runs", "show", view["run_id"], "--json").json()
-    assert after["status"] == "waiting" and statuses(after)["charge"] == "waiting" and statuses(after)["ship"] == "pending"
+    assert after["status"] == "waiting"
+    assert statuses(after)["charge"] == "waiting" and statuses(after)["ship"] == "pending"
     assert ticket_of(after)["status"] == "resolved"
     res = workrun("resume", "--json")
     assert res.code == 0 and res.json() == {"runs": []}, res  # resume never advances a waiting node (R-M7)
@@ -218,8 +220,10 @@ def test_terminate_policy_ends_the_run_terminated(workrun, write_workflow, ops, 
     ('{ compensate = { url = "http://127.0.0.1/" } }', "nodes.charge.on_failure.compensate.method"),
     ('{ retry = { attempts = 2 }, then = "terminate" }', "nodes.charge.on_failure.then"),
     ('{ compensate = { method = "POST", url = "ftp://x/" } }', "nodes.charge.on_failure.compensate.url"),
-    ('{ compensate = { method = "POST", url = "http://{{ inputs.host }}/x" } }', "nodes.charge.on_failure.compensate.url"),
-    ('{ compensate = { method = "POST", url = "http://127.0.0.1/", timeout = "5" } }', "nodes.charge.on_failure.compensate.timeout"),
+    ('{ compensate = { method = "POST", url = "http://{{ inputs.host }}/x" } }',
+     "nodes.charge.on_failure.compensate.url"),
+    ('{ compensate = { method = "POST", url = "http://127.0.0.1/", timeout = "5" } }',
+     "nodes.charge.on_failure.compensate.timeout"),
     ('{ fallback_action = { method = "POST", url = "http://127.0.0.1/{{ nodes.ship.result.id }}" } }',
      "nodes.charge.on_failure.fallback_action.url"),
     ('{ compensate = { method = "POST", url = "http://127.0.0.1/", body = { t = "{{ env.HOME }}" } } }',
