@@ -1,10 +1,12 @@
-"""Pure unit tests of manual repair (SPEC §12): failure policies, action rendering, the ticket state
+"""Unit tests of manual repair (SPEC §12): failure policies, action rendering, the ticket state
 machines, and the journal's ticket transactions on a real SQLite file (no processes)."""
 
 from __future__ import annotations
 
 import pytest
 
+from _kit.fakes import FakeExecutor, failing, hold, services, workflow
+from workrun.engine import Engine, create_run
 from workrun.errors import ConfigError, InvalidTransitionError, StaleStatusError
 from workrun.journal.sqlite import SqliteJournal
 from workrun.models import HttpAction
@@ -120,3 +122,71 @@ def test_notification_subjects_are_never_recorded_twice(tmp_path):
     assert j.add_notification(row) is True
     assert j.add_notification({**row, "notification_id": "ntf_2"}) is False
     assert [n["notification_id"] for n in j.notifications("run_1")] == ["ntf_1"]
+
+
+# -- the engine with fake executors (no process) ---------------------------------------------------------------
+
+
+def _run(tmp_path, nodes, behaviours):
+    svc = services(tmp_path)
+    fake = FakeExecutor(behaviours)
+    run_id = create_run(svc, workflow(nodes), {})
+    return svc, fake, run_id, Engine(svc, {"process": fake}).execute(run_id)
+
+
+def _statuses(svc, run_id):
+    return {n["node_key"]: (n["status"], bool(n["handled"])) for n in svc.journal.nodes(run_id)}
+
+
+def test_engine_notify_waits_and_lets_independent_branches_finish(tmp_path):
+    svc, fake, run_id, status = _run(tmp_path, {"a": {}, "pay": {"needs": ["a"], "on_failure": "notify"},
+                                                "ship": {"needs": ["pay"]}, "side": {}},
+                                     {"pay": failing("HTTP 402")})
+    assert status == "waiting" and svc.journal.run(run_id)["status"] == "waiting"
+    assert _statuses(svc, run_id) == {"a": ("succeeded", False), "pay": ("waiting", False),
+                                      "ship": ("pending", False), "side": ("succeeded", False)}
+    assert "ship" not in fake.started and fake.after == []  # nothing ended: no after_run (no cancel)
+    (t,) = svc.journal.tickets(run_id)
+    assert (t["node_key"], t["status"], t["policy"], t["error"]) == ("pay", "pending", "notify", "HTTP 402")
+    assert svc.journal.compensations(run_id) == []
+
+
+def test_engine_a_final_failure_elsewhere_ends_the_waiting_too(tmp_path):
+    def late_failure(job):
+        hold(0.2)(job)
+        return failing("late")(job)
+
+    svc, _, run_id, status = _run(tmp_path, {"pay": {"on_failure": "notify"}, "other": {}},
+                                  {"pay": failing("HTTP 402"), "other": late_failure})
+    assert status == "failed"
+    assert _statuses(svc, run_id) == {"pay": ("failed", False), "other": ("failed", False)}
+    (t,) = svc.journal.tickets(run_id)
+    assert t["status"] == "terminated" and svc.journal.ticket_events(t["ticket_id"])[-1]["action"] == "terminate"
+
+
+def test_engine_terminate_policy_stops_scheduling_and_ends_terminated(tmp_path):
+    svc, fake, run_id, status = _run(tmp_path, {"pay": {"on_failure": "terminate"}, "ship": {"needs": ["pay"]}},
+                                     {"pay": failing()})
+    assert status == "terminated" and fake.started == ["pay"] and fake.after == [run_id]
+    assert _statuses(svc, run_id) == {"pay": ("failed", False), "ship": ("skipped", False)}
+    assert svc.journal.tickets(run_id)[0]["status"] == "terminated" and svc.journal.compensations(run_id) == []
+
+
+def test_engine_fallback_action_handles_the_node_and_goes_on(tmp_path):
+    policy = {"fallback_action": {"method": "POST", "url": "http://127.0.0.1:9/x/{{ run_id }}"}}
+    svc, fake, run_id, status = _run(tmp_path, {"pay": {"on_failure": policy}, "ship": {"needs": ["pay"]}},
+                                     {"pay": failing()})
+    assert status == "succeeded" and fake.started == ["pay", "ship"]
+    assert _statuses(svc, run_id)["pay"] == ("failed", True)
+    (t,) = svc.journal.tickets(run_id)
+    action = svc.journal.ticket_action(t["ticket_id"])
+    assert t["status"] == "resolved" and action["status"] == "pending"  # registered; it runs by itself later
+    assert action["request"]["url"] == f"http://127.0.0.1:9/x/{run_id}"
+
+
+def test_engine_a_waiting_run_is_never_advanced_by_execute(tmp_path):
+    svc, _, run_id, status = _run(tmp_path, {"pay": {"on_failure": "notify"}, "ship": {"needs": ["pay"]}},
+                                  {"pay": failing()})
+    again = FakeExecutor()
+    assert status == "waiting" and Engine(svc, {"process": again}).execute(run_id) == "waiting"
+    assert again.started == [] and _statuses(svc, run_id)["pay"] == ("waiting", False)
