@@ -1,5 +1,6 @@
 """Unit tests of manual repair (SPEC §12): failure policies, action rendering, the ticket state
-machines, and the journal's ticket transactions on a real SQLite file (no processes)."""
+machines, the journal's ticket transactions on a real SQLite file, and the engine with fake executors
+(no processes)."""
 
 from __future__ import annotations
 

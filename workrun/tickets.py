@@ -184,9 +184,9 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True) -> str:
     now = svc.now()
     event = event_row(tid, run_id, who, "terminate", {"compensate": compensate}, now)
     engine = Engine(svc, default_executors())
-    status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=None if compensate else t)
     svc.say(run_id, key, "error", f"{key}: failed: ticket {tid} terminated by {who}"
             + ("" if compensate else " without compensation"))
+    status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=None if compensate else t)
     if compensate:
         compensate_now(svc, run_id)
     send_notifications(svc, run_id)
