@@ -663,7 +663,10 @@ def _resolve(host: str, port: int) -> list[IPAddress]:
 
 
 def _decode_body(raw: bytes, content_type: str, encoding: str | None) -> Any:
-    text = raw.decode(encoding or "utf-8", errors="replace")
+    try:
+        text = raw.decode(encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        text = raw.decode("utf-8", errors="replace")
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "application/json" or media.endswith("+json"):
         try:
@@ -715,9 +718,8 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
     The host is resolved once and every address is checked with :func:`check_address`; the connection
     goes only to an address that passed (tried in resolver order), never to a second lookup, with the
     original ``Host`` header and TLS server name. When none passes, the request is refused naming the
-    first address and its rule. No proxy from the
-    environment, no redirect followed. The whole exchange (connect, send, answer, body) is bounded by
-    ``request.timeout`` seconds.
+    first address and its rule. No proxy from the environment, no redirect followed. The whole exchange
+    (connect, send, answer, body) is bounded by ``request.timeout`` seconds.
 
     Args:
         request: from :func:`prepare`.
@@ -737,7 +739,7 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
     deadline = time.monotonic() + request.timeout
     try:
         addresses = _resolve(url.host, url.port)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         return SendResult(False, failure=Failure.NOT_SENT, error=f"cannot resolve {url.host}: {exc}")
     if not addresses:
         return SendResult(False, failure=Failure.NOT_SENT, error=f"cannot resolve {url.host}: no address")
@@ -813,7 +815,7 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     import httpx
 
     size = sum(len(k) + len(v) + 4 for k, v in response.headers.raw)
-    kept = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
+    kept = _scrub({k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}, request.secrets)
     status = response.status_code
     if size > HEADERS_LIMIT:
         return SendResult(True, status, kept, None, Failure.BAD_RESPONSE,
