@@ -632,7 +632,8 @@ class SqliteJournal:
         with self._lock:
             if self._query("SELECT 1 FROM notifications WHERE subject = ?", (row["subject"],)):
                 return False
-            self._tx([_insert("notifications", row)], "notify.intent")
+            sql, params = _insert("notifications", row)
+            self._tx([(sql + " ON CONFLICT (subject) DO NOTHING", params)], "notify.intent")
         return True
 
     def notification_sending(self, notification_id: str, *, at: float) -> None:
@@ -702,21 +703,24 @@ class SqliteJournal:
 
     def runs_with_open_tickets_work(self) -> list[str]:
         """Ids of runs with an action job or a notification still owed, or a dead letter not yet notified
-        (R-M7, R-M8)."""
-        rows = self._query(
+        in a run whose workflow declares ``[notify]`` (R-M7, R-M8)."""
+        owed = self._query(
             "SELECT run_id FROM ticket_actions WHERE status IN ('pending', 'running') "
-            "UNION SELECT run_id FROM notifications WHERE status IN ('pending', 'sending') "
-            # a dead letter whose notification intent was never written (the runner died in between)
-            "UNION SELECT c.run_id FROM compensations c JOIN runs r USING (run_id) WHERE c.status = 'failed' "
-            "AND json_extract(r.spec, '$.notify') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM notifications n "
-            "WHERE n.subject = 'compensation:' || c.compensation_id || ':' || (SELECT COUNT(*) FROM attempts a "
-            "WHERE a.compensation_id = c.compensation_id)) "
-            "UNION SELECT x.run_id FROM ticket_actions x JOIN runs r USING (run_id) WHERE x.status = 'failed' "
-            "AND json_extract(r.spec, '$.notify') IS NOT NULL AND EXISTS (SELECT 1 FROM ticket_attempts a "
-            "WHERE a.ticket_id = x.ticket_id) AND NOT EXISTS (SELECT 1 FROM notifications n WHERE n.subject = "
-            "'action:' || x.ticket_id || ':' || (SELECT COUNT(*) FROM ticket_attempts a "
+            "UNION SELECT run_id FROM notifications WHERE status IN ('pending', 'sending')")
+        # a dead letter whose notification intent was never written (the runner died in between)
+        unsent = self._query(
+            "SELECT c.run_id FROM compensations c WHERE c.status = 'failed' AND NOT EXISTS (SELECT 1 FROM "
+            "notifications n WHERE n.subject = 'compensation:' || c.compensation_id || ':' || (SELECT COUNT(*) "
+            "FROM attempts a WHERE a.compensation_id = c.compensation_id)) "
+            "UNION SELECT x.run_id FROM ticket_actions x WHERE x.status = 'failed' AND EXISTS (SELECT 1 FROM "
+            "ticket_attempts a WHERE a.ticket_id = x.ticket_id) AND NOT EXISTS (SELECT 1 FROM notifications n "
+            "WHERE n.subject = 'action:' || x.ticket_id || ':' || (SELECT COUNT(*) FROM ticket_attempts a "
             "WHERE a.ticket_id = x.ticket_id))")
-        return [r["run_id"] for r in rows]
+        ids = [r["run_id"] for r in owed]
+        for r in unsent:
+            if r["run_id"] not in ids and (self.run(r["run_id"])["spec"] or {}).get("notify"):
+                ids.append(r["run_id"])
+        return ids
 
     def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
         """Notifications of a run (or all), optionally with one of ``statuses``, oldest first."""
