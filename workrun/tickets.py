@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from workrun.engine import Engine
-from workrun.errors import ActionRefusedError, UsageError
+from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.models import WorkflowSpec
 from workrun.nodes import default_executors
 from workrun.operator import actor
@@ -38,6 +40,7 @@ from workrun.ticket_records import event_row
 
 __all__ = [
     "check",
+    "check_result",
     "confirm",
     "note",
     "parse_result",
@@ -47,7 +50,14 @@ __all__ = [
     "terminate",
 ]
 
-ACTIONS = ("resume", "retry", "note", "resolve", "terminate", "confirm")
+@contextmanager
+def _as_refusal() -> Iterator[None]:
+    """A ticket, node or action that changed between the check and the write is a refusal (exit 2), not a
+    journal error: nothing was written."""
+    try:
+        yield
+    except StaleStatusError as exc:
+        raise ActionRefusedError(exc.message, field="TICKET") from None
 
 
 def _refuse(t: dict[str, Any], action: str, why: str) -> ActionRefusedError:
@@ -150,7 +160,8 @@ def resume(svc: Services, ticket_id: str, result: Any) -> str:
     tid, run_id, key = t["ticket_id"], t["run_id"], t["node_key"]
     who = actor()
     now = svc.now()
-    svc.journal.resume_ticket(tid, result, event_row(tid, run_id, who, "resume", {"result": result}, now), at=now)
+    with _as_refusal():
+        svc.journal.resume_ticket(tid, result, event_row(tid, run_id, who, "resume", {"result": result}, now), at=now)
     svc.say(run_id, key, "info", f"{key}: succeeded: resumed past by operator {who} (ticket {tid}) with result "
             f"{json.dumps(result, ensure_ascii=False)}")
     return drive(svc, run_id)
@@ -165,7 +176,9 @@ def resolve(svc: Services, ticket_id: str, text: str | None = None) -> dict[str,
     t = check(svc, ticket_id, "resolve")
     tid = t["ticket_id"]
     who = actor()
-    svc.journal.resolve_ticket(tid, event_row(tid, t["run_id"], who, "resolve", {}, svc.now(), text), at=svc.now())
+    with _as_refusal():
+        svc.journal.resolve_ticket(tid, event_row(tid, t["run_id"], who, "resolve", {}, svc.now(), text),
+                                   at=svc.now())
     svc.say(t["run_id"], t["node_key"], "info", f"ticket {tid} resolved by {who}; node {t['node_key']} still waits "
             "(resolving is not resuming)")
     return svc.journal.ticket(tid)
@@ -186,7 +199,8 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True) -> str:
     engine = Engine(svc, default_executors())
     svc.say(run_id, key, "error", f"{key}: failed: ticket {tid} terminated by {who}"
             + ("" if compensate else " without compensation"))
-    status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=None if compensate else t)
+    with _as_refusal():
+        status = engine.finish(run_id, key, by_ticket=(tid, event), terminated_by=None if compensate else t)
     if compensate:
         compensate_now(svc, run_id)
     send_notifications(svc, run_id)
@@ -202,8 +216,9 @@ def retry(svc: Services, ticket_id: str) -> dict[str, Any]:
     t = check(svc, ticket_id, "retry")
     tid = t["ticket_id"]
     who = actor()
-    svc.journal.set_ticket_action(tid, "pending", reason=f"retry requested by {who}", at=svc.now(), seen="failed",
-                                  event=event_row(tid, t["run_id"], who, "retry", {}, svc.now()))
+    with _as_refusal():
+        svc.journal.set_ticket_action(tid, "pending", reason=f"retry requested by {who}", at=svc.now(),
+                                      seen="failed", event=event_row(tid, t["run_id"], who, "retry", {}, svc.now()))
     row = run_action(svc, tid, "operator")
     send_notifications(svc, t["run_id"])
     return row
@@ -220,8 +235,10 @@ def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = Non
     who = actor()
     fields = {"status": "succeeded", "reason": f"confirmed done by {who}"} if done else \
         {"status": "failed", "reason": f"confirmed not done by {who}; `workrun tickets retry {tid}` sends it again"}
-    svc.journal.set_ticket_action(tid, fields["status"], reason=fields["reason"], at=svc.now(), seen="unknown",
-                                  event=event_row(tid, t["run_id"], who, "confirm", {"done": done}, svc.now(), text))
+    with _as_refusal():
+        svc.journal.set_ticket_action(tid, fields["status"], reason=fields["reason"], at=svc.now(), seen="unknown",
+                                      event=event_row(tid, t["run_id"], who, "confirm", {"done": done}, svc.now(),
+                                                      text))
     svc.say(t["run_id"], t["node_key"], "info", f"ticket {tid}: action {fields['status']} ({fields['reason']})")
     row = svc.journal.ticket_action(tid)
     assert row is not None
