@@ -23,12 +23,23 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.records import plan_records
-from workrun.models import NodeSpec, WorkflowSpec
+from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.nodes.base import NodeExecutor, NodeJob
 from workrun.operations import settle_operations
 from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id
 from workrun.templates import node_dependencies
+from workrun.ticket_records import (
+    SYSTEM_ACTOR,
+    action_row,
+    event_row,
+    new_ticket_id,
+    notification_row,
+    one_line,
+    render_request,
+    ticket_message,
+    ticket_row,
+)
 
 __all__ = ["Engine", "create_run"]
 
@@ -113,6 +124,8 @@ class Engine:
         job = NodeJob(run_id=run_id, node=node, context=context, depends_on=depends_on, svc=svc,
                       should_stop=lambda: self._stop_requested(run_id))
         outcome = self.executors[node.kind].run(job)
+        if outcome.status == "failed" and policy.opens_ticket:
+            return self._open_ticket(run_id, spec, key, policy, outcome, context)
         handled = False
         result = outcome.result
         if outcome.status == "failed" and policy.kind == "continue":
@@ -134,6 +147,56 @@ class Engine:
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))
         return NodeOutcome("succeeded" if handled else status, result, outcome.error)
 
+    def _open_ticket(self, run_id: str, spec: WorkflowSpec, key: str, policy: FailurePolicy, outcome: NodeOutcome,
+                     context: dict[str, Any]) -> NodeOutcome:
+        """Hand a failed node to a person (R-M1..R-M5): one transaction holds the ticket, the node's new
+        status (``waiting``; handled for ``fallback_action``; failed for ``terminate``), the action job
+        when the policy has one, the opening event and the notification intent (R-M8)."""
+        svc = self.svc
+        kind = policy.exhausted
+        now = svc.now()
+        tid = new_ticket_id()
+        error = one_line(outcome.error) or "failed"
+        values = {**context, "run_id": run_id, "node_key": key, "ticket_id": tid, "error": error}
+        status = {"notify": "pending", "compensate": "pending", "fallback_action": "resolved"}.get(kind, "terminated")
+        events = [event_row(tid, run_id, SYSTEM_ACTOR, "open", {"policy": kind, "status": status}, now, error)]
+        action = None
+        action_note = ""
+        if policy.action is not None:
+            action = action_row(tid, run_id, policy.action, {}, now)
+            try:
+                action["request"] = {**render_request(policy.action, values), "timeout": policy.action.timeout}
+                action_note = "; its action is registered"
+            except KeyError as exc:
+                action.update(status="failed", reason=f"template {{{{ {exc.args[0]} }}}} has no value: the action "
+                              "cannot be sent")
+                action_note = f"; its action cannot be sent ({action['reason']})"
+        notification = None
+        if spec.notify is not None:
+            try:
+                notification = notification_row(new_id("ntf"), f"ticket:{tid}", run_id,
+                                                ticket_message(run_id, key, tid, error), spec.notify, values, now,
+                                                ticket_id=tid)
+            except KeyError as exc:
+                events.append(event_row(tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
+                                        f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value"))
+        svc.journal.open_ticket(ticket_row(tid, run_id, key, kind, status, error, now),
+                                node_status="waiting" if status == "pending" else "failed",
+                                handled=kind == "fallback_action", at=now, events=events, action=action,
+                                notification=notification)
+        if status == "pending":
+            svc.say(run_id, key, "error", f"{key}: failed ({error}); waiting for a person: ticket {tid} "
+                    f"(on_failure = {kind}){action_note}. `workrun tickets resume {tid}` or "
+                    f"`workrun tickets terminate {tid}`")
+            return NodeOutcome("waiting", error=outcome.error)
+        if status == "resolved":
+            svc.say(run_id, key, "warning", f"{key}: failed ({error}); handled by on_failure = fallback_action: "
+                    f"ticket {tid} resolved{action_note}; the run goes on")
+            return NodeOutcome("succeeded", None, outcome.error)
+        svc.say(run_id, key, "error", f"{key}: failed ({error}); on_failure = terminate: the run ends "
+                f"terminated (ticket {tid}); nothing is compensated automatically")
+        return NodeOutcome("terminated", error=outcome.error)
+
     # -- the run -------------------------------------------------------------
 
     def execute(self, run_id: str) -> str:
@@ -154,6 +217,7 @@ class Engine:
         standby = {n.on_failure.fallback for n in spec.nodes.values() if n.on_failure.fallback}
         deps = {k: _deps(n) for k, n in spec.nodes.items()}
         failed_node: str | None = None
+        terminated = False
         futures: dict[Future[NodeOutcome], str] = {}
 
         def status_of() -> dict[str, dict[str, Any]]:
@@ -167,7 +231,7 @@ class Engine:
             while True:
                 stopping = self._stop_requested(run_id)
                 nodes = status_of()
-                if not stopping and failed_node is None:
+                if not stopping and failed_node is None and not terminated:
                     active = set(futures.values())
                     for key, n in nodes.items():
                         if n["status"] != "pending" or key in standby or key in active:
@@ -185,23 +249,45 @@ class Engine:
                     outcome = fut.result()
                     if outcome.status == "failed" and failed_node is None:
                         failed_node = key
+                    terminated = terminated or outcome.status == "terminated"
         return self.finish(run_id, failed_node)
 
     def after_run(self, run_id: str) -> None:
-        """Let every executor act on a run that ended ``failed`` or ``stopped`` (e.g. one remote cancel, R-C10)."""
+        """Let every executor act on a run that ended ``failed``, ``stopped`` or ``terminated`` (e.g. one remote
+        cancel, R-C10)."""
         for executor in self.executors.values():
             executor.after_run(self.svc, run_id)
 
-    def finish(self, run_id: str, failed_node: str | None) -> str:
-        """End a run: ``stopped`` when a stop was requested, ``failed`` (with compensation records, in one
-        transaction, SPEC §10) when a node failed unhandled, else ``succeeded``; return that status."""
+    def finish(self, run_id: str, failed_node: str | None, *, by_ticket: tuple[str, dict[str, Any]] | None = None,
+               terminated_by: dict[str, Any] | None = None) -> str:
+        """End (or pause) a run and return its status.
+
+        ``stopped`` when a stop was requested; ``terminated`` when a node's policy is ``terminate``
+        (R-M5) or ``terminated_by`` is given (nothing compensated); ``failed`` (with compensation
+        records, in one transaction, SPEC §10) when a node failed unhandled; ``waiting`` when a node
+        waits for a person and nothing else can run (R-M1; not final); else ``succeeded``. Ending a
+        run ends its waiting nodes and terminates its pending tickets in the same transaction (R-M7).
+
+        Args:
+            by_ticket: ``(ticket_id, event)`` of an operator's ``tickets terminate``: that ticket and
+                its node end in the same transaction as the run (R-M6).
+            terminated_by: the ticket whose ending makes the run ``terminated`` rather than failed.
+        """
         svc = self.svc
         nodes = svc.journal.nodes(run_id)
         now = svc.now()
         run = svc.journal.run(run_id)
+
+        def end(status: str, reason: str | None, records: list[dict[str, Any]] | None = None) -> None:
+            if by_ticket is not None:
+                svc.journal.end_run_by_ticket(by_ticket[0], by_ticket[1], status, at=now, reason=reason,
+                                              compensations=records or [])
+            else:
+                svc.journal.end_run(run_id, status, at=now, reason=reason, compensations=records or [])
+
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
             # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too
-            svc.journal.end_run(run_id, "stopped", at=now, reason="stopped by the user")
+            end("stopped", "stopped by the user")
             if any(o["status"] == "succeeded" for o in svc.journal.operation_statuses(run_id)):
                 svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
                         f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
@@ -210,11 +296,22 @@ class Engine:
                         "nothing to undo (side effects of a stopped call are NOT undone)")
             self.after_run(run_id)
             return "stopped"
+        tickets = svc.journal.tickets(run_id)
+        ended_by = terminated_by or next((t for t in tickets if t["policy"] == "terminate"), None)
+        if ended_by is not None:
+            how = ("on_failure = terminate" if terminated_by is None
+                   else "terminated by an operator without compensation")
+            end("terminated", f"node {ended_by['node_key']!r} failed ({how})")
+            svc.say(run_id, None, "error", f"run terminated: node {ended_by['node_key']!r} failed ({how}, ticket "
+                    f"{ended_by['ticket_id']}); nothing was compensated: `workrun compensate {run_id}` undoes its "
+                    "calls on request")
+            self.after_run(run_id)
+            return "terminated"
         if failed_node is None and any(n["status"] == "failed" and not n["handled"] for n in nodes):
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
         if failed_node is not None:
             records = [] if run["eval"] else plan_records(svc.journal.operations(run_id), now)
-            svc.journal.end_run(run_id, "failed", at=now, reason=f"node {failed_node!r} failed", compensations=records)
+            end("failed", f"node {failed_node!r} failed", records)
             svc.say(run_id, None, "error", f"run failed: node {failed_node!r} failed"
                     + (" (evaluation run: no compensation, R-W6)" if run["eval"] else ""))
             for r in records:
@@ -222,6 +319,14 @@ class Engine:
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             self.after_run(run_id)
             return "failed"
-        svc.journal.end_run(run_id, "succeeded", at=now)
+        if any(n["status"] == "waiting" for n in nodes):
+            waiting = [t for t in tickets if t["status"] == "pending"]
+            svc.journal.pause_run(run_id, reason="waiting for a person: "
+                                  + ", ".join(t["ticket_id"] for t in waiting), at=now)
+            svc.say(run_id, None, "warning", "run waiting for a person: " + "; ".join(
+                f"ticket {t['ticket_id']} ({t['node_key']}): `workrun tickets resume {t['ticket_id']}` or "
+                f"`workrun tickets terminate {t['ticket_id']}`" for t in waiting))
+            return "waiting"
+        end("succeeded", None)
         svc.say(run_id, None, "info", "run succeeded")
         return "succeeded"

@@ -152,48 +152,89 @@ class RetryPolicy(_Strict):
     backoff: float = Field(default=0.5, ge=0, le=3600)
 
 
-class FailurePolicy(_Strict):
-    """A node's ``on_failure`` (R-W7), parsed once when the workflow is loaded.
+_POLICY_HELP = ('must be "fail", "continue", "notify", "terminate", { retry = { attempts, backoff }, then = '
+                '"fail" | "notify" }, { fallback = "NODE" }, { compensate = ACTION } or { fallback_action = ACTION }')
 
-    Written as ``"fail"``, ``"continue"``, ``{ retry = { attempts, backoff } }`` or
-    ``{ fallback = "NODE" }``; kept (and journaled) in that written form.
+
+class FailurePolicy(_Strict):
+    """A node's ``on_failure`` (R-W7, R-M1..R-M5), parsed once when the workflow is loaded.
+
+    Written as ``"fail"``, ``"continue"``, ``"notify"``, ``"terminate"``, ``{ retry = { attempts,
+    backoff }, then = "fail" | "notify" }``, ``{ fallback = "NODE" }``, ``{ compensate = ACTION }`` or
+    ``{ fallback_action = ACTION }`` (ACTION: an :class:`HttpAction` table); kept (and journaled) in
+    that written form. ``then`` is what a spent retry budget leads to (R-M2).
     """
 
-    kind: Literal["fail", "continue", "retry", "fallback"] = "fail"
+    kind: Literal["fail", "continue", "retry", "fallback", "notify", "compensate", "fallback_action",
+                  "terminate"] = "fail"
     retry: RetryPolicy | None = None
     fallback: str | None = None
+    then: Literal["fail", "notify"] = "fail"
+    action: HttpAction | None = None
 
     def attempts(self) -> int:
         """Calls allowed for the node in all (1 unless ``retry``)."""
         return self.retry.attempts if self.retry else 1
+
+    @property
+    def exhausted(self) -> str:
+        """What a failure not absorbed otherwise leads to: ``fail``, ``notify``, ``compensate``,
+        ``fallback_action`` or ``terminate`` (a spent retry budget leads to ``then``)."""
+        if self.kind == "retry":
+            return self.then
+        return self.kind if self.kind in ("notify", "compensate", "fallback_action", "terminate") else "fail"
+
+    @property
+    def opens_ticket(self) -> bool:
+        """True when an unabsorbed failure opens a ticket (R-M1..R-M5)."""
+        return self.exhausted != "fail"
 
     @classmethod
     def parse(cls, value: Any) -> FailurePolicy:
         """Parse the written form.
 
         Raises:
-            PolicyError: naming the sub-field (``""`` or ``"retry"``) and what is wrong.
+            PolicyError: naming the sub-field (``""``, ``"retry"``, ``"then"``, ``"compensate"`` …) and what
+                is wrong.
+            ValidationError: the retry or action table has a bad key or value.
         """
         if isinstance(value, FailurePolicy):
             return value
-        if value in ("fail", "continue"):
+        if value in ("fail", "continue", "notify", "terminate"):
             return cls(kind=value)
-        if isinstance(value, dict) and len(value) == 1:
-            ((kind, arg),) = value.items()
-            if kind == "retry":
+        if isinstance(value, dict) and value:
+            keys = set(value)
+            if "retry" in keys and keys <= {"retry", "then"}:
+                arg = value["retry"]
                 if not isinstance(arg, dict):
                     raise PolicyError("retry", "must be a table: { retry = { attempts = 3, backoff = 0.5 } }")
-                return cls(kind="retry", retry=RetryPolicy.model_validate(arg))
-            if kind == "fallback" and isinstance(arg, str):
-                return cls(kind="fallback", fallback=arg)
-        raise PolicyError("", 'must be "fail", "continue", { retry = { attempts, backoff } } or { fallback = "NODE" }')
+                then = value.get("then", "fail")
+                if then not in ("fail", "notify"):
+                    raise PolicyError("then", 'must be "fail" or "notify"')
+                return cls(kind="retry", retry=RetryPolicy.model_validate(arg), then=then)
+            if len(value) == 1:
+                ((kind, arg),) = value.items()
+                if kind == "fallback" and isinstance(arg, str):
+                    return cls(kind="fallback", fallback=arg)
+                if kind in ("compensate", "fallback_action"):
+                    if not isinstance(arg, dict):
+                        raise PolicyError(kind, 'must be a table: { method = "POST", url = "http://…" }')
+                    return cls(kind=kind, action=HttpAction.model_validate(arg))
+            if "then" in keys and "retry" not in keys:
+                raise PolicyError("then", "then = … goes with retry = { … }")
+            unknown = sorted(keys - {"retry", "then", "fallback", "compensate", "fallback_action"})
+            if unknown:
+                raise PolicyError(unknown[0], "unknown key; " + _POLICY_HELP)
+        raise PolicyError("", _POLICY_HELP)
 
     def written(self) -> Any:
         """The form a user writes (and the journal keeps)."""
         if self.kind == "retry" and self.retry is not None:
-            return {"retry": self.retry.model_dump()}
+            return {"retry": self.retry.model_dump(), **({"then": self.then} if self.then != "fail" else {})}
         if self.kind == "fallback":
             return {"fallback": self.fallback}
+        if self.kind in ("compensate", "fallback_action") and self.action is not None:
+            return {self.kind: self.action.model_dump()}
         return self.kind
 
 
@@ -338,3 +379,4 @@ class WorkflowSpec(_Strict):
     inputs: dict[str, Any] = Field(default_factory=dict)
     nodes: dict[str, NodeSpec]
     http_allow: list[str] = Field(default_factory=list)
+    notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)

@@ -28,6 +28,7 @@ from workrun.nodes import NodeExecutor, default_executors
 from workrun.nodes.http import is_reverse_action, recover_http_attempt
 from workrun.operations import finish_attempt, finish_operation, settle_operations, settle_request
 from workrun.services import Services
+from workrun.ticket_actions import notify_dead_letters, run_actions, send_notifications
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
            "stop_orphaned_run", "unfinished_runs"]
@@ -64,7 +65,7 @@ def ensure_planned(svc: Services, run: dict[str, Any]) -> None:
     """Write missing compensation records of a failed run, or of a stopped run an operator asked to compensate."""
     if run["eval"]:
         return
-    if run["status"] == "failed" or (run["status"] == "stopped" and run["compensate_requested"]):
+    if run["status"] == "failed" or (run["status"] in ("stopped", "terminated") and run["compensate_requested"]):
         have = {c["operation_id"] for c in svc.journal.compensations(run["run_id"])}
         ops = [o for o in svc.journal.operations(run["run_id"]) if o["operation_id"] not in have]
         records = plan_records(ops, svc.now())
@@ -88,7 +89,9 @@ def drive(svc: Services, run_id: str, executors: Mapping[str, NodeExecutor] | No
     run = svc.journal.run(run_id)
     if status in ("failed", "stopped"):
         engine.after_run(run_id)  # a run that ended while the runner was down (R-C10): a cancel is sent at most once
-    if status in ("failed", "stopped") and not run["eval"]:
+    # ticket actions and notifications go on by themselves, whatever the run's state (R-M3, R-M4, R-M8)
+    run_actions(svc, run_id)
+    if status in ("failed", "stopped", "terminated") and not run["eval"]:
         compensate_now(svc, run_id)
     return str(svc.journal.run(run_id)["status"])
 
@@ -99,6 +102,8 @@ def compensate_now(svc: Services, run_id: str) -> None:
     ensure_planned(svc, svc.journal.run(run_id))
     if svc.journal.compensations(run_id):
         compensate_run(svc, run_id)
+        notify_dead_letters(svc, run_id)  # one notification per compensation that ended failed (R-M8)
+        send_notifications(svc, run_id)
 
 
 def unfinished_runs(svc: Services) -> list[str]:
@@ -107,6 +112,7 @@ def unfinished_runs(svc: Services) -> list[str]:
     ids += [r for r in svc.journal.runs_with_open_compensation() if r not in ids]
     ids += [r for r in _runs_with_attempts_in_flight(svc) if r not in ids]
     ids += [r for r in svc.journal.runs_with_open_remote_tasks() if r not in ids]  # owed one cancel (R-C10)
+    ids += [r for r in svc.journal.runs_with_open_tickets_work() if r not in ids]  # actions, notifications (R-M7)
     return ids
 
 

@@ -94,7 +94,8 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
             if not op["snapshot"]:
                 continue
             c = comps.get(op["operation_id"])
-            if run["status"] == "running" or (run["status"] in ("failed", "stopped") and c is None
+            ended = ("failed", "stopped", "terminated")
+            if run["status"] in ("running", "waiting") or (run["status"] in ended and c is None
                                                and op["status"] == "succeeded" and not run["eval"]) \
                     or (c is not None and c["status"] not in COMPENSATION_DONE):
                 needed.add(op["snapshot"])

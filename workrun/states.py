@@ -11,7 +11,10 @@ the side effect it announces.
 
 Runs (``runs.status``)::
 
-    running -> succeeded | failed | stopped
+    running -> succeeded | failed | stopped | terminated
+    running -> waiting                      (a node waits for a person and nothing else can run, R-M1)
+    waiting -> running                      (an operator resumed past the waiting node)
+    waiting -> failed | terminated | stopped   (tickets terminate; ``workrun stop``, R-M6, R-M7)
     (a failed run's compensations continue separately; the run stays failed)
 
 Nodes::
@@ -19,6 +22,27 @@ Nodes::
     pending -> running (D) -> succeeded | failed | stopped
     pending -> skipped                      (the run ended first)
     running -> running                      (resumed after a restart)
+    running -> waiting (D: same transaction as its ticket, R-M1)
+    waiting -> succeeded (an operator resumed past it) | failed (terminate) | stopped (stop)
+
+Tickets (manual repair, SPEC §12)::
+
+    pending -> resolved | terminated        (operator, or fallback_action at once; terminate policy)
+
+Ticket actions (one job per ticket, R-M3, R-M4) follow compensations::
+
+    pending (D) -> running (D: with its attempt's intent) -> succeeded | pending (backoff) | failed | unknown
+    failed -> pending (operator retry); unknown -> succeeded | failed (operator confirm)
+
+Ticket attempts (one HTTP request)::
+
+    starting (D) -> sending (D: just before the request) -> succeeded | failed | unknown
+    starting -> not_started (settled by recovery: nothing was sent); sending -> unknown (recovery)
+
+Notifications (R-M8)::
+
+    pending (D: intent) -> sending (D) -> sent | failed; pending -> failed (refused before sending);
+    sending -> unknown (recovery: never sent twice)
 
 Operations (one App call)::
 
@@ -68,11 +92,30 @@ TERMINAL_REMOTE_STATES = frozenset({"completed", "failed", "canceled", "rejected
 
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     "runs": {
-        "running": frozenset({"succeeded", "failed", "stopped"}),
+        "running": frozenset({"succeeded", "failed", "stopped", "waiting", "terminated"}),
+        "waiting": frozenset({"running", "failed", "terminated", "stopped"}),
     },
     "nodes": {
         "pending": frozenset({"running", "skipped"}),
-        "running": frozenset({"running", "succeeded", "failed", "stopped"}),
+        "running": frozenset({"running", "succeeded", "failed", "stopped", "waiting"}),
+        "waiting": frozenset({"succeeded", "failed", "stopped"}),
+    },
+    "tickets": {
+        "pending": frozenset({"resolved", "terminated"}),
+    },
+    "ticket_actions": {
+        "pending": frozenset({"pending", "running"}),
+        "running": frozenset({"succeeded", "pending", "failed", "unknown"}),
+        "failed": frozenset({"pending"}),
+        "unknown": frozenset({"succeeded", "failed"}),
+    },
+    "ticket_attempts": {
+        "starting": frozenset({"sending", "not_started", "failed"}),
+        "sending": frozenset({"succeeded", "failed", "unknown"}),
+    },
+    "notifications": {
+        "pending": frozenset({"sending", "failed"}),
+        "sending": frozenset({"sent", "failed", "unknown"}),
     },
     "operations": {
         "starting": frozenset({"running", "succeeded", "failed", "unknown"}),

@@ -13,7 +13,7 @@ from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_E
 
 __all__ = ["COMPENSATION_STATUSES", "attempt_view", "compensation_detail", "compensation_full", "compensation_rollup",
            "compensation_view", "compensations_list", "iso", "rollup_line", "run_detail", "run_summary", "run_view",
-           "runs_list", "with_rollup"]
+           "runs_list", "ticket_view", "tickets_list", "with_rollup"]
 
 
 def iso(ts: float | None) -> str | None:
@@ -89,7 +89,46 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
             "stop_requested": bool(run["stop_requested"]), "messages": msgs(None), "nodes": nodes,
             "operations": operations, "unfinished_compensations": unfinished,
             "remote_tasks": [{k: t[k] for k in ("node_key", "url", "task_id", "state", "cancel_status",
-                                                  "cancel_answer")} for t in journal.remote_tasks(run_id)]}
+                                                  "cancel_answer")} for t in journal.remote_tasks(run_id)],
+            "tickets": [ticket_view(journal, t) for t in journal.tickets(run_id)]}
+
+
+def ticket_view(journal: Journal, t: dict[str, Any]) -> dict[str, Any]:
+    """One ticket as in SPEC §12: ``ticket_id``, ``run_id``, ``node_key``, ``status``, ``error``, ``action``
+    (null or ``{status, attempts, result, reason, request, max_attempts}``), ``history`` (every event:
+    ``{at, actor, action, args, text, attachment}``), plus ``policy``, ``notifications`` and timestamps.
+
+    An attempt is ``{number, started_at, ended_at, http_status, response_tail, trigger, status, error}`` (R-H7).
+    """
+    tid = t["ticket_id"]
+    a = journal.ticket_action(tid)
+    action = None
+    if a is not None:
+        action = {"status": a["status"], "result": a["result"], "reason": a["reason"], "request": a["request"],
+                  "max_attempts": a["max_attempts"], "next_attempt_at": iso(a["next_attempt_at"]),
+                  "attempts": [{"number": x["number"], "started_at": iso(x["started_at"]),
+                                "ended_at": iso(x["ended_at"]), "http_status": x["http_status"],
+                                "response_tail": x["response_tail"] or "", "trigger": x["trigger"],
+                                "status": x["status"], "error": x["error"]} for x in journal.ticket_attempts(tid)]}
+    return {"ticket_id": tid, "run_id": t["run_id"], "node_key": t["node_key"], "policy": t["policy"],
+            "status": t["status"], "error": t["error"], "result": t["result"], "action": action,
+            "history": [{"at": iso(e["at"]), "actor": e["actor"], "action": e["action"], "args": e["args"],
+                         "text": e["text"], "attachment": e["attachment"]} for e in journal.ticket_events(tid)],
+            "notifications": [{"notification_id": n["notification_id"], "status": n["status"],
+                               "message": n["message"], "http_status": n["http_status"], "error": n["error"]}
+                              for n in journal.notifications(t["run_id"]) if n["ticket_id"] == tid],
+            "created_at": iso(t["created_at"]), "updated_at": iso(t["updated_at"])}
+
+
+def tickets_list(journal: Journal, *, status: str | None = None, run: str | None = None) -> list[dict[str, Any]]:
+    """``tickets list --json`` and ``/api/tickets`` (SPEC §12): :func:`ticket_view` of each ticket, oldest first.
+
+    Raises:
+        NotFoundError: ``run`` matches no run (a unique prefix is accepted).
+    """
+    run_id = journal.run(run)["run_id"] if run else None
+    return [ticket_view(journal, t) for t in journal.list_tickets(status, run_id)]
+
 
 
 # -- run-level compensation roll-up (SPEC §16) and the list views shared by CLI and dashboard (R-U7) --------

@@ -22,6 +22,7 @@ from workrun.models import (
     AgentNode,
     AppSpec,
     FailurePolicy,
+    HttpAction,
     HttpNode,
     NodeSpec,
     OutputField,
@@ -30,7 +31,7 @@ from workrun.models import (
     WorkflowSpec,
 )
 from workrun.nodes.base import NodeExecutor, Where
-from workrun.outbound import allow_from_env, check_action, parse_allow
+from workrun.outbound import allow_from_env, check_action, check_request, parse_allow
 from workrun.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 
 __all__ = ["load_workflow", "parse_policy"]
@@ -39,17 +40,19 @@ _KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
 def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
-    """Parse ``on_failure`` (R-W7), once, when the workflow is loaded.
+    """Parse ``on_failure`` (R-W7, R-M1..R-M5), once, when the workflow is loaded.
 
     Raises:
-        ConfigError: for anything but "fail", "continue", {retry = {...}}, {fallback = "NODE"}.
+        ConfigError: naming the field (or sub-field) for anything but the written forms of
+            :class:`~workrun.models.FailurePolicy`.
     """
     try:
         return FailurePolicy.parse(value)
     except PolicyError as exc:
         raise ConfigError(exc.message, file=file, field=f"{field}.{exc.where}" if exc.where else field) from None
     except ValidationError as exc:
-        raise pydantic_error(exc, file, f"{field}.retry") from None
+        sub = next((k for k in ("compensate", "fallback_action") if isinstance(value, dict) and k in value), "retry")
+        raise pydantic_error(exc, file, f"{field}.{sub}") from None
 
 
 def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str) -> None:
@@ -180,7 +183,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
-    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow"}
+    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
     name = data.get("name", path.stem)
@@ -274,5 +277,77 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         graph[key] = node_dependencies(node.needs, node.templated())
     _check_cycles(graph, file, "needs")
     _check_fallbacks(graph, policies, file)
-    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow)
+    for key, policy in policies.items():
+        if policy.action is not None:
+            _check_action_templates(policy.action, file, f"nodes.{key}.on_failure.{policy.kind}", inputs,
+                                    _upstream(graph, key), _ACTION_NAMES)
+    notify = _parse_notify(data.get("notify"), file, inputs)
+    spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow,
+                        notify=notify)
     return spec, inputs
+
+
+_ACTION_NAMES = frozenset({"run_id", "node_key", "ticket_id", "error"})
+
+
+def _upstream(graph: dict[str, list[str]], key: str) -> set[str]:
+    out: set[str] = set()
+    todo = list(graph.get(key, []))
+    while todo:
+        dep = todo.pop()
+        if dep not in out:
+            out.add(dep)
+            todo.extend(graph.get(dep, []))
+    return out
+
+
+def _check_action_templates(action: HttpAction, file: str, field: str, inputs: dict[str, Any],
+                            upstream: set[str], names: frozenset[str]) -> None:
+    """Check an action's URL (R-H3) and every ``{{ … }}``: known names, inputs that exist, upstream nodes
+    only (they have a result when the action is registered), ``env.NAME`` only in header values and set
+    now (R-H5).
+
+    Raises:
+        ConfigError: naming the action's field.
+    """
+
+    def check_ref(where: str, ref: str) -> None:
+        parts = ref.split(".")
+        if ref in names:
+            return
+        if parts[0] == "inputs" and len(parts) == 2:
+            if parts[1] not in inputs:
+                raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
+                                  "with --input", file=file, field=where)
+            return
+        if parts[0] == "nodes" and len(parts) >= 3 and parts[2] == "result":
+            if parts[1] not in upstream:
+                raise ConfigError(f"{{{{ {ref} }}}}: node {parts[1]!r} is not upstream of this node, so it has no "
+                                  "result when the action is registered", file=file, field=where)
+            return
+        raise ConfigError(f"bad template {{{{ {ref} }}}}: use " + ", ".join(sorted(names)) + ", inputs.NAME, "
+                          "nodes.KEY.result.FIELD or env.NAME (headers)", file=file, field=where)
+
+    check_request(action, file=file, field=field, check_ref=check_ref)
+
+
+def _parse_notify(value: Any, file: str, inputs: dict[str, Any]) -> HttpAction | None:
+    """``[notify] http = { method, url, headers, body }`` (R-M8); ``{{ message }}`` is the one-line text."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table: [notify] http = { url = … }", file=file, field="notify")
+    unknown = sorted(set(value) - {"http"})
+    if unknown:
+        raise ConfigError("unknown key", file=file, field=f"notify.{unknown[0]}")
+    if "http" not in value:
+        raise ConfigError("is required", file=file, field="notify.http")
+    if not isinstance(value["http"], dict):
+        raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field="notify.http")
+    try:
+        action = HttpAction.model_validate(value["http"])
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, "notify.http") from None
+    _check_action_templates(action, file, "notify.http", inputs, set(),
+                            frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}))
+    return action

@@ -9,13 +9,13 @@ from typing import Any
 
 import typer
 
-from workrun.cli.output import CliReporter
+from workrun.cli.output import CliReporter, console, print_json, run_table
 from workrun.lock import SchedulerLock
 from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "reading", "scheduling"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling"]
 
-EXIT = {"succeeded": 0, "failed": 1, "stopped": 130}
+EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
@@ -80,3 +80,25 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
             signal.signal(signum, handler)
         lock.release()
         svc.close()
+
+
+def finish_run(svc: Services, run_id: str, json_mode: bool) -> int:
+    """Print the run (table or JSON) and return the exit code its status means (SPEC §16)."""
+    from workrun.views import run_detail
+
+    view = run_detail(svc.journal, run_id)
+    if json_mode:
+        print_json(view)
+    else:
+        console.print()
+        console.print(run_table(view))
+        if view["unfinished_compensations"]:
+            console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
+                          f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
+                          f"--run {run_id}`")
+        for t in view["tickets"]:
+            if t["status"] == "pending" and view["status"] == "waiting":
+                console.print(f"[yellow]waiting for a person[/]: ticket {t['ticket_id']} (node {t['node_key']}): "
+                              f"`workrun tickets resume {t['ticket_id']}` or `workrun tickets terminate "
+                              f"{t['ticket_id']}`")
+    return EXIT.get(view["status"], 1)

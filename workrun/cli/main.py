@@ -25,12 +25,13 @@ from workrun import __version__
 from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
+from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
-from workrun.cli.common import EXIT, JsonOpt, WaitOpt, ask, reading, scheduling
+from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
-from workrun.views import run_detail, run_view
+from workrun.views import run_view
 
 __all__ = ["app", "main"]
 
@@ -40,6 +41,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(apps_cli.app, name="app")
 app.add_typer(comp_cli.app, name="compensations")
+app.add_typer(tickets_cli.app, name="tickets")
 app.command("ui")(ui_cli.ui)
 
 def _print_version(value: bool) -> None:
@@ -58,20 +60,6 @@ def _root(
     from workrun import settings
 
     settings.current()  # every WORKRUN_* setting is checked before anything runs (SPEC §17)
-
-
-def _finish_run(svc, run_id: str, json_mode: bool) -> int:
-    view = run_detail(svc.journal, run_id)
-    if json_mode:
-        print_json(view)
-    else:
-        console.print()
-        console.print(run_table(view))
-        if view["unfinished_compensations"]:
-            console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
-                          f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
-                          f"--run {run_id}`")
-    return EXIT.get(view["status"], 1)
 
 
 def _audit_run(svc, run_id: str, action: str, args: dict) -> None:
@@ -95,7 +83,7 @@ def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run
             _audit_run(svc, rerun_of, "rerun", {"new_run": run_id})
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
         drive(svc, run_id, executors)
-        code = _finish_run(svc, run_id, json_mode)
+        code = finish_run(svc, run_id, json_mode)
         return 130 if svc.stopping() else code
 
 
@@ -108,7 +96,7 @@ def run(
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
-    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/130."""
+    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130."""
     from workrun.nodes import default_executors
     from workrun.templates import parse_inputs
     from workrun.workflow import load_workflow
@@ -158,6 +146,13 @@ def stop(
     with reading(writable=True) as svc:
         run = svc.journal.run(run_id)
         rid = run["run_id"]
+        if run["status"] == "waiting":  # nobody drives a waiting run: end it here, under the lock (R-M7)
+            with SchedulerLock(svc.data_dir, wait=True):
+                if svc.journal.run(rid)["status"] == "waiting":
+                    stop_orphaned_run(svc, rid)
+            console.print(f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
+                          f"effects were NOT undone; `workrun compensate {rid}` undoes them")
+            raise typer.Exit(0)
         if run["status"] != "running":
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
@@ -226,10 +221,13 @@ def compensate(
             raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
         if run["status"] == "succeeded":
             raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
-        if run["status"] == "stopped" and not run["compensate_requested"]:
+        if run["status"] == "waiting":
+            raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
+                                     "ends it and compensates its calls", field="RUN")
+        if run["status"] in ("stopped", "terminated") and not run["compensate_requested"]:
             svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
                                                    "action": "compensate", "args": {}})
-            svc.say(rid, None, "info", f"compensation of stopped run {rid} requested by {actor()}")
+            svc.say(rid, None, "info", f"compensation of {run['status']} run {rid} requested by {actor()}")
         compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]

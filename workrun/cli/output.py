@@ -24,7 +24,8 @@ console = Console(highlight=False, soft_wrap=True, color_system=None if os.envir
 
 STATUS_STYLE = {
     "succeeded": "green", "failed": "red", "unknown": "magenta", "blocked": "yellow", "running": "cyan",
-    "pending": "dim", "skipped": "dim", "stopped": "yellow",
+    "pending": "dim", "skipped": "dim", "stopped": "yellow", "waiting": "yellow", "terminated": "red",
+    "resolved": "green",
 }
 _LEVEL_STYLE = {"info": "", "warning": "yellow", "error": "red"}
 

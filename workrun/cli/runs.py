@@ -54,6 +54,15 @@ def show(run_id: str = typer.Argument(..., metavar="RUN", help="Run id or unique
     for t in view["remote_tasks"]:
         console.print(f"\nremote task of {t['node_key']}: {t['task_id']} state {t['state']}; cancel: "
                       f"{t['cancel_status'] or 'not sent'} {escape(t['cancel_answer'] or '')}")
+    for t in view.get("tickets", []):
+        action = t["action"]
+        console.print(f"\nticket {t['ticket_id']} {styled(t['status'])} node {escape(t['node_key'])} (on_failure = "
+                      f"{t['policy']}): {escape(t['error'] or '')}"
+                      + (f"; action {styled(action['status'])} ({len(action['attempts'])} attempt(s))"
+                         if action else ""))
+        if t["status"] == "pending":
+            console.print(f"  `workrun tickets resume {t['ticket_id']}` or "
+                          f"`workrun tickets terminate {t['ticket_id']}`")
     if view["unfinished_compensations"]:
         console.print(f"\n[yellow]compensation not finished[/] for {len(view['unfinished_compensations'])} call(s): "
                       f"`workrun resume` continues pending ones; `workrun compensations list --run {view['run_id']}` "

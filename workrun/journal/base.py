@@ -33,6 +33,8 @@ FAULT_POINTS = (
     "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
     "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
     "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
+    "run.waiting", "run.terminated", "ticket.opened", "ticket.changed", "action.intent", "action.sending",
+    "action.finished", "notify.intent", "notify.sending", "notify.finished",
 )
 
 
@@ -263,6 +265,96 @@ class Journal(Protocol):
 
     # -- remote A2A tasks (R-C10) ----------------------------------------------
 
+
+    # -- manual repair: tickets, ticket actions, notifications (SPEC §12) -------
+
+    def open_ticket(self, ticket: Row, *, node_status: str, handled: bool, at: float, events: Sequence[Row],
+                    action: Row | None = None, notification: Row | None = None) -> None:
+        """Open a ticket and move its node (``running`` -> ``waiting``, or ``failed`` for fallback_action /
+        terminate, ``handled`` for fallback_action) with its events, its action job and its notification
+        intent, in one transaction (R-M1, R-M3..R-M5, R-M8). Fault point: ``ticket.opened``."""
+
+    def pause_run(self, run_id: str, *, reason: str, at: float) -> None:
+        """Mark a running run ``waiting``; its pending nodes stay pending (R-M1). Fault point: ``run.waiting``."""
+
+    def resume_ticket(self, ticket_id: str, result: Any, event: Row, *, at: float) -> None:
+        """Operator resume (R-M6): node ``waiting`` -> ``succeeded`` (handled, ``result``), ticket ``pending`` ->
+        ``resolved``, a ``waiting`` run -> ``running``, and the event, at once.
+
+        Raises:
+            StaleStatusError: the ticket or node is no longer as seen; nothing was written.
+        """
+
+    def end_run_by_ticket(self, ticket_id: str, event: Row, status: str, *, at: float, reason: str | None,
+                          compensations: Sequence[Row] = ()) -> None:
+        """Operator terminate (R-M6): the ticket ``terminated``, its node ``failed``, then as :meth:`end_run`
+        (``failed`` with compensation records, or ``terminated``) and the event, in one transaction."""
+
+    def resolve_ticket(self, ticket_id: str, event: Row, *, at: float) -> None:
+        """Close a pending ticket by hand with its event; the run is not advanced (R-M6)."""
+
+    def set_ticket_action(self, ticket_id: str, status: str, *, reason: str | None, at: float, seen: str,
+                          event: Row | None = None) -> None:
+        """Move a ticket's action job to ``status`` (operator retry / confirm, recovery) with its event.
+
+        Raises:
+            StaleStatusError: the action is no longer ``seen``.
+        """
+
+    def record_ticket_event(self, event: Row) -> None:
+        """Add a note (or attachment) to a ticket's history (R-M6, R-O2)."""
+
+    def start_action_attempt(self, ticket_id: str, number: int, *, trigger: str, seen: str, at: float) -> None:
+        """Record an action attempt's intent (``starting``) and the action ``running`` at once (R-M3).
+        Fault point: ``action.intent``."""
+
+    def action_sending(self, ticket_id: str, number: int) -> None:
+        """The attempt's request is about to leave (``sending``). Fault point: ``action.sending``."""
+
+    def finish_action_attempt(self, ticket_id: str, number: int, attempt: Row, action: Row) -> None:
+        """Record an attempt's outcome and the action's next state at once. Fault point: ``action.finished``."""
+
+    def add_notification(self, row: Row) -> bool:
+        """Record a notification's intent unless its ``subject`` exists (never twice, R-M8); True when written.
+        Fault point: ``notify.intent``."""
+
+    def notification_sending(self, notification_id: str, *, at: float) -> None:
+        """The notification is about to leave (``sending``). Fault point: ``notify.sending``."""
+
+    def finish_notification(self, notification_id: str, status: str, *, at: float, http_status: int | None,
+                            error: str | None, event: Row | None = None) -> None:
+        """Record a notification's outcome, and on its ticket the event when it did not go out (R-M8)."""
+
+    def ticket(self, ticket_id: str) -> Row:
+        """One ticket by id or unique prefix.
+
+        Raises:
+            NotFoundError: no ticket, or the prefix matches several.
+        """
+
+    def tickets(self, run_id: str) -> list[Row]:
+        """The run's tickets, oldest first."""
+
+    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[Row]:
+        """Tickets by status and run, oldest first."""
+
+    def ticket_action(self, ticket_id: str) -> Row | None:
+        """The ticket's action job, or None."""
+
+    def ticket_attempts(self, ticket_id: str) -> list[Row]:
+        """Attempts of a ticket's action, by number."""
+
+    def ticket_events(self, ticket_id: str) -> list[Row]:
+        """A ticket's history, oldest first."""
+
+    def open_ticket_actions(self, run_id: str | None = None) -> list[Row]:
+        """Action jobs ``pending`` or ``running`` (of one run, or all), oldest first."""
+
+    def runs_with_open_tickets_work(self) -> list[str]:
+        """Ids of runs with an action job or a notification still owed (R-M7, R-M8)."""
+
+    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[Row]:
+        """Notifications (of one run, with one of ``statuses``), oldest first."""
     def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
         """Record that a message is about to be sent (``state = sending``), replacing any earlier row.
         Fault point: ``remote.intent``."""

@@ -184,4 +184,76 @@ MIGRATIONS: list[str] = [
     ALTER TABLE attempts ADD COLUMN http_status INTEGER;
     ALTER TABLE attempts ADD COLUMN response_tail TEXT;
     """,
+    # 6: manual repair (SPEC §12): tickets, their action job and attempts, audit events, notifications
+    """
+    CREATE TABLE tickets (
+        ticket_id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(run_id),
+        node_key TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        result TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX tickets_run ON tickets(run_id);
+    CREATE INDEX tickets_status ON tickets(status);
+    CREATE TABLE ticket_actions (
+        ticket_id TEXT PRIMARY KEY REFERENCES tickets(ticket_id),
+        run_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        request TEXT NOT NULL,
+        result TEXT,
+        reason TEXT,
+        max_attempts INTEGER NOT NULL,
+        timeout REAL NOT NULL,
+        backoff REAL NOT NULL,
+        idempotent INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX ticket_actions_status ON ticket_actions(status);
+    CREATE TABLE ticket_attempts (
+        ticket_id TEXT NOT NULL REFERENCES tickets(ticket_id),
+        number INTEGER NOT NULL,
+        trigger TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        http_status INTEGER,
+        response_tail TEXT,
+        failure TEXT,
+        error TEXT,
+        PRIMARY KEY (ticket_id, number)
+    );
+    CREATE TABLE ticket_events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        ticket_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        args TEXT NOT NULL DEFAULT '{}',
+        text TEXT,
+        attachment TEXT
+    );
+    CREATE INDEX ticket_events_ticket ON ticket_events(ticket_id, id);
+    CREATE TABLE notifications (
+        notification_id TEXT PRIMARY KEY,
+        subject TEXT NOT NULL UNIQUE,
+        run_id TEXT NOT NULL,
+        ticket_id TEXT,
+        compensation_id TEXT,
+        message TEXT NOT NULL,
+        request TEXT NOT NULL,
+        status TEXT NOT NULL,
+        http_status INTEGER,
+        error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX notifications_status ON notifications(status);
+    """,
 ]

@@ -31,11 +31,12 @@ from workrun.states import check
 __all__ = ["FAULT_POINTS", "SqliteJournal"]
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
-                 "depends_on", "context", "args", "held_back_by"}
+                 "depends_on", "context", "args", "held_back_by", "request"}
 _KEYS = {
     "runs": ("run_id",), "nodes": ("run_id", "node_key"), "operations": ("operation_id",),
     "compensations": ("compensation_id",), "attempts": ("compensation_id", "number"),
-    "remote_tasks": ("run_id", "node_key"),
+    "remote_tasks": ("run_id", "node_key"), "tickets": ("ticket_id",), "ticket_actions": ("ticket_id",),
+    "ticket_attempts": ("ticket_id", "number"), "notifications": ("notification_id",),
 }
 
 _Statement = tuple[str, tuple[Any, ...]]
@@ -246,6 +247,7 @@ class SqliteJournal:
             elif n["status"] == "running" and status == "stopped":
                 stmts.append(_update("nodes", key, {"status": "stopped", "ended_at": at}))
                 checks.append(("nodes", key, "stopped", "running"))
+        self._close_tickets(run_id, status, at, stmts, checks)  # a run that ends ends its waiting (R-M7)
         fields: dict[str, Any] = {"status": status, "ended_at": at, "reason": reason}
         stmts.append(_update("runs", (run_id,), fields))
         checks.append(("runs", (run_id,), status, None))
@@ -403,7 +405,8 @@ class SqliteJournal:
         rows = self._query(
             "SELECT DISTINCT run_id FROM compensations WHERE status IN ('pending', 'running') "
             "UNION SELECT run_id FROM runs WHERE eval = 0 "
-            "AND (status = 'failed' OR (status = 'stopped' AND compensate_requested = 1)) AND run_id IN "
+            "AND (status = 'failed' OR (status IN ('stopped', 'terminated') AND compensate_requested = 1)) "
+            "AND run_id IN "
             "(SELECT run_id FROM operations WHERE status = 'succeeded' AND operation_id NOT IN "
             "(SELECT operation_id FROM compensations))")
         return [r["run_id"] for r in rows]
@@ -516,6 +519,247 @@ class SqliteJournal:
         """Remote A2A tasks of a run."""
         return self._query("SELECT * FROM remote_tasks WHERE run_id = ? ORDER BY updated_at", (run_id,))
 
+
+    # -- tickets, ticket actions, notifications (manual repair, SPEC §12) ----
+
+    def _close_tickets(self, run_id: str, status: str, at: float, stmts: list[_Statement], checks: list[_Check],
+                       skip: str | None = None) -> None:
+        """Statements that end a run's waiting: its waiting nodes ``failed`` (``stopped`` when the run is
+        stopped), its pending tickets ``terminated`` with an event saying why (R-M7). ``skip``: a ticket
+        the caller ends itself."""
+        node_status = "stopped" if status == "stopped" else "failed"
+        why = {"stopped": "the run was stopped by the user"}.get(status, f"the run ended {status}")
+        for t in self.tickets(run_id):
+            if t["status"] != "pending" or t["ticket_id"] == skip:
+                continue
+            stmts += [_update("tickets", (t["ticket_id"],), {"status": "terminated", "updated_at": at}),
+                      _insert("ticket_events", {"ticket_id": t["ticket_id"], "run_id": run_id, "at": at,
+                                                "actor": "workrun", "action": "terminate", "args": {"reason": why},
+                                                "text": why})]
+            checks.append(("tickets", (t["ticket_id"],), "terminated", "pending"))
+        for n in self.nodes(run_id):
+            if n["status"] == "waiting" and not (skip and n["node_key"] == self.ticket(skip)["node_key"]):
+                stmts.append(_update("nodes", (run_id, n["node_key"]), {"status": node_status, "ended_at": at}))
+                checks.append(("nodes", (run_id, n["node_key"]), node_status, "waiting"))
+
+    def open_ticket(self, ticket: dict[str, Any], *, node_status: str, handled: bool, at: float,
+                    events: Sequence[dict[str, Any]], action: dict[str, Any] | None = None,
+                    notification: dict[str, Any] | None = None) -> None:
+        """Open a ticket with everything that comes with it, in one transaction (R-M1, R-M3..R-M5, R-M8)."""
+        key = (ticket["run_id"], ticket["node_key"])
+        node: dict[str, Any] = {"status": node_status}
+        if node_status != "waiting":
+            node.update(handled=int(handled), result=None, ended_at=at)
+        stmts = [_insert("tickets", ticket), _update("nodes", key, node),
+                 *[_insert("ticket_events", e) for e in events]]
+        if action is not None:
+            stmts.append(_insert("ticket_actions", action))
+        if notification is not None:
+            stmts.append(_insert("notifications", notification))
+        self._tx(stmts, "ticket.opened", [("nodes", key, node_status, "running")])
+
+    def pause_run(self, run_id: str, *, reason: str, at: float) -> None:
+        """Mark a running run ``waiting`` (R-M1); its pending nodes stay pending."""
+        self._tx([_update("runs", (run_id,), {"status": "waiting", "reason": reason})], "run.waiting",
+                 [("runs", (run_id,), "waiting", "running")])
+
+    def resume_ticket(self, ticket_id: str, result: Any, event: dict[str, Any], *, at: float) -> None:
+        """An operator resumes past a waiting node (R-M6): node ``succeeded`` (handled) with ``result``, ticket
+        ``resolved``, run ``running`` again, the event: one transaction."""
+        t = self.ticket(ticket_id)
+        run = self.run(t["run_id"])
+        nkey = (t["run_id"], t["node_key"])
+        stmts = [_update("tickets", (ticket_id,), {"status": "resolved", "result": result, "updated_at": at}),
+                 _update("nodes", nkey, {"status": "succeeded", "handled": 1, "result": result, "ended_at": at}),
+                 _insert("ticket_events", event)]
+        checks: list[_Check] = [("tickets", (ticket_id,), "resolved", "pending"),
+                                ("nodes", nkey, "succeeded", "waiting")]
+        if run["status"] == "waiting":
+            stmts.append(_update("runs", (t["run_id"],), {"status": "running", "reason": None}))
+            checks.append(("runs", (t["run_id"],), "running", "waiting"))
+        self._tx(stmts, "ticket.changed", checks)
+
+    def end_run_by_ticket(self, ticket_id: str, event: dict[str, Any], status: str, *, at: float,
+                          reason: str | None, compensations: Sequence[dict[str, Any]] = ()) -> None:
+        """An operator terminates a ticket (R-M6): ticket ``terminated``, its node ``failed``, the run
+        ``failed`` (with its compensation records) or ``terminated``, the event: one transaction."""
+        t = self.ticket(ticket_id)
+        run_id = t["run_id"]
+        nkey = (run_id, t["node_key"])
+        stmts: list[_Statement] = [_update("tickets", (ticket_id,), {"status": "terminated", "updated_at": at}),
+                                   _update("nodes", nkey, {"status": "failed", "ended_at": at}),
+                                   _insert("ticket_events", event)]
+        checks: list[_Check] = [("tickets", (ticket_id,), "terminated", "pending"),
+                                ("nodes", nkey, "failed", "waiting")]
+        for n in self.nodes(run_id):
+            if n["status"] == "pending":
+                stmts.append(_update("nodes", (run_id, n["node_key"]), {"status": "skipped"}))
+                checks.append(("nodes", (run_id, n["node_key"]), "skipped", "pending"))
+        self._close_tickets(run_id, status, at, stmts, checks, skip=ticket_id)
+        stmts.append(_update("runs", (run_id,), {"status": status, "ended_at": at, "reason": reason}))
+        checks.append(("runs", (run_id,), status, None))
+        stmts += [_insert("compensations", r) for r in compensations]
+        self._tx(stmts, f"run.{status}", checks)
+
+    def resolve_ticket(self, ticket_id: str, event: dict[str, Any], *, at: float) -> None:
+        """Close a pending ticket by hand (R-M6); nothing else changes."""
+        self._tx([_update("tickets", (ticket_id,), {"status": "resolved", "updated_at": at}),
+                  _insert("ticket_events", event)], "ticket.changed",
+                 [("tickets", (ticket_id,), "resolved", "pending")])
+
+    def set_ticket_action(self, ticket_id: str, status: str, *, reason: str | None, at: float, seen: str,
+                          event: dict[str, Any] | None = None) -> None:
+        """Move a ticket's action to ``status`` (operator retry or confirm, or recovery), with its event.
+
+        Raises:
+            StaleStatusError: the action is no longer ``seen``; nothing was written.
+        """
+        stmts = [_update("ticket_actions", (ticket_id,), {"status": status, "reason": reason, "updated_at": at,
+                                                          "next_attempt_at": None})]
+        if event is not None:
+            stmts.append(_insert("ticket_events", event))
+        self._tx(stmts, "ticket.changed", [("ticket_actions", (ticket_id,), status, seen)])
+
+    def record_ticket_event(self, event: dict[str, Any]) -> None:
+        """Add a line to a ticket's history (a note, an attachment; R-M6)."""
+        self._tx([_insert("ticket_events", event)], "ticket.changed")
+
+    def start_action_attempt(self, ticket_id: str, number: int, *, trigger: str, seen: str, at: float) -> None:
+        """Record an action attempt's intent and mark the action ``running``, in one transaction (R-M3, R-C7).
+
+        Raises:
+            StaleStatusError: the action left ``seen`` meanwhile; nothing was written.
+        """
+        self._tx([_insert("ticket_attempts", {"ticket_id": ticket_id, "number": number, "trigger": trigger,
+                                              "status": "starting", "started_at": at}),
+                  _update("ticket_actions", (ticket_id,), {"status": "running", "next_attempt_at": None,
+                                                           "updated_at": at})],
+                 "action.intent", [("ticket_actions", (ticket_id,), "running", seen)])
+
+    def action_sending(self, ticket_id: str, number: int) -> None:
+        """Commit that the attempt's request is about to leave (after this, a lost answer is ``unknown``)."""
+        self._set("ticket_attempts", (ticket_id, number), "action.sending", {"status": "sending"})
+
+    def finish_action_attempt(self, ticket_id: str, number: int, attempt: dict[str, Any],
+                              action: dict[str, Any]) -> None:
+        """Record an attempt's outcome (``attempt``: status, ended_at, http_status, response_tail, failure,
+        error) and the action's next state (``action``: status, result, reason, next_attempt_at,
+        updated_at), in one transaction."""
+        checks: list[_Check] = [("ticket_attempts", (ticket_id, number), attempt["status"], None),
+                                ("ticket_actions", (ticket_id,), action["status"], "running")]
+        self._tx([_update("ticket_attempts", (ticket_id, number), attempt),
+                  _update("ticket_actions", (ticket_id,), action)], "action.finished", checks)
+
+    def add_notification(self, row: dict[str, Any]) -> bool:
+        """Record a notification's intent (``pending``) unless its subject was notified already (R-M8).
+
+        Returns:
+            True when written; False when that subject has a notification (never twice).
+        """
+        with self._lock:
+            if self._query("SELECT 1 FROM notifications WHERE subject = ?", (row["subject"],)):
+                return False
+            sql, params = _insert("notifications", row)
+            self._tx([(sql + " ON CONFLICT (subject) DO NOTHING", params)], "notify.intent")
+        return True
+
+    def notification_sending(self, notification_id: str, *, at: float) -> None:
+        """Commit that a notification is about to leave (after this it is never sent again)."""
+        self._set("notifications", (notification_id,), "notify.sending", {"status": "sending", "updated_at": at},
+                  seen="pending")
+
+    def finish_notification(self, notification_id: str, status: str, *, at: float, http_status: int | None,
+                            error: str | None, event: dict[str, Any] | None = None) -> None:
+        """Record a notification's outcome (``sent`` | ``failed`` | ``unknown``) and, when it did not go
+        out, the event on its ticket, in one transaction (R-M8)."""
+        stmts = [_update("notifications", (notification_id,), {"status": status, "http_status": http_status,
+                                                                "error": error, "updated_at": at})]
+        if event is not None:
+            stmts.append(_insert("ticket_events", event))
+        self._tx(stmts, "notify.finished", [("notifications", (notification_id,), status, None)])
+
+    def ticket(self, ticket_id: str) -> dict[str, Any]:
+        """One ticket by exact id or unique prefix.
+
+        Raises:
+            NotFoundError: no ticket, or the prefix matches several.
+        """
+        rows = self._query("SELECT * FROM tickets WHERE ticket_id = ?", (ticket_id,)) or \
+            self._query("SELECT * FROM tickets WHERE ticket_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
+                        (ticket_id.replace("%", "\\%").replace("_", "\\_"),))
+        if len(rows) != 1:
+            raise NotFoundError(f"no ticket matches {ticket_id!r}" if not rows
+                                else f"{ticket_id!r} matches several tickets", field="TICKET")
+        return rows[0]
+
+    def tickets(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's tickets, oldest first."""
+        return self._query("SELECT * FROM tickets WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
+
+    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Tickets filtered by status and run, oldest first."""
+        where, params = [], []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if run_id:
+            where.append("run_id = ?")
+            params.append(run_id)
+        sql = "SELECT * FROM tickets" + (" WHERE " + " AND ".join(where) if where else "")
+        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
+
+    def ticket_action(self, ticket_id: str) -> dict[str, Any] | None:
+        """The ticket's action job, or None when its policy registered none."""
+        rows = self._query("SELECT * FROM ticket_actions WHERE ticket_id = ?", (ticket_id,))
+        return rows[0] if rows else None
+
+    def ticket_attempts(self, ticket_id: str) -> list[dict[str, Any]]:
+        """Attempts of a ticket's action, by number."""
+        return self._query("SELECT * FROM ticket_attempts WHERE ticket_id = ? ORDER BY number", (ticket_id,))
+
+    def ticket_events(self, ticket_id: str) -> list[dict[str, Any]]:
+        """A ticket's history (opening, operator actions, notes, notification outcomes), oldest first."""
+        return self._query("SELECT * FROM ticket_events WHERE ticket_id = ? ORDER BY id", (ticket_id,))
+
+    def open_ticket_actions(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Action jobs still to run (``pending``) or left ``running`` by a runner that died, oldest first."""
+        sql = "SELECT * FROM ticket_actions WHERE status IN ('pending', 'running')"
+        if run_id:
+            return self._query(sql + " AND run_id = ? ORDER BY created_at", (run_id,))
+        return self._query(sql + " ORDER BY created_at")
+
+    def runs_with_open_tickets_work(self) -> list[str]:
+        """Ids of runs with an action job or a notification still owed, or a dead letter not yet notified
+        in a run whose workflow declares ``[notify]`` (R-M7, R-M8)."""
+        owed = self._query(
+            "SELECT run_id FROM ticket_actions WHERE status IN ('pending', 'running') "
+            "UNION SELECT run_id FROM notifications WHERE status IN ('pending', 'sending')")
+        # a dead letter whose notification intent was never written (the runner died in between)
+        unsent = self._query(
+            "SELECT c.run_id FROM compensations c WHERE c.status = 'failed' AND NOT EXISTS (SELECT 1 FROM "
+            "notifications n WHERE n.subject = 'compensation:' || c.compensation_id || ':' || (SELECT COUNT(*) "
+            "FROM attempts a WHERE a.compensation_id = c.compensation_id)) "
+            "UNION SELECT x.run_id FROM ticket_actions x WHERE x.status = 'failed' AND EXISTS (SELECT 1 FROM "
+            "ticket_attempts a WHERE a.ticket_id = x.ticket_id) AND NOT EXISTS (SELECT 1 FROM notifications n "
+            "WHERE n.subject = 'action:' || x.ticket_id || ':' || (SELECT COUNT(*) FROM ticket_attempts a "
+            "WHERE a.ticket_id = x.ticket_id))")
+        ids = [r["run_id"] for r in owed]
+        for r in unsent:
+            if r["run_id"] not in ids and (self.run(r["run_id"])["spec"] or {}).get("notify"):
+                ids.append(r["run_id"])
+        return ids
+
+    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """Notifications of a run (or all), optionally with one of ``statuses``, oldest first."""
+        where, params = [], []
+        if run_id:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if statuses:
+            where.append(f"status IN ({','.join('?' for _ in statuses)})")
+            params.extend(statuses)
+        sql = "SELECT * FROM notifications" + (" WHERE " + " AND ".join(where) if where else "")
+        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
     def runs_with_open_remote_tasks(self) -> list[str]:
         """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first.
 
