@@ -158,3 +158,17 @@ def test_conditional_write_refuses_a_stale_status(tmp_path):
     j.finish_attempt("c1", 1, status="failed", failure="exited", error="exited with code 1", result=None, at=4.0,
                      exit_code=1, compensation_status="pending", reason="retry", next_attempt_at=5.0)
     assert j.attempts("c1")[0]["failure"] == "exited" and j.compensation("c1")["next_attempt_at"] == 5.0
+
+
+def test_workflow_name_survives_templated_nodes(tmp_path: Path) -> None:
+    """Regression: the workflow's ``name`` was overwritten by the last templated field's name ("input")."""
+    from workrun.nodes import default_executors
+    from workrun.workflow import load_workflow
+
+    executors = default_executors()
+    wf = tmp_path / "wf.toml"
+    wf.write_text('name = "cleanup-tutorial"\n[inputs]\nnote = "n"\n'
+                  '[nodes.a]\nkind = "remote_agent"\nurl = "http://127.0.0.1:9/"\nmessage = "{{ inputs.note }}"\n')
+    assert load_workflow(wf, {}, executors)[0].name == "cleanup-tutorial"
+    wf.write_text('[nodes.a]\nkind = "remote_agent"\nurl = "http://127.0.0.1:9/"\nmessage = "hi"\n')
+    assert load_workflow(wf, {}, executors)[0].name == "wf"

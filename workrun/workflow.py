@@ -235,10 +235,10 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     policies = {k: n.on_failure for k, n in nodes.items()}
     refs_of: dict[str, list[tuple[str, str]]] = {}
     for key, node in nodes.items():
-        for name, value in node.templated().items():
-            check_template_braces(value, f"nodes.{key}.{name}", file)
-        refs_of[key] = [r for name, value in node.templated().items()
-                        for r in template_refs(value, f"nodes.{key}.{name}")]
+        for field, value in node.templated().items():
+            check_template_braces(value, f"nodes.{key}.{field}", file)
+        refs_of[key] = [r for field, value in node.templated().items()
+                        for r in template_refs(value, f"nodes.{key}.{field}")]
     if known_inputs_only:
         _check_input_names(defaults, overrides or {}, refs_of, file)
     graph: dict[str, list[str]] = {}
