@@ -747,8 +747,9 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         timer = threading.Timer(remaining, exchange.expire)
         timer.daemon = True
         try:
+            tls = verify if verify is not None else (_default_tls() if url.scheme == "https" else False)
             with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining),
-                              verify=verify if verify is not None else True) as client:
+                              verify=tls) as client:
                 timer.start()
                 req = client.build_request(request.method, f"{url.scheme}://{host}:{url.port}{request.target}",
                                            headers=headers, content=request.body, extensions=extensions)
@@ -776,6 +777,20 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         finally:
             timer.cancel()
     return SendResult(False, failure=Failure.NOT_SENT, error=_scrub(last_error, request.secrets))
+
+
+_TLS: list[ssl.SSLContext] = []
+_TLS_LOCK = threading.Lock()
+
+
+def _default_tls() -> ssl.SSLContext:
+    """One TLS context with httpx's default CA bundle, built once (loading the CAs costs tens of ms per build)."""
+    import httpx
+
+    with _TLS_LOCK:
+        if not _TLS:
+            _TLS.append(httpx.create_ssl_context())
+        return _TLS[0]
 
 
 def _reason(exc: BaseException) -> str:
