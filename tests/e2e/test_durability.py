@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from _kit.processes import current_view, op_running, spawn_cli, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,40 +57,6 @@ def logs(tmp_path):
     calls.touch()
     comps.touch()
     return {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
-
-
-def spawn_cli(*args, env):
-    return subprocess.Popen([sys.executable, "-m", "workrun", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-
-
-def wait_for(predicate, timeout=30.0, what="condition", proc=None):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"workrun exited {proc.returncode} while waiting for {what}: {proc.communicate()}")
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    detail = ""
-    if proc is not None:
-        proc.kill()
-        detail = str(proc.communicate())
-    raise AssertionError(f"timed out waiting for {what}: {detail}")
-
-
-def current_view(workrun):
-    runs = workrun("runs", "list", "--json").json()
-    if not runs:
-        return None
-    return workrun("runs", "show", runs[0]["run_id"], "--json").json()
-
-
-def op_running(workrun, node):
-    view = current_view(workrun)
-    return view if view and any(o["node_key"] == node and o["status"] == "running" for o in view["operations"]) \
-        else None
 
 
 def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sleep=0.0):
