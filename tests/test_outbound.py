@@ -9,8 +9,16 @@ import pytest
 
 from _kit.http_server import TestServer
 from workrun.errors import ConfigError
-from workrun.outbound import (AllowList, allow_from_env, check_address, check_templates, parse_allow,
-                              parse_url, prepare, send)
+from workrun.outbound import (
+    AllowList,
+    allow_from_env,
+    check_address,
+    check_templates,
+    parse_allow,
+    parse_url,
+    prepare,
+    send,
+)
 from workrun.outcomes import Failure
 
 

@@ -272,7 +272,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
         svc.journal.set_compensation_status(cid, "pending", reason=exc.message, at=svc.now())
         return Attempted(svc.journal.compensation(cid), Failure.ENVIRONMENT)
     config = AppSpec.model_validate(op["config"])
-    assert config.compensation is not None
+    assert config.compensation is not None and config.compensation.entry is not None  # a script (not http, R-H6)
     number = len(svc.journal.attempts(cid)) + 1
     call_dir = svc.call_dir(f"{cid}-{number}", replace=True)  # a runner killed before the intent leaves one
     started = svc.now()

@@ -32,8 +32,9 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 from urllib.parse import quote
 
 from workrun.errors import ConfigError
@@ -275,13 +276,13 @@ def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = T
         ConfigError: naming the field.
     """
 
-    def ref(where: str, text: str) -> None:
-        if not _ACTION_REF.match(text):
-            raise ConfigError(f"bad template {{{{ {text} }}}}: a reverse action may use original.input.…, "
+    def ref(where: str, reference: str) -> None:
+        if not _ACTION_REF.match(reference):
+            raise ConfigError(f"bad template {{{{ {reference} }}}}: a reverse action may use original.input.…, "
                               "original.result.…, operation_id, compensation_id, run_id, node_key, inputs.NAME, "
                               "error, and env.NAME in header values", file=file, field=where)
-        if inputs is not None and text.startswith("inputs.") and text.split(".", 1)[1] not in inputs:
-            raise ConfigError(f"{{{{ {text} }}}} refers to an input that is neither in [inputs] nor given with "
+        if inputs is not None and reference.startswith("inputs.") and reference.split(".", 1)[1] not in inputs:
+            raise ConfigError(f"{{{{ {reference} }}}} refers to an input that is neither in [inputs] nor given with "
                               "--input", file=file, field=where)
 
     return check_request(spec, file=file, field=field, check_ref=ref, check_env=check_env)
@@ -561,8 +562,8 @@ def _rule(address: IPAddress) -> str | None:
     if isinstance(address, ipaddress.IPv6Address):
         inner = _embedded_v4(address)
         if inner is not None:  # judged by the IPv4 address it carries
-            rule = _rule(inner[0])
-            return f"{rule}, {inner[1]} {inner[0]}" if rule else None
+            inner_rule = _rule(inner[0])
+            return f"{inner_rule}, {inner[1]} {inner[0]}" if inner_rule else None
     if not address.is_global:
         return "reserved"
     return None
@@ -764,8 +765,9 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         timer = threading.Timer(remaining, exchange.expire)
         timer.daemon = True
         try:
+            tls = verify if verify is not None else (_default_tls() if url.scheme == "https" else False)
             with httpx.Client(trust_env=False, follow_redirects=False, timeout=httpx.Timeout(remaining),
-                              verify=verify if verify is not None else True) as client:
+                              verify=tls) as client:
                 timer.start()
                 req = client.build_request(request.method, f"{url.scheme}://{host}:{url.port}{request.target}",
                                            headers=headers, content=request.body, extensions=extensions)
@@ -793,6 +795,20 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
         finally:
             timer.cancel()
     return SendResult(False, failure=Failure.NOT_SENT, error=_scrub(last_error, request.secrets))
+
+
+_TLS: list[ssl.SSLContext] = []
+_TLS_LOCK = threading.Lock()
+
+
+def _default_tls() -> ssl.SSLContext:
+    """One TLS context with httpx's default CA bundle, built once (loading the CAs costs tens of ms per build)."""
+    import httpx
+
+    with _TLS_LOCK:
+        if not _TLS:
+            _TLS.append(httpx.create_ssl_context())
+        return _TLS[0]
 
 
 def _reason(exc: BaseException) -> str:

@@ -8,15 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from _kit.http_server import TestServer
-
-pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

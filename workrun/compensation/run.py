@@ -13,8 +13,8 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
-from workrun.operations import Attempted, run_attempt
 from workrun.nodes.http import is_reverse_action, run_http_attempt
+from workrun.operations import Attempted, run_attempt
 from workrun.outcomes import Failure, brief
 from workrun.services import Services
 

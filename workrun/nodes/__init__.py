@@ -12,7 +12,7 @@ from workrun.nodes.http import HttpExecutor
 from workrun.nodes.process import ProcessExecutor
 from workrun.nodes.remote import RemoteExecutor
 
-__all__ = ["AgentExecutor", "NodeExecutor", "NodeJob", "ProcessExecutor", "RemoteExecutor", "Where",
+__all__ = ["AgentExecutor", "HttpExecutor", "NodeExecutor", "NodeJob", "ProcessExecutor", "RemoteExecutor", "Where",
            "default_executors"]
 
 

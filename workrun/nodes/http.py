@@ -20,15 +20,27 @@ A reverse action attempt follows the same shape with ``attempt.intent`` -> ``att
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from workrun.backoff import backoff_delay
 from workrun.errors import ConfigError, StaleStatusError
 from workrun.models import AppSpec, HttpNode, HttpRequestSpec, NodeSpec, OutputField
 from workrun.nodes.base import NodeJob, Where
 from workrun.operations import Attempted
-from workrun.outbound import (AllowList, PreparedRequest, RequestError, SendResult, allow_from_env, check_action,
-                              check_request, parse_allow, parse_url, prepare, send)
+from workrun.outbound import (
+    AllowList,
+    PreparedRequest,
+    RequestError,
+    SendResult,
+    allow_from_env,
+    check_action,
+    check_request,
+    parse_allow,
+    parse_url,
+    prepare,
+    send,
+)
 from workrun.outcomes import Failure, NodeOutcome, brief
 from workrun.services import Services, new_id
 
@@ -322,7 +334,8 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
     return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
 
-def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], got: SendResult) -> dict[str, Any]:
+def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
+                        got: SendResult) -> dict[str, Any]:
     """Journal a reverse action attempt and the compensation's new status in one transaction (``attempt.finished``).
 
     - 2xx: ``succeeded`` (result ``{status, headers, body}`` saved; never sent again, R-R2)
