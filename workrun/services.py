@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from workrun.journal import Journal
+from workrun.journal import Journal, open_journal
 from workrun.paths import data_dir as default_data_dir
 from workrun.runner.uv import EnvManager, Watchdog, sdk_path
 
@@ -74,7 +74,7 @@ class Services:
     def journal(self) -> Journal:
         """The journal, opened (and migrated) on first use."""
         if self._journal is None:
-            self._journal = Journal(self.data_dir / "journal.sqlite3", check=self._check)
+            self._journal = open_journal(self.data_dir, check=self._check)
         return self._journal
 
     @property

@@ -1,5 +1,47 @@
-"""The journal: durable record of runs, operations and compensations (R-J1..R-J4)."""
+"""The journal: durable record of runs, operations and compensations (R-J1..R-J4, R-S1)."""
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from workrun.errors import ConfigError
 from workrun.journal.sqlite import FAULT_POINTS, Journal
 
-__all__ = ["FAULT_POINTS", "Journal"]
+__all__ = ["FAULT_POINTS", "Journal", "journal_url", "open_journal"]
+
+
+def journal_url() -> str | None:
+    """The PostgreSQL URL from ``WORKRUN_JOURNAL``, or None for the embedded SQLite journal (R-S1).
+
+    Raises:
+        ConfigError: the variable is set to something else than ``sqlite`` or a ``postgresql://`` URL.
+    """
+    value = os.environ.get("WORKRUN_JOURNAL", "").strip()
+    if value in ("", "sqlite"):
+        return None
+    if value.startswith(("postgresql://", "postgres://")):
+        return value
+    raise ConfigError("accepts `sqlite` (the default) or a `postgresql://…` URL; got "
+                      f"{value.split('://')[0]!r}", field="WORKRUN_JOURNAL")
+
+
+def open_journal(data_dir: Path, *, check: bool = True) -> Any:
+    """Open (and migrate) the journal ``WORKRUN_JOURNAL`` selects: SQLite in ``data_dir`` or PostgreSQL.
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_JOURNAL``, or a PostgreSQL URL without psycopg installed.
+        JournalError, JournalVersionError: as the backend's constructor.
+    """
+    url = journal_url()
+    if url is None:
+        return Journal(data_dir / "journal.sqlite3", check=check)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise ConfigError("a PostgreSQL journal needs psycopg 3: pip install 'workrun[postgres]'",
+                          field="WORKRUN_JOURNAL") from None
+    from workrun.journal.postgres import PostgresJournal
+
+    return PostgresJournal(url)
