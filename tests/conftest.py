@@ -188,6 +188,7 @@ def journal_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     if request.param == "postgres":
         url = request.getfixturevalue("pg_url")
         monkeypatch.setenv("WORKRUN_JOURNAL", url)
+        monkeypatch.setenv("WORKRUN_LEASE", "3")  # a killed runner's claim passes to the next one quickly
     else:
         monkeypatch.delenv("WORKRUN_JOURNAL", raising=False)
     return request.param

@@ -31,11 +31,21 @@ __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "rec
            "stop_orphaned_run", "unfinished_runs"]
 
 
+def _settle(svc: Services, pid: int | None, start: str | None, call_dir: Path, deadline: float | None) -> Any:
+    """R-R3 for one in-flight call. A call another machine's worker started (``svc.foreign_calls``, R-S2)
+    is decided only by an exit record reachable from here; its pid means nothing on this machine."""
+    if svc.foreign_calls:
+        from workrun.runner.uv import Outcome, _read_exit
+
+        return (_read_exit(call_dir) if call_dir.is_dir() else None) or Outcome(unknown=True)
+    return recover(pid, start, call_dir, deadline, svc.grace)
+
+
 def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
     settled = []
     for op in svc.journal.operations_in_flight(run_id):
-        outcome = recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"], svc.grace)
+        outcome = _settle(svc, op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         row = finish_operation(svc, op, outcome)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
@@ -49,8 +59,7 @@ def recover_attempts(svc: Services, run_id: str) -> None:
     """Settle compensation attempts that were in flight when the runner died."""
     for attempt in svc.journal.attempts_in_flight(run_id):
         comp = svc.journal.compensation(attempt["compensation_id"])
-        outcome = recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]), attempt["deadline"],
-                          svc.grace)
+        outcome = _settle(svc, attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]), attempt["deadline"])
         after = finish_attempt(svc, comp, attempt, outcome)
         svc.say(run_id, comp["node_key"], "warning",
                 f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "

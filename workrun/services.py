@@ -69,6 +69,7 @@ class Services:
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.interactive = False
+        self.foreign_calls = False  # settling calls a worker on another machine started (R-S2, R-R3)
 
     @property
     def journal(self) -> Journal:

@@ -12,7 +12,7 @@ from workrun.cli.output import CliReporter
 from workrun.lock import SchedulerLock
 from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "reading", "scheduling"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "reading", "run_claim", "scheduling", "shared_journal"]
 
 EXIT = {"succeeded": 0, "failed": 1, "stopped": 130}
 
@@ -40,7 +40,10 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
         SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
     """
     svc = Services(reporter=CliReporter(quiet=json_mode))
-    lock = SchedulerLock(svc.data_dir, wait=wait).acquire()
+    shared = shared_journal()
+    if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
+        resume_first = False
+    lock = None if shared else SchedulerLock(svc.data_dir, wait=wait).acquire()
     previous: dict[int, Any] = {}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -65,5 +68,34 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        lock.release()
+        if lock is not None:
+            lock.release()
         svc.close()
+
+
+def shared_journal() -> bool:
+    """True when the journal is shared by workers (``WORKRUN_JOURNAL=postgresql://…``, R-S1).
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_JOURNAL`` (exit 2).
+    """
+    from workrun.journal import journal_url
+
+    return journal_url() is not None
+
+
+@contextmanager
+def run_claim(svc: Services, run_id: str, wait: bool) -> Iterator[None]:
+    """Hold the run's claim while a command schedules it on a shared journal (no-op on SQLite, whose
+    file lock already makes this command the only scheduler).
+
+    Raises:
+        SchedulerBusyError: a live worker holds the run and ``wait`` is False (exit 3).
+    """
+    if not shared_journal():
+        yield
+        return
+    from workrun.workers import holding
+
+    with holding(svc, run_id, wait=wait):
+        yield

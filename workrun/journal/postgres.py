@@ -225,15 +225,16 @@ class PostgresJournal(SqliteJournal):
         """All workers ever registered, oldest first."""
         return self._query("SELECT * FROM workers ORDER BY started_at")
 
-    def heartbeat(self, worker_id: str, now: float, lease: float) -> set[str]:
-        """Renew the worker's heartbeat and the leases of the runs it still holds; return those run ids.
+    def heartbeat(self, worker_id: str, now: float, lease: float, run_ids: Iterable[str]) -> set[str]:
+        """Renew the worker's heartbeat and the leases of ``run_ids`` it holds; return those still its own.
 
-        A run missing from the answer was taken over (its lease had expired): the worker lost it.
+        A run missing from the answer was taken over by another worker (its lease had passed): the
+        worker lost it. A late renewal of a claim nobody took is still a renewal.
         """
         with self._lock:
             self._exec("UPDATE workers SET heartbeat_at = %s WHERE worker_id = %s", (now, worker_id))
-            rows = self._exec("UPDATE run_claims SET lease_until = %s WHERE worker_id = %s AND lease_until >= %s "
-                              "RETURNING run_id", (now + lease, worker_id, now))
+            rows = self._exec("UPDATE run_claims SET lease_until = %s WHERE worker_id = %s AND run_id = ANY(%s) "
+                              "RETURNING run_id", (now + lease, worker_id, list(run_ids)))
         return {r["run_id"] for r in rows}
 
     def worker_stopped(self, worker_id: str, now: float) -> None:
