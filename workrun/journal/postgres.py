@@ -261,8 +261,9 @@ class PostgresJournal(SqliteJournal):
 
         ``SELECT … FOR UPDATE SKIP LOCKED`` picks a run no other worker is claiming right now and
         whose claim is absent or expired; the upsert re-checks the lease on the latest row, so of
-        two workers racing for one run exactly one wins. A given ``run_id`` is claimed whatever
-        work it needs (an operator's command), unless another live claim holds it.
+        two workers racing for one run exactly one wins. A run under a live claim is never claimed,
+        not even by its holder (so one worker never drives one run twice). A given ``run_id`` is
+        claimed whatever work it needs (an operator's command), unless a live claim holds it.
 
         Returns:
             ``{run_id, previous_worker, previous_host, takeover}`` — ``takeover`` is True when an
@@ -275,7 +276,7 @@ class PostgresJournal(SqliteJournal):
                 with self._db.transaction():
                     rows = self._db.execute(
                         f"SELECT r.run_id FROM runs r WHERE {cond} AND NOT EXISTS (SELECT 1 FROM run_claims k "
-                        "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s AND k.worker_id <> %(me)s) "
+                        "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) "
                         "ORDER BY r.created_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
                         {"run_id": run_id, "now": now, "me": worker_id}).fetchall()
                     if not rows:
@@ -291,7 +292,7 @@ class PostgresJournal(SqliteJournal):
                         "claimed_at = EXCLUDED.claimed_at, takeovers = run_claims.takeovers + "
                         "CASE WHEN run_claims.worker_id <> EXCLUDED.worker_id "
                         "AND run_claims.lease_until > run_claims.claimed_at THEN 1 ELSE 0 END "
-                        "WHERE run_claims.lease_until < %(now)s OR run_claims.worker_id = %(me)s RETURNING run_id",
+                        "WHERE run_claims.lease_until < %(now)s RETURNING run_id",
                         {"rid": rid, "me": worker_id, "until": now + lease, "now": now}).fetchall()
                     if not got:
                         return None
