@@ -6,7 +6,7 @@
    what ``workrun resume`` does before running anything: open (integrity check
    + migrations), find unfinished runs, settle in-flight calls. Baseline in the
    same run: a bare ``sqlite3`` full scan of the operations table.
-2. Times one committed transition (``Journal.update`` of an operation's status,
+2. Times one committed transition (``SqliteJournal.operation_running``/``finish_operation``,
    WAL, synchronous=NORMAL) against a bare sqlite3 UPDATE + COMMIT on the same file.
 
     python bench/bench_journal.py [--ops 100000] [--transitions 2000]
@@ -15,37 +15,46 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import tempfile
 import time
 from pathlib import Path
 
-from workrun.journal import Journal
+from workrun.journal import SqliteJournal
 
 
-def build(journal: Journal, n_ops: int) -> None:
+def _insert(db: sqlite3.Connection, table: str, row: dict) -> None:
+    values = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
+    db.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})", values)
+
+
+def build(path: Path, n_ops: int) -> None:
+    """Fill a migrated journal file with synthetic finished runs (bulk inserts, one transaction per 5000)."""
     now = time.time()
     per_run = 10
+    db = sqlite3.connect(path, isolation_level=None)
     for start in range(0, n_ops, 5000):
-        changes = []
+        db.execute("BEGIN")
         for i in range(start, min(n_ops, start + 5000)):
             run_id = f"run_{i // per_run:012d}"
             if i % per_run == 0:
-                changes.append(("insert", "runs", None, {
+                _insert(db, "runs", {
                     "run_id": run_id, "workflow": "synthetic", "workflow_path": "/x.toml", "spec": {"nodes": {}},
-                    "inputs": {}, "status": "failed", "created_at": now, "ended_at": now}))
+                    "inputs": {}, "status": "failed", "created_at": now, "ended_at": now})
             op_id = f"op_{i:012d}"
-            changes.append(("insert", "operations", None, {
+            _insert(db, "operations", {
                 "operation_id": op_id, "run_id": run_id, "node_key": f"n{i % per_run}", "app": "a", "project": "/p",
                 "kind": "process", "config": {"name": "a", "entry": "main.py"}, "input": {"i": i},
                 "result": {"ok": True}, "fingerprint": "f" * 64, "fingerprint_files": {"main.py": "0" * 64},
                 "depends_on": [f"op_{i - 1:012d}"] if i % per_run else [], "status": "succeeded",
-                "call_dir": "/gone", "created_at": now, "ended_at": now}))
-            changes.append(("insert", "compensations", None, {
+                "call_dir": "/gone", "created_at": now, "ended_at": now})
+            _insert(db, "compensations", {
                 "compensation_id": f"cmp_{i:012d}", "operation_id": op_id, "run_id": run_id, "node_key": "n",
                 "status": "succeeded", "max_attempts": 4, "timeout": 120, "backoff": 1, "created_at": now,
-                "updated_at": now}))
-        journal.write(changes)
+                "updated_at": now})
+        db.execute("COMMIT")
+    db.close()
 
 
 def main() -> None:
@@ -56,9 +65,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         t0 = time.perf_counter()
-        j = Journal(home / "journal.sqlite3")
-        build(j, args.ops)
-        j.close()
+        SqliteJournal(home / "journal.sqlite3").close()  # schema
+        build(home / "journal.sqlite3", args.ops)
         size = (home / "journal.sqlite3").stat().st_size
         print(f"built a journal of {args.ops} operations ({size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s")
 
@@ -83,18 +91,22 @@ def main() -> None:
         print(f"  baseline full table scan with bare sqlite3: {base * 1000:.0f} ms; ratio {t_scan / base:.2f}x")
         svc.close()
 
-        j = Journal(home / "journal.sqlite3", check=False)
         n = args.transitions
         now = time.time()
-        fresh = [("insert", "operations", None, {
-            "operation_id": f"new_{i:08d}", "run_id": "run_x", "node_key": "n", "app": "a", "project": "/p",
-            "kind": "process", "config": {}, "input": {}, "fingerprint": "f", "fingerprint_files": {},
-            "status": "starting", "call_dir": "/gone", "created_at": now}) for i in range(2 * n)]
-        j.write(fresh)
+        db = sqlite3.connect(home / "journal.sqlite3", isolation_level=None)
+        db.execute("BEGIN")
+        for i in range(2 * n):
+            _insert(db, "operations", {
+                "operation_id": f"new_{i:08d}", "run_id": "run_x", "node_key": "n", "app": "a", "project": "/p",
+                "kind": "process", "config": {}, "input": {}, "fingerprint": "f", "fingerprint_files": {},
+                "status": "starting", "call_dir": "/gone", "created_at": now})
+        db.execute("COMMIT")
+        db.close()
+        j = SqliteJournal(home / "journal.sqlite3", check=False)
         t0 = time.perf_counter()
         for i in range(0, n, 2):  # the real transitions of a call: starting -> running -> succeeded
-            j.update("operations", (f"new_{i:08d}",), None, status="running", pid=1, started_at=now)
-            j.update("operations", (f"new_{i:08d}",), None, status="succeeded", ended_at=now)
+            j.operation_running(f"new_{i:08d}", pid=1, proc_start=None, started_at=now, deadline=now + 60)
+            j.finish_operation(f"new_{i:08d}", status="succeeded", result={}, at=now)
         ours = (time.perf_counter() - t0) / n
         j.close()
         raw = sqlite3.connect(home / "journal.sqlite3", isolation_level=None)

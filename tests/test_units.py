@@ -115,31 +115,46 @@ def test_fingerprint_file_set_and_diff(tmp_path):
 
 def test_journal_enforces_the_state_machine(tmp_path):
     from workrun.errors import InvalidTransitionError
-    from workrun.journal import Journal
+    from workrun.journal import SqliteJournal
     from workrun.states import TRANSITIONS, allowed
 
-    j = Journal(tmp_path / "j.sqlite3")
+    j = SqliteJournal(tmp_path / "j.sqlite3")
     j.create_run({"run_id": "r1", "workflow": "w", "workflow_path": "/w", "spec": {}, "inputs": {},
                   "status": "running", "created_at": 0.0}, ["a"])
-    j.update("runs", ("r1",), None, status="failed")
+    j.end_run("r1", "failed", at=1.0, reason="x")
+    assert j.nodes("r1")[0]["status"] == "skipped"
     with pytest.raises(InvalidTransitionError, match="failed -> succeeded"):
-        j.update("runs", ("r1",), None, status="succeeded")
+        j.end_run("r1", "succeeded", at=2.0)
+    j.create_run({"run_id": "r2", "workflow": "w", "workflow_path": "/w", "spec": {}, "inputs": {},
+                  "status": "running", "created_at": 0.0}, ["a"])
     with pytest.raises(InvalidTransitionError):
-        j.write([("update", "nodes", ("r1", "a"), {"status": "succeeded"})])  # pending -> succeeded skips running
-    assert j.run("r1")["status"] == "failed" and j.nodes("r1")[0]["status"] == "pending"  # nothing written
+        j.finish_node("r2", "a", status="succeeded", handled=False, result=None, at=1.0)  # skips running
+    assert j.run("r1")["status"] == "failed" and j.nodes("r2")[0]["status"] == "pending"  # nothing written
     assert not allowed("compensations", "succeeded", "pending")  # a saved success is final (R-R2)
     assert "skipped" not in TRANSITIONS["compensations"]
 
 
-def test_operator_write_is_conditional_on_the_status_it_saw(tmp_path):
-    from workrun.errors import ActionRefusedError
-    from workrun.journal import Journal
+def test_conditional_write_refuses_a_stale_status(tmp_path):
+    from workrun.errors import JournalError, StaleStatusError
+    from workrun.journal import SqliteJournal
 
-    j = Journal(tmp_path / "j.sqlite3")
+    j = SqliteJournal(tmp_path / "j.sqlite3")
     j.create_run({"run_id": "r1", "workflow": "w", "workflow_path": "/w", "spec": {}, "inputs": {},
                   "status": "running", "created_at": 0.0}, ["a"])
-    j.update("nodes", ("r1", "a"), None, status="running")
-    with pytest.raises(ActionRefusedError, match="changed from pending to running meanwhile"):
-        j.write([("update", "nodes", ("r1", "a"), {"status": "succeeded", "_expect_status": "pending"})])
-    j.write([("update", "nodes", ("r1", "a"), {"status": "succeeded", "_expect_status": "running"})])
-    assert j.nodes("r1")[0]["status"] == "succeeded"
+    j.start_operation({"operation_id": "op1", "run_id": "r1", "node_key": "a", "app": "x", "project": "/p",
+                       "kind": "process", "config": {}, "input": {}, "fingerprint": "f", "fingerprint_files": {},
+                       "status": "starting", "call_dir": "/c", "created_at": 0.0})
+    j.finish_operation("op1", status="succeeded", result={"ok": 1}, at=1.0)
+    j.plan_compensations([{"compensation_id": "c1", "operation_id": "op1", "run_id": "r1", "node_key": "a",
+                           "status": "pending", "max_attempts": 2, "timeout": 1, "backoff": 0, "created_at": 1.0,
+                           "updated_at": 1.0}])
+    j.set_compensation_status("c1", "blocked", reason="code changed", at=2.0)
+    with pytest.raises(StaleStatusError, match="changed from pending to blocked meanwhile") as err:
+        j.start_attempt("c1", 1, trigger="auto", call_dir="/c1", seen="pending", at=3.0)
+    assert isinstance(err.value, JournalError)
+    assert j.attempts("c1") == [] and j.compensation("c1")["status"] == "blocked"  # nothing written
+    j.start_attempt("c1", 1, trigger="auto", call_dir="/c1", seen="blocked", at=3.0)
+    assert j.compensation("c1")["status"] == "running" and j.attempts("c1")[0]["status"] == "starting"
+    j.finish_attempt("c1", 1, status="failed", failure="exited", error="exited with code 1", result=None, at=4.0,
+                     exit_code=1, compensation_status="pending", reason="retry", next_attempt_at=5.0)
+    assert j.attempts("c1")[0]["failure"] == "exited" and j.compensation("c1")["next_attempt_at"] == 5.0

@@ -14,16 +14,19 @@ from __future__ import annotations
 import random
 import shutil
 import signal as _signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
-from workrun.errors import ActionRefusedError, EnvironmentUnavailableError
+from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
+from workrun.outcomes import Failure
 from workrun.runner.uv import Outcome, collect, proc_start_time, spawn, wait
 from workrun.services import Services, new_id
 
 __all__ = [
+    "Attempted",
     "backoff_delay",
     "call_app",
     "finish_attempt",
@@ -90,33 +93,34 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
         "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
     }
-    svc.journal.insert_operation(row)
+    svc.journal.start_operation(row)
     if refused:
-        return _failed_before_start(svc, op_id, call_dir, refused)
+        return _failed_before_start(svc, op_id, call_dir, refused, Failure.REFUSED)
     try:
         python = svc.envs.python(project)
     except EnvironmentUnavailableError as exc:
-        return _failed_before_start(svc, op_id, call_dir, exc.message)
+        return _failed_before_start(svc, op_id, call_dir, exc.message, Failure.ENVIRONMENT)
     envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
         proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
     except OSError as exc:
-        return _failed_before_start(svc, op_id, call_dir, f"cannot start the App process: {exc}")
+        return _failed_before_start(svc, op_id, call_dir, f"cannot start the App process: {exc}",
+                                    Failure.ENVIRONMENT)
     started = svc.now()
     deadline = started + app.timeout
-    svc.journal.update("operations", (op_id,), "op.started", status="running", pid=proc.pid,
-                       proc_start=proc_start_time(proc.pid), started_at=started, deadline=deadline)
+    svc.journal.operation_running(op_id, pid=proc.pid, proc_start=proc_start_time(proc.pid), started_at=started,
+                                  deadline=deadline)
     outcome = wait(proc, svc.watchdog, deadline)
     return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
 
 
-def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str) -> dict[str, Any]:
+def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, failure: Failure) -> dict[str, Any]:
     """Journal a call that failed before its process started (the directory is fenced first, so no
     late start is possible); return the operation row."""
     _claim_never_started(call_dir)
-    svc.journal.update("operations", (op_id,), "op.finished", status="failed", error=error, ended_at=svc.now())
+    svc.journal.finish_operation(op_id, status="failed", failure=failure, error=error, at=svc.now())
     shutil.rmtree(call_dir, ignore_errors=True)
     return svc.journal.operation(op_id)
 
@@ -138,18 +142,20 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     call_dir = Path(op["call_dir"])
     config = AppSpec.model_validate(op["config"])
     got = collect(call_dir) if call_dir.is_dir() else None
-    fields: dict[str, Any] = {"ended_at": svc.now(), "exit_code": outcome.exit_code, "signal": outcome.signal}
+    fields: dict[str, Any] = {"exit_code": outcome.exit_code, "signal": outcome.signal}
     if got is not None:
         fields.update(stdout_tail=got.stdout_tail, stderr_tail=got.stderr_tail, resources=got.resources)
-    if outcome.not_started:
+    failure = outcome.failure
+    if failure is Failure.NOT_STARTED:
         fields.update(status="failed", error="not started: the runner stopped before the App process began")
-    elif outcome.unknown:
+    elif failure is Failure.UNKNOWN:
         fields.update(status="unknown", error="outcome unknown: the App process ended while the runner was down "
                       "and left no exit record; verify outside before re-running")
-    elif outcome.exit_code == 0 and not outcome.stopped and not outcome.timed_out:
+    elif failure is None:
         assert got is not None
         problem = got.error or check_contract(got.result if got.result is not None else {}, config.output)
         if problem:
+            failure = Failure.CONTRACT
             fields.update(status="failed", error=f"{config.name}: {problem}")
         else:
             fields.update(status="succeeded", result=got.result if got.result is not None else {})
@@ -160,7 +166,7 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
         detail = _last_line(got.stderr_tail) if got else ""
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
-    svc.journal.update("operations", (op["operation_id"],), "op.finished", **fields)
+    svc.journal.finish_operation(op["operation_id"], failure=failure, at=svc.now(), **fields)
     shutil.rmtree(call_dir, ignore_errors=True)
     return svc.journal.operation(op["operation_id"])
 
@@ -202,8 +208,22 @@ def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str |
     return project, None
 
 
-def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> dict[str, Any]:
-    """Run one attempt of a compensation and return the compensation row afterwards (R-C7).
+@dataclass
+class Attempted:
+    """What :func:`run_attempt` did.
+
+    Attributes:
+        compensation: the compensation row afterwards.
+        failure: why no attempt ran or the attempt failed (``Failure.ENVIRONMENT`` when the App's
+            environment could not be prepared: the compensation waits for ``resume``), else None.
+    """
+
+    compensation: dict[str, Any]
+    failure: Failure | None
+
+
+def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    """Run one attempt of a compensation (R-C7); return the compensation row afterwards and the failure kind.
 
     Before the attempt the code fingerprint is checked (R-C8): a change blocks
     the compensation unless an operator accepted it. An environment that cannot
@@ -212,32 +232,24 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     cid = comp["compensation_id"]
     source, changed = _compensation_source(svc, op)
     if changed and not comp["accept_code_change"]:
-        svc.journal.update("compensations", (cid,), "comp.status", status="blocked", reason=changed,
-                           held_back_by=None, updated_at=svc.now())
-        return svc.journal.compensation(cid)
+        svc.journal.set_compensation_status(cid, "blocked", reason=changed, at=svc.now())
+        return Attempted(svc.journal.compensation(cid), None)
     try:
         python = svc.envs.python(source, offline=bool(op.get("snapshot")))
     except EnvironmentUnavailableError as exc:
-        reason = exc.message if exc.message.startswith("environment unavailable") \
-            else f"environment unavailable: {exc.message}"
-        svc.journal.update("compensations", (cid,), "comp.status", status="pending", reason=reason,
-                           updated_at=svc.now())
-        return svc.journal.compensation(cid)
+        svc.journal.set_compensation_status(cid, "pending", reason=exc.message, at=svc.now())
+        return Attempted(svc.journal.compensation(cid), Failure.ENVIRONMENT)
     config = AppSpec.model_validate(op["config"])
     assert config.compensation is not None
     number = len(svc.journal.attempts(cid)) + 1
     call_dir = svc.call_dir(f"{cid}-{number}", replace=True)  # a runner killed before the intent leaves one
     started = svc.now()
     try:
-        svc.journal.write([
-            ("insert", "attempts", None, {"compensation_id": cid, "number": number, "trigger": trigger,
-                                          "status": "starting", "call_dir": str(call_dir), "started_at": started}),
-            ("update", "compensations", (cid,), {"status": "running", "_expect_status": comp["status"],
-                                                 "reason": None, "updated_at": started}),
-        ], "attempt.intent")
-    except ActionRefusedError:  # an operator resolved or changed it meanwhile: nothing was written, run nothing
+        svc.journal.start_attempt(cid, number, trigger=trigger, call_dir=str(call_dir), seen=comp["status"],
+                                  at=started)
+    except StaleStatusError:  # an operator resolved or changed it meanwhile: nothing was written, run nothing
         shutil.rmtree(call_dir, ignore_errors=True)
-        return svc.journal.compensation(cid)
+        return Attempted(svc.journal.compensation(cid), None)
     context = {**(comp["context"] or {}), "attempt": number}
     envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
     attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
@@ -245,13 +257,13 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
         proc = spawn(python, source, source / config.compensation.entry, call_dir, envelope, svc.sdk_dir)
     except OSError as exc:
         _claim_never_started(call_dir)
-        return finish_attempt(svc, comp, attempt, Outcome(exit_code=None, not_started=True),
-                              error=f"cannot start the compensation process: {exc}")
+        after = finish_attempt(svc, comp, attempt, Outcome(exit_code=None, not_started=True),
+                               error=f"cannot start the compensation process: {exc}")
+        return Attempted(after, Failure.NOT_STARTED)
     deadline = started + float(comp["timeout"])
-    svc.journal.update("attempts", (cid, number), "attempt.started", status="running", pid=proc.pid,
-                       proc_start=proc_start_time(proc.pid), deadline=deadline)
+    svc.journal.attempt_running(cid, number, pid=proc.pid, proc_start=proc_start_time(proc.pid), deadline=deadline)
     outcome = wait(proc, svc.watchdog, deadline)
-    return finish_attempt(svc, comp, attempt, outcome)
+    return Attempted(finish_attempt(svc, comp, attempt, outcome), outcome.failure)
 
 
 def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], outcome: Outcome,
@@ -269,48 +281,53 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     call_dir = Path(attempt["call_dir"])
     got = collect(call_dir) if call_dir.is_dir() else None
     now = svc.now()
-    a: dict[str, Any] = {"ended_at": now, "exit_code": outcome.exit_code, "signal": outcome.signal}
-    if got is not None:
-        a.update(stdout_tail=got.stdout_tail, stderr_tail=got.stderr_tail)
-    c: dict[str, Any] = {"updated_at": now, "next_attempt_at": None, "held_back_by": None}
     previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]
-    failures = sum(1 for x in previous if x["status"] in ("failed",))
+    failures = sum(1 for x in previous if x["status"] == "failed")
     timeout = float(comp["timeout"])
-    if outcome.not_started:
-        a.update(status="not_started", error=error or "not started: the runner stopped before it began")
-        c.update(status="pending", reason=f"attempt {number} never started; it will run on resume")
-    elif outcome.stopped:
-        a.update(status="stopped", error="stopped by the user")
-        c.update(status="pending", reason=f"attempt {number} was stopped by the user; `workrun resume` continues")
-    elif outcome.unknown:
-        a.update(status="unknown", error="in flight when the runner died; no exit record")
+    failure = outcome.failure
+    if failure is None and (got is None or got.error is not None):
+        failure = Failure.CONTRACT
+    result = None
+    next_at = None
+    if failure is Failure.NOT_STARTED:
+        status, what = "not_started", error or "not started: the runner stopped before it began"
+        comp_status, reason = "pending", f"attempt {number} never started; it will run on resume"
+    elif failure is Failure.STOPPED:
+        status, what = "stopped", "stopped by the user"
+        comp_status, reason = "pending", f"attempt {number} was stopped by the user; `workrun resume` continues"
+    elif failure is Failure.UNKNOWN:
+        status, what = "unknown", "in flight when the runner died; no exit record"
         if comp["idempotent"]:
-            c.update(status="pending", reason=f"attempt {number} outcome unknown; re-sent because the entry is "
-                     "idempotent")
+            comp_status, reason = "pending", f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
         else:
-            c.update(status="unknown", reason=f"attempt {number} was in flight when the runner died and its outcome "
-                     f"cannot be established: verify outside, then `workrun compensations confirm {cid} --done` "
-                     "or `--not-done`")
-    elif outcome.exit_code == 0 and not outcome.timed_out and got is not None and got.error is None:
-        a.update(status="succeeded", result=got.result)
-        c.update(status="succeeded", reason=None, result=got.result)
+            comp_status = "unknown"
+            reason = (f"attempt {number} was in flight when the runner died and its outcome cannot be established: "
+                      f"verify outside, then `workrun compensations confirm {cid} --done` or `--not-done`")
+    elif failure is None:
+        assert got is not None
+        status, what, result = "succeeded", None, got.result
+        comp_status, reason = "succeeded", None
     else:
-        detail = (got.error if got and got.error and outcome.exit_code == 0 else None) \
+        detail = (got.error if got and got.error and failure is Failure.CONTRACT else None) \
             or _last_line(got.stderr_tail if got else "")
         what = _describe_exit(outcome, timeout) + (f": {detail}" if detail else "")
-        a.update(status="failed", error=what)
+        status = "failed"
         failures += 1
         if attempt["trigger"] == "operator":  # an operator's retry is one attempt, outside the automatic budget
-            c.update(status="failed", reason=f"attempt {number} (operator retry) failed ({what}): needs an operator "
-                     f"(`workrun compensations show {cid}`)")
+            comp_status, reason = "failed", (f"attempt {number} (operator retry) failed ({what}): needs an operator "
+                                             f"(`workrun compensations show {cid}`)")
         elif failures >= int(comp["max_attempts"]):
-            c.update(status="failed", reason=f"attempt {number} failed ({what}); all {comp['max_attempts']} "
-                     f"attempt(s) failed: needs an operator (`workrun compensations show {cid}`)")
+            comp_status, reason = "failed", (f"attempt {number} failed ({what}); all {comp['max_attempts']} "
+                                             f"attempt(s) failed: needs an operator (`workrun compensations show "
+                                             f"{cid}`)")
         else:
             delay = backoff_delay(float(comp["backoff"]), failures)
-            c.update(status="pending", reason=f"attempt {number} failed ({what}); retrying in {delay:.2g} s",
-                     next_attempt_at=now + delay)
-    svc.journal.write([("update", "attempts", (cid, number), a), ("update", "compensations", (cid,), c)],
-                      "attempt.finished")
+            comp_status, reason = "pending", f"attempt {number} failed ({what}); retrying in {delay:.2g} s"
+            next_at = now + delay
+    svc.journal.finish_attempt(
+        cid, number, status=status, failure=failure, error=what, result=result, at=now,
+        exit_code=outcome.exit_code, signal=outcome.signal,
+        stdout_tail=got.stdout_tail if got else None, stderr_tail=got.stderr_tail if got else None,
+        compensation_status=comp_status, reason=reason, next_attempt_at=next_at)
     shutil.rmtree(call_dir, ignore_errors=True)
     return svc.journal.compensation(cid)

@@ -16,8 +16,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from workrun.calls import run_attempt
+from workrun.calls import Attempted, run_attempt
 from workrun.models import AppSpec
+from workrun.outcomes import Failure, brief
 from workrun.planning import Item, plan
 from workrun.services import Services
 
@@ -77,8 +78,6 @@ def _announce(svc: Services, comp: dict[str, Any], old: str | None) -> None:
     if comp["status"] != old:
         text = f"{_label(comp)}: {comp['status']}" + (f" ({comp['reason']})" if comp.get("reason") else "")
         if comp["status"] == "succeeded" and comp.get("result") is not None:
-            from workrun.engine import brief
-
             text += f" -> {brief(comp['result'])}"
         level = {"succeeded": "info", "failed": "error", "unknown": "error", "blocked": "warning"}.get(
             comp["status"], "info")
@@ -108,12 +107,10 @@ def refresh_holds(svc: Services, run_id: str, in_flight: set[str] = frozenset())
         c = by_id[cid]
         reason = _holders_text(by_id, holders)
         if c["status"] != "blocked" or list(c["held_back_by"] or []) != holders or c["reason"] != reason:
-            svc.journal.update("compensations", (cid,), "comp.status", status="blocked", held_back_by=holders,
-                               reason=reason, updated_at=svc.now())
+            svc.journal.set_compensation_status(cid, "blocked", reason=reason, held_back_by=holders, at=svc.now())
             _announce(svc, svc.journal.compensation(cid), c["status"])
     for cid in decision.release:
-        svc.journal.update("compensations", (cid,), "comp.status", status="pending", held_back_by=None,
-                           reason=None, updated_at=svc.now())
+        svc.journal.set_compensation_status(cid, "pending", reason=None, at=svc.now())
         _announce(svc, svc.journal.compensation(cid), "blocked")
     return decision, by_id, set(decision.release)
 
@@ -130,7 +127,7 @@ def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) 
     Compensations whose environment is unavailable stay ``pending`` for ``resume``.
     """
     deferred: set[str] = set()
-    running: dict[Future[dict[str, Any]], str] = {}
+    running: dict[Future[Attempted], str] = {}
     released: set[str] = set()
     with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-comp") as pool:
         while True:
@@ -163,8 +160,8 @@ def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) 
             done, _ = wait_futures(list(running), timeout=0.2, return_when=FIRST_COMPLETED)
             for fut in done:
                 cid = running.pop(fut)
-                after = fut.result()
-                if after["status"] == "pending" and (after["reason"] or "").startswith("environment unavailable"):
+                attempted = fut.result()
+                if attempted.failure is Failure.ENVIRONMENT:
                     deferred.add(cid)
-                _announce(svc, after, "running")
+                _announce(svc, attempted.compensation, "running")
     return svc.journal.compensations(run_id)

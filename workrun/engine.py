@@ -25,6 +25,7 @@ from workrun.calls import call_app
 from workrun.compensation import plan_records
 from workrun.errors import ConfigError
 from workrun.models import NodeSpec, WorkflowSpec
+from workrun.outcomes import Failure
 from workrun.remote import cancel_open_tasks
 from workrun.services import Services, new_id
 from workrun.workflow import FailurePolicy, node_dependencies, parse_policy, render
@@ -59,6 +60,11 @@ def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eva
         "created_at": svc.now(),
     }, list(spec.nodes))
     return run_id
+
+
+def _counts(op: dict[str, Any]) -> bool:
+    """True when a failed operation used up one of its node's calls (R-W7)."""
+    return op["failure"] is None or Failure(op["failure"]).counts
 
 
 class Engine:
@@ -102,7 +108,7 @@ class Engine:
                      depends_on: list[str]) -> NodeOutcome:
         svc = self.svc
         prior = svc.journal.operations(run_id, node.key)
-        used = sum(1 for o in prior if o["status"] == "failed" and not (o["error"] or "").startswith("not started"))
+        used = sum(1 for o in prior if o["status"] == "failed" and _counts(o))
         if prior:
             last = prior[-1]
             if last["status"] == "succeeded":
@@ -130,11 +136,11 @@ class Engine:
             if op["status"] == "succeeded":
                 return NodeOutcome("succeeded", op["result"])
             error = op["error"]
-            if self._stop_requested(run_id) or (error or "").startswith("stopped by the user"):
+            if self._stop_requested(run_id) or op["failure"] == Failure.STOPPED:
                 return NodeOutcome("stopped", error="stopped by the user")
             if op["status"] == "unknown":
                 return NodeOutcome("failed", error=error)
-            if not (error or "").startswith("not started"):
+            if _counts(op):
                 used += 1
             if used < attempts and policy.retry:
                 delay = policy.retry.backoff * (2 ** (used - 1))
@@ -162,7 +168,7 @@ class Engine:
         policy = parse_policy(node.on_failure, spec.path, f"nodes.{key}.on_failure")
         nodes = {n["node_key"]: n for n in svc.journal.nodes(run_id)}
         if nodes[key]["status"] != "running":
-            svc.journal.update("nodes", (run_id, key), "node.running", status="running", started_at=svc.now())
+            svc.journal.start_node(run_id, key, at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
         ops = svc.journal.operation_statuses(run_id)
         run = svc.journal.run(run_id)
@@ -189,8 +195,8 @@ class Engine:
             elif fb.status == "stopped":
                 outcome = fb
         status = outcome.status
-        svc.journal.update("nodes", (run_id, key), "node.finished", status=status, handled=handled,
-                           result=result if (status == "succeeded" or handled) else None, ended_at=svc.now())
+        svc.journal.finish_node(run_id, key, status=status, handled=bool(handled),
+                                result=result if (status == "succeeded" or handled) else None, at=svc.now())
         if not handled:
             level = "info" if status == "succeeded" else "error"
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))
@@ -258,15 +264,10 @@ class Engine:
         svc = self.svc
         nodes = svc.journal.nodes(run_id)
         now = svc.now()
-        skip = [("update", "nodes", (run_id, n["node_key"]), {"status": "skipped"})
-                for n in nodes if n["status"] == "pending"]
         run = svc.journal.run(run_id)
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
             # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too
-            skip += [("update", "nodes", (run_id, n["node_key"]), {"status": "stopped", "ended_at": now})
-                     for n in nodes if n["status"] == "running"]
-            svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "stopped", "ended_at": now,
-                              "reason": "stopped by the user"})], "run.stopped")
+            svc.journal.end_run(run_id, "stopped", at=now, reason="stopped by the user")
             if any(o["status"] == "succeeded" for o in svc.journal.operation_statuses(run_id)):
                 svc.say(run_id, None, "warning", "run stopped by the user: side effects of calls that succeeded were "
                         f"NOT undone (no compensation ran); `workrun compensate {run_id}` undoes them")
@@ -279,9 +280,7 @@ class Engine:
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
         if failed_node is not None:
             records = [] if run["eval"] else plan_records(svc.journal.operations(run_id), now)
-            svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "failed", "ended_at": now,
-                               "reason": f"node {failed_node!r} failed"}),
-                               *[("insert", "compensations", None, r) for r in records]], "run.failed")
+            svc.journal.end_run(run_id, "failed", at=now, reason=f"node {failed_node!r} failed", compensations=records)
             svc.say(run_id, None, "error", f"run failed: node {failed_node!r} failed"
                     + (" (evaluation run: no compensation, R-W6)" if run["eval"] else ""))
             for r in records:
@@ -289,7 +288,6 @@ class Engine:
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             cancel_open_tasks(svc, run_id)
             return "failed"
-        svc.journal.write([*skip, ("update", "runs", (run_id,), {"status": "succeeded", "ended_at": now})],
-                          "run.succeeded")
+        svc.journal.end_run(run_id, "succeeded", at=now)
         svc.say(run_id, None, "info", "run succeeded")
         return "succeeded"

@@ -9,6 +9,7 @@
       JournalError(WorkrunError)                  exit 1: the journal cannot be read or written
         JournalVersionError                       the journal is newer than this Workrun
         InvalidTransitionError                    a status change outside workrun/states.py (a bug)
+        StaleStatusError                          a conditional write found the row changed meanwhile
       EnvironmentUnavailableError(WorkrunError)   exit 1: an App's uv environment cannot be prepared
 """
 
@@ -23,6 +24,7 @@ __all__ = [
     "InvalidTransitionError",
     "NotFoundError",
     "SchedulerBusyError",
+    "StaleStatusError",
     "UsageError",
     "WorkrunError",
 ]
@@ -84,8 +86,20 @@ class JournalVersionError(JournalError):
 
 
 class EnvironmentUnavailableError(WorkrunError):
-    """Raised when an App project's uv environment cannot be prepared (sync failed, uv missing)."""
+    """Raised when an App project's uv environment cannot be prepared (sync failed, uv missing).
+
+    Args:
+        detail: what went wrong; the message is ``environment unavailable: DETAIL``.
+    """
+
+    def __init__(self, detail: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.detail = detail
+        super().__init__(f"environment unavailable: {detail}", file=file, field=field)
 
 
 class InvalidTransitionError(JournalError):
     """Raised when code asks the journal for a status change the state machine does not allow."""
+
+
+class StaleStatusError(JournalError):
+    """Raised when a conditional write finds the row no longer in the status the caller saw; nothing was written."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.compensation import compensate_run, refresh_holds
-from workrun.errors import ActionRefusedError, UsageError
+from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.services import Services
 
 __all__ = ["actor", "confirm", "note", "resolve", "retry"]
@@ -49,6 +49,22 @@ def _refuse(comp: dict[str, Any], action: str, why: str) -> ActionRefusedError:
                               field="COMPENSATION_ID")
 
 
+def _conditional(svc: Services, cid: str, status: str, *, reason: str, seen: str, event: dict[str, Any],
+                 held_back_by: list[str] | None = None, accept_code_change: bool = False,
+                 clear_schedule: bool = True) -> None:
+    """Write an operator's status change with its audit event, only if the status is still ``seen`` (R-O2, R-O3).
+
+    Raises:
+        ActionRefusedError: someone changed the compensation meanwhile; nothing was written.
+    """
+    try:
+        svc.journal.set_compensation_status(cid, status, reason=reason, at=svc.now(), seen=seen,
+                                            held_back_by=held_back_by, clear_schedule=clear_schedule,
+                                            accept_code_change=accept_code_change, event=event)
+    except StaleStatusError as exc:
+        raise ActionRefusedError(exc.message, field="COMPENSATION_ID") from None
+
+
 def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = False) -> dict[str, Any]:
     """Run a new attempt now (trigger ``operator``), then whatever it releases (SPEC §10).
 
@@ -71,11 +87,9 @@ def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = Fal
                       f"`workrun compensations confirm {cid} --done` or `--not-done` first")
     if status == "blocked" and comp["held_back_by"]:
         raise _refuse(comp, "retry", f"{comp['reason']}; retry or resolve those first")
-    changes = [("update", "compensations", (cid,), {
-        "status": "pending", "_expect_status": status, "next_attempt_at": None, "updated_at": svc.now(),
-        "reason": f"retry requested by {actor()}",
-        **({"accept_code_change": 1} if accept_code_change else {})})]
-    svc.journal.add_event(_event(svc, comp, "retry", {"accept_code_change": accept_code_change}), changes)
+    _conditional(svc, cid, "pending", reason=f"retry requested by {actor()}", seen=status,
+                 held_back_by=comp["held_back_by"], accept_code_change=accept_code_change,
+                 event=_event(svc, comp, "retry", {"accept_code_change": accept_code_change}))
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: retry requested by "
             f"{actor()}" + (" (accepting today's code)" if accept_code_change else ""))
     compensate_run(svc, comp["run_id"], only={cid})
@@ -99,7 +113,7 @@ def note(svc: Services, compensation_id: str, text: str, attach: Path | None = N
         target = folder / f"{len(svc.journal.events(comp['compensation_id'])) + 1:03d}-{attach.name}"
         shutil.copy2(attach, target)
         stored = str(target)
-    svc.journal.add_event(_event(svc, comp, "note", {"attach": str(attach) if attach else None}, text, stored))
+    svc.journal.record_event(_event(svc, comp, "note", {"attach": str(attach) if attach else None}, text, stored))
     return svc.journal.compensation(comp["compensation_id"])
 
 
@@ -119,10 +133,8 @@ def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dic
                       else "an attempt is running now")
     who = actor()
     reason = f"resolved by hand by {who}" + (f": {text}" if text else "")
-    changes = [("update", "compensations", (cid,), {"status": "succeeded", "_expect_status": comp["status"],
-                                                    "reason": reason, "held_back_by": None,
-                                                    "next_attempt_at": None, "updated_at": svc.now()})]
-    svc.journal.add_event(_event(svc, comp, "resolve", {"previous_status": comp["status"]}, text), changes)
+    _conditional(svc, cid, "succeeded", reason=reason, seen=comp["status"],
+                 event=_event(svc, comp, "resolve", {"previous_status": comp["status"]}, text))
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: succeeded ({reason})")
     _, _, released = refresh_holds(svc, comp["run_id"])
     return {**svc.journal.compensation(cid), "released": sorted(released)}
@@ -149,8 +161,8 @@ def confirm(svc: Services, compensation_id: str, *, done: bool, text: str | None
     else:
         fields = {"status": "failed", "reason": f"confirmed not done by {who}; `workrun compensations retry {cid}` "
                   "runs it again"}
-    changes = [("update", "compensations", (cid,), {**fields, "_expect_status": "unknown", "updated_at": svc.now()})]
-    svc.journal.add_event(_event(svc, comp, "confirm", {"done": done}, text), changes)
+    _conditional(svc, cid, fields["status"], reason=fields["reason"], seen="unknown", clear_schedule=False,
+                 event=_event(svc, comp, "confirm", {"done": done}, text))
     svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid} of {comp['node_key']}: {fields['status']} "
             f"({fields['reason']})")
     _, _, released = refresh_holds(svc, comp["run_id"])

@@ -69,8 +69,8 @@ def recover_attempts(svc: Services, run_id: str) -> None:
     # cannot happen: they share one transaction) or whose attempt is settled goes back to pending
     for comp in svc.journal.compensations(run_id):
         if comp["status"] == "running":
-            svc.journal.update("compensations", (comp["compensation_id"],), "comp.status", status="pending",
-                               updated_at=svc.now())
+            svc.journal.set_compensation_status(comp["compensation_id"], "pending", reason=comp["reason"],
+                                                at=svc.now(), held_back_by=comp["held_back_by"])
 
 
 def ensure_planned(svc: Services, run: dict[str, Any]) -> None:
@@ -82,7 +82,7 @@ def ensure_planned(svc: Services, run: dict[str, Any]) -> None:
         ops = [o for o in svc.journal.operations(run["run_id"]) if o["operation_id"] not in have]
         records = plan_records(ops, svc.now())
         if records:
-            svc.journal.write([("insert", "compensations", None, r) for r in records], "run.failed")
+            svc.journal.plan_compensations(records)
 
 
 def drive(svc: Services, run_id: str) -> str:

@@ -240,8 +240,8 @@ async def _follow(svc: Services, run_id: str, node: NodeSpec, text: str) -> Any:
     deadline = time.monotonic() + node.timeout
     say = lambda level, msg: svc.say(run_id, key, level, msg)  # noqa: E731
 
-    def save(**fields: Any) -> None:
-        svc.journal.update("remote_tasks", (run_id, key), "remote.task", updated_at=svc.now(), **fields)
+    def save(state: str, task_id: str | None = None, context_id: str | None = None) -> None:
+        svc.journal.remote_task_state(run_id, key, state=state, at=svc.now(), task_id=task_id, context_id=context_id)
 
     async with _http_client(min(REQUEST_TIMEOUT, node.timeout)) as http:
         try:
@@ -361,16 +361,15 @@ def run_remote_node(svc: Services, run_id: str, node: NodeSpec, context: dict[st
         _check_url(node.url or "", "url")
     except RemoteError as exc:
         return NodeOutcome("failed", error=str(exc))
-    svc.journal.upsert_remote_task({"run_id": run_id, "node_key": node.key, "url": node.url, "task_id": None,
-                                    "context_id": None, "state": "sending", "updated_at": svc.now()}, "remote.intent")
+    svc.journal.start_remote_task(run_id, node.key, node.url or "", at=svc.now())
     return asyncio.run(_follow(svc, run_id, node, text))
 
 
 # -- the cancel ---------------------------------------------------------------
 
 
-async def _send_cancel(url: str, task_id: str) -> str:
-    """One ``CancelTask`` request; return the answer as one line ("task state canceled")."""
+async def _send_cancel(url: str, task_id: str) -> tuple[str, str]:
+    """One ``CancelTask`` request; return (the task's state, the answer as one line "task state canceled: ...")."""
     from a2a.types import CancelTaskRequest
 
     async with _http_client(CANCEL_TIMEOUT) as http:
@@ -380,7 +379,8 @@ async def _send_cancel(url: str, task_id: str) -> str:
         finally:
             await client.close()
     detail = _status_text(task)
-    return f"task state {_state_name(task.status.state)}" + (f": {detail}" if detail else "")
+    state = _state_name(task.status.state)
+    return state, f"task state {state}" + (f": {detail}" if detail else "")
 
 
 def cancel_open_tasks(svc: Services, run_id: str) -> None:
@@ -404,31 +404,24 @@ def cancel_open_tasks(svc: Services, run_id: str) -> None:
         key, task_id = t["node_key"], t["task_id"]
         if t["cancel_status"] == "sending":
             answer = "the runner stopped while this cancel was being sent; it is not sent again (R-C10)"
-            svc.journal.update("remote_tasks", (run_id, key), None, cancel_status="unknown", cancel_answer=answer,
-                               updated_at=svc.now())
+            svc.journal.remote_cancel(run_id, key, status="unknown", answer=answer, at=svc.now())
             svc.say(run_id, key, "warning", f"cancel of remote task {task_id}: outcome unknown: {answer}")
             continue
         if t["cancel_status"] is not None or not task_id or t["state"] in TERMINAL_STATES:
             continue
         if not _a2a_available():
-            svc.journal.update("remote_tasks", (run_id, key), None, cancel_status="error", cancel_answer=MISSING_EXTRA,
-                               cancel_at=svc.now(), updated_at=svc.now())
+            svc.journal.remote_cancel(run_id, key, status="error", answer=MISSING_EXTRA, at=svc.now())
             svc.say(run_id, key, "error", f"cancel of remote task {task_id} not sent: {MISSING_EXTRA}")
             continue
-        svc.journal.update("remote_tasks", (run_id, key), "remote.cancel", cancel_status="sending",
-                           cancel_at=svc.now(), updated_at=svc.now())
+        svc.journal.remote_cancel(run_id, key, status="sending", at=svc.now())
         try:
-            answer = asyncio.run(_send_cancel(t["url"], task_id))
+            state, answer = asyncio.run(_send_cancel(t["url"], task_id))
         except Exception as exc:  # noqa: BLE001 - best effort: any error is recorded, never retried
             error = _one_line(_error_text(exc))
-            svc.journal.update("remote_tasks", (run_id, key), None, cancel_status="error", cancel_answer=error,
-                               updated_at=svc.now())
+            svc.journal.remote_cancel(run_id, key, status="error", answer=error, at=svc.now())
             svc.say(run_id, key, "warning", f"one cancel for remote task {task_id} to {t['url']}: "
                     f"error: {error} (not retried, R-C10)")
             continue
         answer = _one_line(answer)
-        fields: dict[str, Any] = {"cancel_status": "sent", "cancel_answer": answer, "updated_at": svc.now()}
-        if answer.startswith("task state "):
-            fields["state"] = answer.removeprefix("task state ").split(":")[0]
-        svc.journal.update("remote_tasks", (run_id, key), None, **fields)
+        svc.journal.remote_cancel(run_id, key, status="sent", answer=answer, state=state, at=svc.now())
         svc.say(run_id, key, "info", f"sent one cancel for remote task {task_id} to {t['url']}; answer: {answer}")

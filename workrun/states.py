@@ -48,7 +48,23 @@ Attempts (one compensation process)::
 
 from __future__ import annotations
 
-__all__ = ["TRANSITIONS", "allowed"]
+from workrun.errors import InvalidTransitionError
+
+__all__ = ["ACTIVE_OPERATION", "COMPENSATION_DONE", "COMPENSATION_HOLDING", "COMPENSATION_STATUSES",
+           "OPERATION_ENDED", "TERMINAL_REMOTE_STATES", "TRANSITIONS", "allowed", "check"]
+
+#: statuses in which a compensation is done (nothing is owed any more)
+COMPENSATION_DONE = frozenset({"succeeded", "skipped"})
+#: statuses in which a compensation holds back those upstream of it (R-C4)
+COMPENSATION_HOLDING = frozenset({"failed", "unknown", "blocked"})
+#: every compensation status, in the order the CLI lists them
+COMPENSATION_STATUSES = ("pending", "running", "succeeded", "failed", "blocked", "unknown", "skipped")
+#: operation statuses whose outcome is recorded
+OPERATION_ENDED = frozenset({"succeeded", "failed", "unknown"})
+#: operation / attempt statuses still in flight
+ACTIVE_OPERATION = frozenset({"starting", "running"})
+#: A2A task states after which there is nothing to cancel (R-C10)
+TERMINAL_REMOTE_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 
 TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
     "runs": {
@@ -82,3 +98,20 @@ def allowed(table: str, old: str, new: str) -> bool:
     if machine is None:
         return True
     return new in machine.get(old, frozenset())
+
+
+def check(table: str, key: tuple[object, ...], old: str, new: str) -> None:
+    """Refuse a status change the machine does not allow; shared by every journal backend.
+
+    Args:
+        table: ``runs``, ``nodes``, ``operations``, ``compensations`` or ``attempts``.
+        key: the row's primary key (for the message).
+        old / new: the current and the requested status.
+
+    Raises:
+        InvalidTransitionError: ``old -> new`` is not in :data:`TRANSITIONS`; the caller writes nothing.
+    """
+    if not allowed(table, old, new):
+        raise InvalidTransitionError(
+            f"{table} {'/'.join(map(str, key))}: {old} -> {new} is not a transition "
+            "of the state machine (workrun/states.py); nothing was written")

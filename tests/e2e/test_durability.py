@@ -122,19 +122,20 @@ def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sl
 def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_workflow, slow_project, logs,
                                                             journal_backend):
     """R-R3: the App outlives the runner; its result is recovered on resume, not marked unknown."""
-    wf = two_node_workflow(write_workflow, slow_project, sleep=1.5)
+    sleep = 1.5 if journal_backend == "sqlite" else 4.0  # reading a remote journal takes longer to poll
+    wf = two_node_workflow(write_workflow, slow_project, sleep=sleep)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(2.0)  # the App finishes while no runner is alive
+    time.sleep(sleep + 0.5)  # the App finishes while no runner is alive
     lease_passes(journal_backend)
     assert Path(logs["CALL_LOG"]).read_text().split() == ["first", "second"]
     res = workrun("resume", "--json", env=logs)
     assert res.code == 0, res
     view = workrun("runs", "show", view["run_id"], "--json").json()
     second = next(o for o in view["operations"] if o["node_key"] == "second")
-    assert second["status"] == "succeeded" and second["result"] == {"name": "second", "slept": 1.5}
+    assert second["status"] == "succeeded" and second["result"] == {"name": "second", "slept": sleep}
     assert view["status"] == "failed"
     assert [o["compensation"]["status"] for o in view["operations"] if o["status"] == "succeeded"] == \
         ["succeeded", "succeeded"]

@@ -35,27 +35,45 @@ def test_state_machine_enforced(journal):
     from workrun.errors import InvalidTransitionError
 
     _run(journal)
-    journal.update("runs", ("run_aaa111",), None, status="failed")
+    journal.end_run("run_aaa111", "failed", at=1.0, reason="x")
+    assert journal.nodes("run_aaa111")[0]["status"] == "skipped"
     with pytest.raises(InvalidTransitionError, match="failed -> succeeded"):
-        journal.update("runs", ("run_aaa111",), None, status="succeeded")
-    with pytest.raises(InvalidTransitionError):
-        journal.write([("update", "nodes", ("run_aaa111", "a"), {"status": "succeeded"})])
+        journal.end_run("run_aaa111", "succeeded", at=2.0)
+    _run(journal, "run_bbb222")
+    with pytest.raises(InvalidTransitionError):  # pending -> succeeded skips running
+        journal.finish_node("run_bbb222", "a", status="succeeded", handled=False, result=None, at=1.0)
     assert journal.run("run_aaa111")["status"] == "failed"
-    assert journal.nodes("run_aaa111")[0]["status"] == "pending"  # the refused transaction wrote nothing
+    assert journal.nodes("run_bbb222")[0]["status"] == "pending"  # the refused transaction wrote nothing
+
+
+def _op(journal, op_id="op_1", run_id="run_aaa111"):
+    journal.start_operation({"operation_id": op_id, "run_id": run_id, "node_key": "a", "app": "mark",
+                             "project": "/p", "kind": "process", "config": {"name": "mark"}, "input": {"x": 1},
+                             "fingerprint": "f", "fingerprint_files": {"main.py": "d"}, "depends_on": [],
+                             "status": "starting", "call_dir": "/c", "created_at": 1.5, "standalone": 0})
 
 
 def test_conditional_write_refused_when_status_moved(journal):
-    from workrun.errors import ActionRefusedError
+    from workrun.errors import JournalError, StaleStatusError
 
     _run(journal)
-    journal.update("nodes", ("run_aaa111", "a"), None, status="running")
-    with pytest.raises(ActionRefusedError, match="changed from pending to running meanwhile"):
-        journal.write([("update", "nodes", ("run_aaa111", "a"), {"status": "succeeded", "_expect_status": "pending"}),
-                       ("insert", "messages", None, {"run_id": "run_aaa111", "node_key": None, "at": 1.0,
-                                                      "level": "info", "text": "must not be written"})])
-    assert journal.messages("run_aaa111") == []
-    journal.write([("update", "nodes", ("run_aaa111", "a"), {"status": "succeeded", "_expect_status": "running"})])
-    assert journal.nodes("run_aaa111")[0]["status"] == "succeeded"
+    _op(journal)
+    journal.finish_operation("op_1", status="succeeded", result={"ok": 1}, at=1.0)
+    journal.plan_compensations([{"compensation_id": "cmp_1", "operation_id": "op_1", "run_id": "run_aaa111",
+                                 "node_key": "a", "status": "pending", "max_attempts": 2, "timeout": 1.0,
+                                 "backoff": 0.0, "created_at": 1.0, "updated_at": 1.0}])
+    journal.set_compensation_status("cmp_1", "blocked", reason="code changed", at=2.0)
+    with pytest.raises(StaleStatusError, match="changed from pending to blocked meanwhile") as err:
+        journal.start_attempt("cmp_1", 1, trigger="auto", call_dir="/c1", seen="pending", at=3.0)
+    assert isinstance(err.value, JournalError)
+    assert journal.attempts("cmp_1") == [] and journal.compensation("cmp_1")["status"] == "blocked"
+    journal.start_attempt("cmp_1", 1, trigger="auto", call_dir="/c1", seen="blocked", at=3.0)
+    assert journal.compensation("cmp_1")["status"] == "running"
+    assert [a["number"] for a in journal.attempts_in_flight("run_aaa111")] == [1]
+    journal.finish_attempt("cmp_1", 1, status="failed", failure="exited", error="exited with code 1", result=None,
+                           at=4.0, exit_code=1, compensation_status="pending", reason="retry", next_attempt_at=5.0)
+    assert journal.attempts("cmp_1")[0]["failure"] == "exited"
+    assert journal.compensation("cmp_1")["next_attempt_at"] == 5.0
 
 
 def test_lookups_prefixes_and_order(journal):
@@ -75,39 +93,31 @@ def test_lookups_prefixes_and_order(journal):
     assert [r["run_id"] for r in journal.runs_with_status("running")] == ["run_abc001", "run_abc002", "run_x%_03"]
 
 
-def test_operations_compensations_attempts_round_trip(journal):
+def test_operations_round_trip_and_owed_compensation(journal):
     _run(journal)
-    op = {"operation_id": "op_1", "run_id": "run_aaa111", "node_key": "a", "app": "mark", "project": "/p",
-          "kind": "process", "config": {"name": "mark"}, "input": {"x": 1}, "fingerprint": "f",
-          "fingerprint_files": {"main.py": "d"}, "depends_on": [], "status": "starting", "call_dir": "/c",
-          "created_at": 1.5, "standalone": 0}
-    journal.insert_operation(op)
-    journal.update("operations", ("op_1",), None, status="running", pid=123, started_at=1.6, deadline=61.6)
-    journal.update("operations", ("op_1",), None, status="succeeded", result={"name": "a"}, ended_at=2.0)
+    _op(journal)
+    journal.operation_running("op_1", pid=123, proc_start="77", started_at=1.6, deadline=61.6)
+    assert [o["operation_id"] for o in journal.operations_in_flight("run_aaa111")] == ["op_1"]
+    journal.finish_operation("op_1", status="succeeded", result={"name": "a"}, at=2.0, exit_code=0)
     got = journal.operation("op_1")
     assert got["result"] == {"name": "a"} and got["deadline"] == 61.6 and got["pid"] == 123
-    journal.update("runs", ("run_aaa111",), None, status="failed")
+    journal.start_node("run_aaa111", "a", at=1.0)
+    journal.finish_node("run_aaa111", "a", status="failed", handled=False, result=None, at=2.5)
+    journal.end_run("run_aaa111", "failed", at=3.0, reason="node 'a' failed")
     assert journal.runs_with_open_compensation() == ["run_aaa111"]  # owed, not planned yet
-    journal.write([("insert", "compensations", None, {
-        "compensation_id": "cmp_1", "operation_id": "op_1", "run_id": "run_aaa111", "node_key": "a",
-        "status": "pending", "max_attempts": 4, "timeout": 60.0, "backoff": 0.5, "created_at": 2.0,
-        "updated_at": 2.0})])
-    journal.write([("insert", "attempts", None, {"compensation_id": "cmp_1", "number": 1, "trigger": "auto",
-                                                 "status": "starting", "call_dir": "/c1", "started_at": 3.0}),
-                   ("update", "compensations", ("cmp_1",), {"status": "running", "_expect_status": "pending"})])
-    assert [a["number"] for a in journal.attempts_in_flight("run_aaa111")] == [1]
-    assert journal.compensation("cmp_")["compensation_id"] == "cmp_1"
-    assert [c["compensation_id"] for c in journal.list_compensations("running")] == ["cmp_1"]
+    journal.add_message("run_aaa111", "a", "info", "100% done?")
+    assert [m["text"] for m in journal.messages("run_aaa111")] == ["100% done?"]
 
 
-def test_remote_task_upsert(journal):
+def test_remote_task_intent_is_an_upsert(journal):
     _run(journal)
-    row = {"run_id": "run_aaa111", "node_key": "a", "url": "http://127.0.0.1:1/", "task_id": None,
-           "updated_at": 1.0}
-    journal.upsert_remote_task(row)
-    journal.upsert_remote_task({**row, "task_id": "t1", "state": "working", "updated_at": 2.0})
+    journal.start_remote_task("run_aaa111", "a", "http://127.0.0.1:1/", at=1.0)
+    journal.remote_task_state("run_aaa111", "a", state="working", at=2.0, task_id="t1")
+    journal.remote_cancel("run_aaa111", "a", status="sending", at=3.0)
+    journal.start_remote_task("run_aaa111", "a", "http://127.0.0.1:1/", at=4.0)  # the node is sent again
     tasks = journal.remote_tasks("run_aaa111")
-    assert len(tasks) == 1 and tasks[0]["task_id"] == "t1" and tasks[0]["state"] == "working"
+    assert len(tasks) == 1 and tasks[0]["state"] == "sending" and tasks[0]["task_id"] is None
+    assert tasks[0]["cancel_status"] is None
 
 
 def test_newer_schema_is_refused(journal, journal_backend, tmp_path):

@@ -150,7 +150,7 @@ def stop(
         if run["status"] != "running":
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
-        svc.journal.update("runs", (rid,), None, stop_requested=1)
+        svc.journal.request_stop(rid)
         lock = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(svc.data_dir)
         try:
             lock.acquire()
@@ -245,9 +245,8 @@ def compensate(
         if run["status"] == "succeeded":
             raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
         if run["status"] == "stopped" and not run["compensate_requested"]:
-            svc.journal.write([("update", "runs", (rid,), {"compensate_requested": 1}),
-                               ("insert", "events", None, {"run_id": rid, "at": svc.now(), "actor": actor(),
-                                                           "action": "compensate", "args": {}})])
+            svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
+                                                   "action": "compensate", "args": {}})
             svc.say(rid, None, "info", f"compensation of stopped run {rid} requested by {actor()}")
         with run_claim(svc, rid, wait):
             compensate_now(svc, rid)

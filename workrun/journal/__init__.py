@@ -1,15 +1,21 @@
-"""The journal: durable record of runs, operations and compensations (R-J1..R-J4, R-S1)."""
+"""The journal: durable record of runs, operations and compensations (R-J1..R-J4, R-S1).
+
+:class:`Journal` is the contract (``base.py``); :class:`SqliteJournal` the SQLite backend
+that holds all of its SQL (``sqlite.py``); :class:`~workrun.journal.postgres.PostgresJournal`
+the shared backend on PostgreSQL (``postgres.py``, R-S1); ``migrations.py`` their schema
+steps. :func:`open_journal` picks one from ``WORKRUN_JOURNAL``.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from workrun.errors import ConfigError
-from workrun.journal.sqlite import FAULT_POINTS, Journal
+from workrun.journal.base import FAULT_POINTS, Journal, Row
+from workrun.journal.sqlite import SqliteJournal
 
-__all__ = ["FAULT_POINTS", "Journal", "journal_url", "open_journal"]
+__all__ = ["FAULT_POINTS", "Journal", "Row", "SqliteJournal", "journal_url", "open_journal"]
 
 
 def journal_url() -> str | None:
@@ -27,16 +33,20 @@ def journal_url() -> str | None:
                       f"{value.split('://')[0]!r}", field="WORKRUN_JOURNAL")
 
 
-def open_journal(data_dir: Path, *, check: bool = True) -> Any:
+def open_journal(data_dir: Path, *, check: bool = True) -> Journal:
     """Open (and migrate) the journal ``WORKRUN_JOURNAL`` selects: SQLite in ``data_dir`` or PostgreSQL.
 
+    Args:
+        data_dir: the data directory (holds the SQLite file).
+        check: run SQLite's integrity check on open.
+
     Raises:
-        ConfigError: a bad ``WORKRUN_JOURNAL``, or a PostgreSQL URL without psycopg installed.
+        ConfigError: a bad ``WORKRUN_JOURNAL``, or a PostgreSQL URL without psycopg installed (exit 2).
         JournalError, JournalVersionError: as the backend's constructor.
     """
     url = journal_url()
     if url is None:
-        return Journal(data_dir / "journal.sqlite3", check=check)
+        return SqliteJournal(data_dir / "journal.sqlite3", check=check)
     try:
         import psycopg  # noqa: F401
     except ImportError:

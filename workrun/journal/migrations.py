@@ -153,7 +153,30 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, node_key)
     );
     """,
-    # 3: workers sharing a PostgreSQL journal (R-S2) and code snapshots kept in the database (R-S4)
+    # 3: the kind of a failure, as data (workrun.outcomes.Failure); rows written before it get theirs from the
+    # messages those versions wrote (a one-time backfill: nothing reads messages to decide anything afterwards)
+    """
+    ALTER TABLE operations ADD COLUMN failure TEXT;
+    ALTER TABLE attempts ADD COLUMN failure TEXT;
+    UPDATE operations SET failure = CASE
+        WHEN error LIKE 'not started%' THEN 'not_started'
+        WHEN error LIKE 'code snapshot%' THEN 'refused'
+        WHEN error LIKE 'environment unavailable%' OR error LIKE 'uv is not installed%' OR error LIKE 'cannot start%'
+            THEN 'environment_unavailable'
+        WHEN error LIKE 'stopped by the user%' THEN 'stopped'
+        WHEN error LIKE 'timed out%' THEN 'timed_out'
+        WHEN error LIKE 'killed by signal%' THEN 'signalled'
+        WHEN error LIKE 'exited with code%' THEN 'exited'
+        WHEN status = 'unknown' THEN 'unknown'
+        ELSE 'contract' END
+    WHERE status IN ('failed', 'unknown');
+    UPDATE attempts SET failure = CASE status
+        WHEN 'not_started' THEN 'not_started' WHEN 'stopped' THEN 'stopped' WHEN 'unknown' THEN 'unknown'
+        ELSE CASE WHEN error LIKE 'timed out%' THEN 'timed_out' WHEN error LIKE 'killed by signal%' THEN 'signalled'
+                  WHEN error LIKE 'exited with code%' THEN 'exited' ELSE 'contract' END END
+    WHERE status IN ('failed', 'not_started', 'stopped', 'unknown');
+    """,
+    # 4: workers sharing a PostgreSQL journal (R-S2) and code snapshots kept in the database (R-S4)
     """
     CREATE TABLE workers (
         worker_id TEXT PRIMARY KEY,

@@ -1,14 +1,16 @@
 """The PostgreSQL journal (R-S1, R-S2, R-S4): the same journal on a database many workers share.
 
-Selected by ``WORKRUN_JOURNAL=postgresql://…`` (see :func:`workrun.journal.open_journal`);
+Implements :class:`workrun.journal.base.Journal`. Selected by
+``WORKRUN_JOURNAL=postgresql://…`` (see :func:`workrun.journal.open_journal`);
 needs psycopg 3 (``pip install 'workrun[postgres]'``).
 
 What it shares with the SQLite journal, and how:
 
-- **Statements.** The SQLite journal's statements are written in portable SQL
-  with ``?`` placeholders; this class inherits them and runs each through
-  :func:`to_pg` (``?`` -> ``%s``). Only what is not portable is written here:
-  connecting, transactions, migrations, upserts, and the worker claims.
+- **Statements.** The SQLite journal's intent-named methods are written in
+  portable SQL with ``?`` placeholders; this class inherits them and runs each
+  statement through :func:`to_pg` (``?`` -> ``%s``). Only what is not portable
+  is written here: connecting, transactions, migrations, upserts, and the
+  worker claims and snapshot store, which only a shared journal has.
 - **Schema.** One migration list (``migrations.py``) for both backends, one
   version number; :func:`to_postgres` translates the DDL (``REAL`` -> ``DOUBLE
   PRECISION``, ``BLOB`` -> ``BYTEA``, ``AUTOINCREMENT`` -> ``BIGSERIAL``) and gives
@@ -37,11 +39,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from workrun import faults
-from workrun.errors import ActionRefusedError, InvalidTransitionError, JournalError, JournalVersionError
+from workrun.errors import JournalError, JournalVersionError, StaleStatusError
 from workrun.journal.migrations import MIGRATIONS
-from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS
-from workrun.journal.sqlite import Journal as SqliteJournal
-from workrun.states import allowed
+from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal
+from workrun.states import check
 
 __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
 
@@ -151,22 +152,23 @@ class PostgresJournal(SqliteJournal):
 
     def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None,
             checks: Iterable[tuple[str, tuple[Any, ...], str, str | None]] = ()) -> None:
+        """One transaction: the state-machine checks on ``SELECT … FOR UPDATE``-locked rows, then the
+        statements; then the fault point (as :meth:`SqliteJournal._tx`)."""
         psycopg = self._psycopg
         with self._lock:
             try:
                 with self._db.transaction():
-                    for table, key, new, expect in checks:  # the state machine, on the locked row
+                    for table, key, new, seen in checks:  # the state machine, on the locked row
                         where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
                         row = self._db.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE",
                                                key).fetchone()
-                        if row is not None and expect is not None and row["status"] != expect:
-                            raise ActionRefusedError(
-                                f"{'/'.join(map(str, key))} changed from {expect} to {row['status']} meanwhile; "
-                                "nothing was written: look again and retry the action")
-                        if row is not None and not allowed(table, row["status"], new):
-                            raise InvalidTransitionError(
-                                f"{table} {'/'.join(map(str, key))}: {row['status']} -> {new} is not a transition "
-                                "of the state machine (workrun/states.py); nothing was written")
+                        if row is None:
+                            continue
+                        if seen is not None and row["status"] != seen:
+                            raise StaleStatusError(
+                                f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
+                                "nothing was written: look again and retry the action", file=str(self.path))
+                        check(table, key, row["status"], new)
                     for sql, params in statements:
                         self._db.execute(to_pg(sql), params)
             except psycopg.Error as exc:
@@ -201,13 +203,17 @@ class PostgresJournal(SqliteJournal):
 
     # -- statements that are not portable -----------------------------------
 
-    def upsert_remote_task(self, row: dict[str, Any], fault: str | None = None) -> None:
-        """Insert or replace a remote task's record and commit; then hit ``fault``."""
+    def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
+        """Record ``state = sending`` before a message is sent (an upsert: a resumed node sends again)."""
+        row = {"run_id": run_id, "node_key": node_key, "url": url, "task_id": None, "context_id": None,
+               "state": "sending", "updated_at": at}
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in row if c not in _KEYS["remote_tasks"])
+        # every other column back to its default, as SQLite's INSERT OR REPLACE does
+        sets += ", cancel_status = NULL, cancel_answer = NULL, cancel_at = NULL"
         self._tx([(f"INSERT INTO remote_tasks ({cols}) VALUES ({marks}) "
-                   f"ON CONFLICT (run_id, node_key) DO UPDATE SET {sets}", tuple(row.values()))], fault)
+                   f"ON CONFLICT (run_id, node_key) DO UPDATE SET {sets}", tuple(row.values()))], "remote.intent")
 
     # -- workers and run claims (R-S2) ---------------------------------------
 

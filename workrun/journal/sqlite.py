@@ -19,41 +19,28 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from workrun import faults
-from workrun.errors import (ActionRefusedError, InvalidTransitionError, JournalError, JournalVersionError,
-                            NotFoundError)
+from workrun.errors import JournalError, JournalVersionError, NotFoundError, StaleStatusError
+from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
-from workrun.states import allowed
+from workrun.states import check
 
-__all__ = ["FAULT_POINTS", "Journal"]
-
-FAULT_POINTS = (
-    "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
-    "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
-    "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
-)
+__all__ = ["FAULT_POINTS", "SqliteJournal"]
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
                  "depends_on", "context", "args", "held_back_by"}
-_COLUMNS = {
-    "runs": {"status", "reason", "stop_requested", "compensate_requested", "ended_at"},
-    "nodes": {"status", "handled", "result", "started_at", "ended_at"},
-    "operations": {"status", "error", "result", "resources", "depends_on", "pid", "proc_start", "deadline", "started_at",
-                   "ended_at", "exit_code", "signal", "stdout_tail", "stderr_tail", "snapshot"},
-    "compensations": {"status", "reason", "result", "context", "next_attempt_at", "accept_code_change", "held_back_by",
-                      "max_attempts", "updated_at"},
-    "attempts": {"status", "pid", "proc_start", "deadline", "ended_at", "exit_code", "signal", "stdout_tail",
-                 "stderr_tail", "result", "error"},
-    "remote_tasks": {"task_id", "context_id", "state", "cancel_status", "cancel_answer", "cancel_at", "updated_at"},
-}
 _KEYS = {
     "runs": ("run_id",), "nodes": ("run_id", "node_key"), "operations": ("operation_id",),
     "compensations": ("compensation_id",), "attempts": ("compensation_id", "number"),
     "remote_tasks": ("run_id", "node_key"),
 }
+
+_Statement = tuple[str, tuple[Any, ...]]
+_Check = tuple[str, tuple[Any, ...], str, "str | None"]  # table, key, new status, status the caller saw
 
 
 def _dump(value: Any) -> str | None:
@@ -62,17 +49,35 @@ def _dump(value: Any) -> str | None:
 
 def _row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for (name, *_), value in zip(cursor.description, row):
+    for (name, *_), value in zip(cursor.description, row, strict=True):
         if name in _JSON_COLUMNS and isinstance(value, str):
             value = json.loads(value)
         out[name] = value
     return out
 
 
-class Journal:
-    """The durable record of runs, operations, compensations, attempts and operator events.
+def _update(table: str, key: tuple[Any, ...], fields: dict[str, Any]) -> _Statement:
+    sets = ", ".join(f"{k} = ?" for k in fields)
+    where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
+    values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in fields.items())
+    return f"UPDATE {table} SET {sets} WHERE {where}", values + key
+
+
+def _insert(table: str, row: dict[str, Any]) -> _Statement:
+    cols = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in row.items())
+    return f"INSERT INTO {table} ({cols}) VALUES ({marks})", values
+
+
+class SqliteJournal:
+    """The SQLite backend of :class:`workrun.journal.base.Journal` (see there for each method's contract).
 
     Thread-safe: one connection, one lock; every write is its own transaction.
+
+    Args:
+        path: the database file (created and migrated when new).
+        check: run ``PRAGMA quick_check`` on open.
 
     Raises (from the constructor):
         JournalVersionError: the file's schema is newer than this Workrun.
@@ -128,25 +133,23 @@ class Journal:
     @property
     def schema_version(self) -> int:
         """The applied schema version (number of migrations)."""
-        return self._db.execute("PRAGMA user_version").fetchone()["user_version"]
+        return int(self._db.execute("PRAGMA user_version").fetchone()["user_version"])
 
-    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None,
-            checks: Iterable[tuple[str, tuple[Any, ...], str, str | None]] = ()) -> None:
+    def _tx(self, statements: Iterable[_Statement], fault: str | None, checks: Iterable[_Check] = ()) -> None:
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    for table, key, new, expect in checks:  # the state machine (workrun/states.py), under the lock
+                    for table, key, new, seen in checks:  # the state machine (workrun/states.py), under the lock
                         where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
                         row = self._db.execute(f"SELECT status FROM {table} WHERE {where}", key).fetchone()
-                        if row is not None and expect is not None and row["status"] != expect:
-                            raise ActionRefusedError(
-                                f"{'/'.join(map(str, key))} changed from {expect} to {row['status']} meanwhile; "
-                                "nothing was written: look again and retry the action")
-                        if row is not None and not allowed(table, row["status"], new):
-                            raise InvalidTransitionError(
-                                f"{table} {'/'.join(map(str, key))}: {row['status']} -> {new} is not a transition "
-                                "of the state machine (workrun/states.py); nothing was written")
+                        if row is None:
+                            continue
+                        if seen is not None and row["status"] != seen:
+                            raise StaleStatusError(
+                                f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
+                                "nothing was written: look again and retry the action", file=str(self.path))
+                        check(table, key, row["status"], new)
                     for sql, params in statements:
                         self._db.execute(sql, params)
                     self._db.execute("COMMIT")
@@ -159,6 +162,11 @@ class Journal:
         if fault:
             faults.hit(fault)
 
+    def _set(self, table: str, key: tuple[Any, ...], fault: str | None, fields: dict[str, Any],
+             seen: str | None = None) -> None:
+        checks: list[_Check] = [(table, key, fields["status"], seen)] if "status" in fields else []
+        self._tx([_update(table, key, fields)], fault, checks)
+
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         with self._lock:
             try:
@@ -166,63 +174,173 @@ class Journal:
             except sqlite3.Error as exc:
                 raise JournalError(f"journal read failed: {exc}", file=str(self.path)) from None
 
-    @staticmethod
-    def _update_sql(table: str, fields: dict[str, Any], key: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
-        bad = set(fields) - _COLUMNS[table]
-        if bad:
-            raise ValueError(f"not updatable in {table}: {sorted(bad)}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
-        values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in fields.items())
-        return f"UPDATE {table} SET {sets} WHERE {where}", values + key
-
-    @staticmethod
-    def _insert_sql(table: str, row: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in row.items())
-        return f"INSERT INTO {table} ({cols}) VALUES ({marks})", values
-
-    def update(self, table: str, key: tuple[Any, ...], fault: str | None = None, **fields: Any) -> None:
-        """Update one row of ``table`` by primary key and commit; then hit ``fault``.
-
-        Raises:
-            InvalidTransitionError: a ``status`` change not in :mod:`workrun.states`.
-        """
-        checks = [(table, key, fields["status"], None)] if "status" in fields else []
-        self._tx([self._update_sql(table, fields, key)], fault, checks)
-
-    def write(self, changes: list[tuple[str, str, Any, dict[str, Any]]], fault: str | None = None) -> None:
-        """Commit several changes in one transaction.
-
-        Args:
-            changes: ``(op, table, key_or_None, fields)`` with op ``"insert"`` or ``"update"``. An update's
-                ``_expect_status`` field (not a column) makes the write conditional on the current status.
-
-        Raises:
-            ActionRefusedError: a row is no longer in its ``_expect_status`` (someone changed it meanwhile).
-            InvalidTransitionError: a status change not in :mod:`workrun.states`.
-        """
-        checks = [(t, k, f["status"], f.get("_expect_status")) for op, t, k, f in changes
-                  if op == "update" and "status" in f]
-        stmts = [self._insert_sql(t, f) if op == "insert"
-                 else self._update_sql(t, {n: v for n, v in f.items() if n != "_expect_status"}, k)
-                 for op, t, k, f in changes]
-        self._tx(stmts, fault, checks)
-
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
             self._db.close()
 
-    # -- runs and nodes ---------------------------------------------------
+    # -- runs and nodes: writes ---------------------------------------------
 
-    def create_run(self, run: dict[str, Any], node_keys: list[str]) -> None:
+    def create_run(self, run: dict[str, Any], node_keys: Sequence[str]) -> None:
         """Insert a run (status ``running``) and its nodes (``pending``) in one transaction."""
-        stmts = [self._insert_sql("runs", run)]
-        stmts += [self._insert_sql("nodes", {"run_id": run["run_id"], "node_key": k, "position": i,
-                                             "status": "pending"}) for i, k in enumerate(node_keys)]
+        stmts = [_insert("runs", run)]
+        stmts += [_insert("nodes", {"run_id": run["run_id"], "node_key": k, "position": i, "status": "pending"})
+                  for i, k in enumerate(node_keys)]
         self._tx(stmts, "run.created")
+
+    def request_stop(self, run_id: str) -> None:
+        """Set ``stop_requested``."""
+        self._set("runs", (run_id,), None, {"stop_requested": 1})
+
+    def request_compensation(self, run_id: str, event: dict[str, Any]) -> None:
+        """Set ``compensate_requested`` and record the event, at once."""
+        self._tx([_update("runs", (run_id,), {"compensate_requested": 1}), _insert("events", event)], None)
+
+    def start_node(self, run_id: str, node_key: str, *, at: float) -> None:
+        """Mark a node ``running``."""
+        self._set("nodes", (run_id, node_key), "node.running", {"status": "running", "started_at": at})
+
+    def finish_node(self, run_id: str, node_key: str, *, status: str, handled: bool, result: Any,
+                    at: float) -> None:
+        """Record a node's end."""
+        self._set("nodes", (run_id, node_key), "node.finished",
+                  {"status": status, "handled": int(handled), "result": result, "ended_at": at})
+
+    def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
+                compensations: Sequence[dict[str, Any]] = ()) -> None:
+        """End a run, its leftover nodes and plan its compensations in one transaction."""
+        stmts: list[_Statement] = []
+        checks: list[_Check] = []
+        for n in self.nodes(run_id):
+            key = (run_id, n["node_key"])
+            if n["status"] == "pending":
+                stmts.append(_update("nodes", key, {"status": "skipped"}))
+                checks.append(("nodes", key, "skipped", "pending"))
+            elif n["status"] == "running" and status == "stopped":
+                stmts.append(_update("nodes", key, {"status": "stopped", "ended_at": at}))
+                checks.append(("nodes", key, "stopped", "running"))
+        fields: dict[str, Any] = {"status": status, "ended_at": at, "reason": reason}
+        stmts.append(_update("runs", (run_id,), fields))
+        checks.append(("runs", (run_id,), status, None))
+        stmts += [_insert("compensations", r) for r in compensations]
+        self._tx(stmts, f"run.{status}", checks)
+
+    def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
+        """Append a message to a node (or the run when ``node_key`` is None)."""
+        self._tx([_insert("messages", {"run_id": run_id, "node_key": node_key, "at": time.time(),
+                                       "level": level, "text": text})], None)
+
+    # -- operations: writes -------------------------------------------------
+
+    def start_operation(self, row: dict[str, Any]) -> None:
+        """Record a call's intent (status ``starting``) before its process starts (R-J1)."""
+        self._tx([_insert("operations", row)], "op.intent")
+
+    def operation_running(self, operation_id: str, *, pid: int, proc_start: str | None, started_at: float,
+                          deadline: float) -> None:
+        """Record the call's process (status ``running``)."""
+        self._set("operations", (operation_id,), "op.started", {
+            "status": "running", "pid": pid, "proc_start": proc_start, "started_at": started_at,
+            "deadline": deadline})
+
+    def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
+                         error: str | None = None, result: Any = None, exit_code: int | None = None,
+                         signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
+                         resources: list[dict[str, Any]] | None = None, depends_on: list[str] | None = None) -> None:
+        """Record a call's outcome."""
+        fields: dict[str, Any] = {"status": status, "failure": failure, "error": error, "result": result,
+                                  "ended_at": at, "exit_code": exit_code, "signal": signal,
+                                  "stdout_tail": stdout_tail, "stderr_tail": stderr_tail}
+        if resources is not None:
+            fields["resources"] = resources
+        if depends_on is not None:
+            fields["depends_on"] = depends_on
+        self._set("operations", (operation_id,), "op.finished", fields)
+
+    # -- compensations and attempts: writes ------------------------------------
+
+    def plan_compensations(self, records: Sequence[dict[str, Any]]) -> None:
+        """Insert compensation records."""
+        self._tx([_insert("compensations", r) for r in records], "run.failed")
+
+    def set_compensation_status(self, compensation_id: str, status: str, *, reason: str | None, at: float,
+                                held_back_by: list[str] | None = None, seen: str | None = None,
+                                clear_schedule: bool = False, accept_code_change: bool = False,
+                                event: dict[str, Any] | None = None) -> None:
+        """Change a compensation's status (optionally conditional, with an operator event)."""
+        fields: dict[str, Any] = {"status": status, "reason": reason, "held_back_by": held_back_by,
+                                  "updated_at": at}
+        if clear_schedule:
+            fields["next_attempt_at"] = None
+        if accept_code_change:
+            fields["accept_code_change"] = 1
+        key = (compensation_id,)
+        stmts = ([_insert("events", event)] if event is not None else []) + [_update("compensations", key, fields)]
+        self._tx(stmts, "comp.status", [("compensations", key, status, seen)])
+
+    def record_event(self, event: dict[str, Any]) -> None:
+        """Record an operator event that changes no status."""
+        self._tx([_insert("events", event)], "comp.status")
+
+    def start_attempt(self, compensation_id: str, number: int, *, trigger: str, call_dir: str, seen: str,
+                      at: float) -> None:
+        """Record an attempt's intent and mark its compensation running, at once."""
+        key = (compensation_id,)
+        self._tx([
+            _insert("attempts", {"compensation_id": compensation_id, "number": number, "trigger": trigger,
+                                 "status": "starting", "call_dir": call_dir, "started_at": at}),
+            _update("compensations", key, {"status": "running", "reason": None, "updated_at": at}),
+        ], "attempt.intent", [("compensations", key, "running", seen)])
+
+    def attempt_running(self, compensation_id: str, number: int, *, pid: int, proc_start: str | None,
+                        deadline: float) -> None:
+        """Record an attempt's process."""
+        self._set("attempts", (compensation_id, number), "attempt.started",
+                  {"status": "running", "pid": pid, "proc_start": proc_start, "deadline": deadline})
+
+    def finish_attempt(self, compensation_id: str, number: int, *, status: str, failure: str | None,
+                       error: str | None, result: Any, at: float, exit_code: int | None = None,
+                       signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
+                       compensation_status: str, reason: str | None, next_attempt_at: float | None = None) -> None:
+        """Record an attempt's outcome and its compensation's status in one transaction."""
+        akey, ckey = (compensation_id, number), (compensation_id,)
+        attempt = {"status": status, "failure": failure, "error": error, "result": result, "ended_at": at,
+                   "exit_code": exit_code, "signal": signal, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail}
+        comp: dict[str, Any] = {"status": compensation_status, "reason": reason, "updated_at": at,
+                                "next_attempt_at": next_attempt_at, "held_back_by": None}
+        if compensation_status == "succeeded":
+            comp["result"] = result
+        self._tx([_update("attempts", akey, attempt), _update("compensations", ckey, comp)], "attempt.finished",
+                 [("attempts", akey, status, None), ("compensations", ckey, compensation_status, None)])
+
+    # -- remote tasks: writes --------------------------------------------------
+
+    def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
+        """Record ``state = sending`` before a message is sent."""
+        row = {"run_id": run_id, "node_key": node_key, "url": url, "task_id": None, "context_id": None,
+               "state": "sending", "updated_at": at}
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self._tx([(f"INSERT OR REPLACE INTO remote_tasks ({cols}) VALUES ({marks})", tuple(row.values()))],
+                 "remote.intent")
+
+    def remote_task_state(self, run_id: str, node_key: str, *, state: str, at: float, task_id: str | None = None,
+                          context_id: str | None = None) -> None:
+        """Record a remote task's state (and ids once known)."""
+        self._tx([("UPDATE remote_tasks SET state = ?, task_id = COALESCE(?, task_id), "
+                   "context_id = COALESCE(?, context_id), updated_at = ? WHERE run_id = ? AND node_key = ?",
+                   (state, task_id, context_id, at, run_id, node_key))], "remote.task")
+
+    def remote_cancel(self, run_id: str, node_key: str, *, status: str, at: float, answer: str | None = None,
+                      state: str | None = None) -> None:
+        """Record the one cancel of a remote task."""
+        self._tx([("UPDATE remote_tasks SET cancel_status = ?, cancel_answer = COALESCE(?, cancel_answer), "
+                   "cancel_at = COALESCE(cancel_at, ?), state = COALESCE(?, state), updated_at = ? "
+                   "WHERE run_id = ? AND node_key = ?",
+                   (status, answer, at, state, at, run_id, node_key))],
+                 "remote.cancel" if status == "sending" else None)
+
+    # -- reads -------------------------------------------------------------------
 
     def run(self, run_id: str) -> dict[str, Any]:
         """Return one run by exact id or unique prefix.
@@ -263,20 +381,9 @@ class Journal:
         """The run's nodes in workflow order."""
         return self._query("SELECT * FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
 
-    def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
-        """Append a message to a node (or the run when ``node_key`` is None)."""
-        self._tx([self._insert_sql("messages", {"run_id": run_id, "node_key": node_key, "at": time.time(),
-                                                "level": level, "text": text})], None)
-
     def messages(self, run_id: str) -> list[dict[str, Any]]:
         """All messages of a run, oldest first."""
         return self._query("SELECT * FROM messages WHERE run_id = ? ORDER BY id", (run_id,))
-
-    # -- operations -------------------------------------------------------
-
-    def insert_operation(self, row: dict[str, Any]) -> None:
-        """Record a call's intent (status ``starting``) before its process starts (R-J1)."""
-        self._tx([self._insert_sql("operations", row)], "op.intent")
 
     def operation(self, operation_id: str) -> dict[str, Any]:
         """One operation by id.
@@ -356,12 +463,6 @@ class Journal:
         return self._query("SELECT a.* FROM attempts a JOIN compensations c USING (compensation_id) "
                            "WHERE c.run_id = ? AND a.status IN ('starting', 'running')", (run_id,))
 
-    # -- operator events ---------------------------------------------------
-
-    def add_event(self, row: dict[str, Any], changes: list[tuple[str, str, Any, dict[str, Any]]] = ()) -> None:
-        """Record an operator action (R-O2) together with the changes it makes, atomically."""
-        self.write([("insert", "events", None, row), *changes], "comp.status")
-
     def events(self, compensation_id: str) -> list[dict[str, Any]]:
         """Operator events of a compensation, oldest first."""
         return self._query("SELECT * FROM events WHERE compensation_id = ? ORDER BY id", (compensation_id,))
@@ -371,12 +472,6 @@ class Journal:
     def remote_tasks(self, run_id: str) -> list[dict[str, Any]]:
         """Remote A2A tasks of a run."""
         return self._query("SELECT * FROM remote_tasks WHERE run_id = ? ORDER BY updated_at", (run_id,))
-
-    def upsert_remote_task(self, row: dict[str, Any], fault: str | None = None) -> None:
-        """Insert or replace a remote task's record and commit; then hit ``fault``."""
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        self._tx([(f"INSERT OR REPLACE INTO remote_tasks ({cols}) VALUES ({marks})", tuple(row.values()))], fault)
 
     def runs_with_open_remote_tasks(self) -> list[str]:
         """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first.

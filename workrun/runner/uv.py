@@ -29,6 +29,7 @@ from typing import Any
 from filelock import FileLock
 
 from workrun.errors import EnvironmentUnavailableError
+from workrun.outcomes import Failure
 from workrun_sdk import _wire
 
 __all__ = [
@@ -158,13 +159,13 @@ class EnvManager:
             proc = subprocess.run(argv, cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, errors="replace", timeout=900)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EnvironmentUnavailableError(f"environment unavailable: uv sync failed: {exc}",
+            raise EnvironmentUnavailableError(f"uv sync failed: {exc}",
                                               file=str(project)) from None
         if proc.returncode != 0:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or ["no output"]
             # uv ends with a hint; the `error:` line says what is wrong (e.g. the lock is out of date)
             last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1])
-            raise EnvironmentUnavailableError(f"environment unavailable: `uv sync --locked` exited "
+            raise EnvironmentUnavailableError(f"`uv sync --locked` exited "
                                               f"{proc.returncode}: {last}", file=str(project))
 
 
@@ -247,6 +248,23 @@ class Outcome:
     stopped: bool = False
     not_started: bool = False
     unknown: bool = False
+
+    @property
+    def failure(self) -> Failure | None:
+        """Why the process did not end well, or None when it exited 0 by itself (its result decides then)."""
+        if self.not_started:
+            return Failure.NOT_STARTED
+        if self.unknown:
+            return Failure.UNKNOWN
+        if self.stopped:
+            return Failure.STOPPED
+        if self.timed_out:
+            return Failure.TIMED_OUT
+        if self.signal:
+            return Failure.SIGNALLED
+        if self.exit_code != 0:
+            return Failure.EXITED
+        return None
 
 
 @dataclass

@@ -1,0 +1,265 @@
+"""The journal's contract: what the engine, recovery and operator actions ask of durable storage.
+
+One backend per database (``sqlite.py``; PostgreSQL later) implements
+:class:`Journal`. Methods are named for what they record, never for tables.
+
+Rules every backend keeps:
+
+- Each write is one transaction, committed before the method returns (and so
+  before any side effect it precedes, R-J1); after the commit the write's
+  fault point (:data:`FAULT_POINTS`) is passed to :func:`workrun.faults.hit`.
+- Every status change is checked with :func:`workrun.states.check` against the
+  state machine, inside the transaction, before anything is written.
+- Rows are plain ``dict``s keyed by column name; JSON columns come back decoded.
+  Times are epoch seconds (``float``).
+- Errors are storage errors only: :class:`~workrun.errors.JournalError` (cannot
+  read/write), :class:`~workrun.errors.StaleStatusError` (a conditional write
+  found another status), :class:`~workrun.errors.InvalidTransitionError` (a bug),
+  :class:`~workrun.errors.NotFoundError` from lookups by id.
+
+Column sets of the rows are those of ``workrun/journal/migrations.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["FAULT_POINTS", "Journal", "Row"]
+
+Row = dict[str, Any]
+
+FAULT_POINTS = (
+    "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
+    "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
+    "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
+)
+
+
+class Journal(Protocol):
+    """The durable record of runs, nodes, operations, compensations, attempts, operator events, remote tasks."""
+
+    @property
+    def schema_version(self) -> int:
+        """The number of migrations applied."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+    # -- runs and nodes ------------------------------------------------------
+
+    def create_run(self, run: Row, node_keys: Sequence[str]) -> None:
+        """Record a new run (status ``running``) and its nodes (``pending``, in order) at once (R-W2).
+
+        Args:
+            run: ``{run_id, workflow, workflow_path, spec, inputs, status, eval, rerun_of, created_at}``.
+            node_keys: the workflow's node keys in file order.
+
+        Fault point: ``run.created``.
+        """
+
+    def request_stop(self, run_id: str) -> None:
+        """Set the run's ``stop_requested`` flag (``workrun stop`` from another terminal, R-C9)."""
+
+    def request_compensation(self, run_id: str, event: Row) -> None:
+        """Set a stopped run's ``compensate_requested`` flag and record the operator's event, at once (R-C9, R-O2).
+
+        Args:
+            event: ``{run_id, at, actor, action, args}``.
+        """
+
+    def start_node(self, run_id: str, node_key: str, *, at: float) -> None:
+        """Mark a node ``running`` (``started_at = at``) before its work starts. Fault point: ``node.running``."""
+
+    def finish_node(self, run_id: str, node_key: str, *, status: str, handled: bool, result: Any,
+                    at: float) -> None:
+        """Record a node's end: ``succeeded`` | ``failed`` | ``stopped``; ``handled`` when its policy absorbed a
+        failure. Fault point: ``node.finished``."""
+
+    def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
+                compensations: Sequence[Row] = ()) -> None:
+        """End a run in one transaction (SPEC §10).
+
+        Pending nodes become ``skipped``; for ``stopped`` also running nodes become ``stopped``;
+        ``compensations`` (from :func:`workrun.compensation.records.plan_records`) are inserted with
+        the run's ``failed`` status, so every succeeded call has its record before anything is undone.
+
+        Args:
+            status: ``succeeded`` | ``failed`` | ``stopped``.
+            at: epoch seconds (``ended_at``).
+
+        Fault point: ``run.<status>``.
+        """
+
+    def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
+        """Append a progress message to a node (or to the run when ``node_key`` is None)."""
+
+    def run(self, run_id: str) -> Row:
+        """One run by exact id or unique prefix.
+
+        Raises:
+            NotFoundError: no run, or the prefix matches several.
+        """
+
+    def runs(self, limit: int | None = None) -> list[Row]:
+        """All runs, newest first (at most ``limit``)."""
+
+    def runs_with_status(self, *statuses: str) -> list[Row]:
+        """Runs whose status is one of ``statuses``, oldest first."""
+
+    def runs_with_open_compensation(self) -> list[str]:
+        """Ids of runs with a compensation ``pending`` or ``running``, or with succeeded calls whose
+        compensation is owed (failed run, or stopped with compensation requested) but not yet planned."""
+
+    def runs_with_open_remote_tasks(self) -> list[str]:
+        """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first."""
+
+    def nodes(self, run_id: str) -> list[Row]:
+        """The run's nodes in workflow order."""
+
+    def messages(self, run_id: str) -> list[Row]:
+        """All messages of a run, oldest first."""
+
+    # -- operations (one App call) --------------------------------------------
+
+    def start_operation(self, row: Row) -> None:
+        """Record a call's intent (status ``starting``) before its process exists (R-J1).
+
+        Args:
+            row: the operations columns (``operation_id``, ``run_id``, ``node_key``, ``app``, ``project``,
+                ``config``, ``input``, ``fingerprint``, ``call_dir``, ``created_at``, ...).
+
+        Fault point: ``op.intent``.
+        """
+
+    def operation_running(self, operation_id: str, *, pid: int, proc_start: str | None, started_at: float,
+                          deadline: float) -> None:
+        """Record the process of a call (status ``running``). Fault point: ``op.started``."""
+
+    def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
+                         error: str | None = None, result: Any = None, exit_code: int | None = None,
+                         signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
+                         resources: list[Row] | None = None, depends_on: list[str] | None = None) -> None:
+        """Record a call's outcome: ``succeeded`` | ``failed`` | ``unknown``, with a
+        :class:`~workrun.outcomes.Failure` kind when it did not succeed. ``resources`` and ``depends_on``
+        are left as they were when None. Fault point: ``op.finished``."""
+
+    def operation(self, operation_id: str) -> Row:
+        """One operation by id.
+
+        Raises:
+            NotFoundError: unknown id.
+        """
+
+    def operations(self, run_id: str, node_key: str | None = None) -> list[Row]:
+        """The run's operations (of one node when ``node_key`` is given), in the order they were recorded."""
+
+    def operation_statuses(self, run_id: str) -> list[Row]:
+        """``{operation_id, node_key, status}`` of the run's operations, in order (cheap)."""
+
+    def operations_in_flight(self, run_id: str | None = None) -> list[Row]:
+        """Operations ``starting`` or ``running`` of a run (of standalone calls when ``run_id`` is None)."""
+
+    def count_operations(self) -> int:
+        """Number of operations in the journal."""
+
+    # -- compensations and attempts -------------------------------------------
+
+    def plan_compensations(self, records: Sequence[Row]) -> None:
+        """Insert compensation records (of a failed run found without them). Fault point: ``run.failed``."""
+
+    def set_compensation_status(self, compensation_id: str, status: str, *, reason: str | None, at: float,
+                                held_back_by: list[str] | None = None, seen: str | None = None,
+                                clear_schedule: bool = False, accept_code_change: bool = False,
+                                event: Row | None = None) -> None:
+        """Change a compensation's status (hold-back, release, blocked, an operator's action) (R-C4, R-O3).
+
+        Args:
+            held_back_by: compensation ids holding it back (written as given; None clears it).
+            seen: when given, write only if the status is still ``seen``.
+            clear_schedule: also clear ``next_attempt_at`` (run now rather than after backoff).
+            accept_code_change: set its ``accept_code_change`` flag (R-C8).
+            event: an operator event row ``{compensation_id, run_id, at, actor, action, args, text}``
+                recorded in the same transaction (R-O2).
+
+        Raises:
+            StaleStatusError: the status is no longer ``seen``; nothing was written.
+
+        Fault point: ``comp.status``.
+        """
+
+    def record_event(self, event: Row) -> None:
+        """Record an operator event that changes no status (a note, R-O2). Fault point: ``comp.status``."""
+
+    def start_attempt(self, compensation_id: str, number: int, *, trigger: str, call_dir: str, seen: str,
+                      at: float) -> None:
+        """Record an attempt's intent (``starting``) and mark its compensation ``running``, at once (R-C7).
+
+        Args:
+            trigger: ``auto`` | ``operator``.
+            seen: the compensation status the caller read.
+            at: epoch seconds.
+
+        Raises:
+            StaleStatusError: the compensation left ``seen`` meanwhile; nothing was written.
+
+        Fault point: ``attempt.intent``.
+        """
+
+    def attempt_running(self, compensation_id: str, number: int, *, pid: int, proc_start: str | None,
+                        deadline: float) -> None:
+        """Record an attempt's process (status ``running``). Fault point: ``attempt.started``."""
+
+    def finish_attempt(self, compensation_id: str, number: int, *, status: str, failure: str | None,
+                       error: str | None, result: Any, at: float, exit_code: int | None = None,
+                       signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
+                       compensation_status: str, reason: str | None, next_attempt_at: float | None = None) -> None:
+        """Record an attempt's outcome and its compensation's new status in one transaction (R-C7).
+
+        The compensation's ``result`` is set to ``result`` when ``compensation_status`` is ``succeeded``;
+        its ``held_back_by`` is cleared. Fault point: ``attempt.finished``.
+        """
+
+    def compensations(self, run_id: str) -> list[Row]:
+        """The run's compensations in the order they were planned."""
+
+    def compensation(self, compensation_id: str) -> Row:
+        """One compensation by exact id or unique prefix.
+
+        Raises:
+            NotFoundError: no compensation, or the prefix matches several.
+        """
+
+    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[Row]:
+        """Compensations filtered by status and run, oldest first."""
+
+    def attempts(self, compensation_id: str) -> list[Row]:
+        """Attempts of a compensation, by number."""
+
+    def attempts_of_run(self, run_id: str) -> list[Row]:
+        """All attempts of a run's compensations."""
+
+    def attempts_in_flight(self, run_id: str) -> list[Row]:
+        """Attempts of the run whose outcome is not recorded yet."""
+
+    def events(self, compensation_id: str) -> list[Row]:
+        """Operator events of a compensation, oldest first."""
+
+    # -- remote A2A tasks (R-C10) ----------------------------------------------
+
+    def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
+        """Record that a message is about to be sent (``state = sending``), replacing any earlier row.
+        Fault point: ``remote.intent``."""
+
+    def remote_task_state(self, run_id: str, node_key: str, *, state: str, at: float, task_id: str | None = None,
+                          context_id: str | None = None) -> None:
+        """Record a remote task's state (and its ids once known; None keeps them). Fault point: ``remote.task``."""
+
+    def remote_cancel(self, run_id: str, node_key: str, *, status: str, at: float, answer: str | None = None,
+                      state: str | None = None) -> None:
+        """Record the one cancel of a remote task: ``sending`` (before the request; sets ``cancel_at``),
+        then ``sent`` | ``error`` | ``unknown`` with the answer. ``state`` (when given) is the task's state
+        from the answer. Fault point: ``remote.cancel`` for ``sending``."""
+
+    def remote_tasks(self, run_id: str) -> list[Row]:
+        """Remote A2A tasks of a run."""

@@ -1,0 +1,68 @@
+"""How things ended, as data: :class:`NodeOutcome`, :class:`Failure` and :func:`brief`.
+
+A failure's *kind* is stored in the journal (``operations.failure``,
+``attempts.failure``) next to its human message; code decides what happened
+from the kind, never by reading the message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["Failure", "NodeOutcome", "brief"]
+
+
+class Failure(StrEnum):
+    """Why a call (operation or attempt) did not succeed: stored in the journal, never parsed from a message.
+
+    Members:
+        NOT_STARTED: the process never began because the runner stopped first (does not use up a retry).
+        REFUSED: refused before it began (its code snapshot is over the size bound, R-C8).
+        STOPPED: ended because the user stopped the run (R-C9).
+        TIMED_OUT: ended by the watchdog at its deadline (R-A7).
+        EXITED: exited with a non-zero code.
+        SIGNALLED: killed by a signal Workrun did not send.
+        CONTRACT: exited 0 but its result is invalid: not JSON, over 1 MiB, or against the output contract (R-A3).
+        ENVIRONMENT: its uv environment could not be prepared, or the process could not be spawned (R-A8).
+        UNKNOWN: gone while the runner was down, with no exit record (R-R3).
+    """
+
+    NOT_STARTED = "not_started"
+    REFUSED = "refused"
+    STOPPED = "stopped"
+    TIMED_OUT = "timed_out"
+    EXITED = "exited"
+    SIGNALLED = "signalled"
+    CONTRACT = "contract"
+    ENVIRONMENT = "environment_unavailable"
+    UNKNOWN = "unknown"
+
+    @property
+    def counts(self) -> bool:
+        """True when the failure uses up one of a node's retry attempts (only a call the runner's own stop
+        kept from starting does not: it simply runs on resume)."""
+        return self is not Failure.NOT_STARTED
+
+
+@dataclass
+class NodeOutcome:
+    """How one node ended.
+
+    Attributes:
+        status: ``succeeded`` | ``failed`` | ``stopped``.
+        result: the node's result (JSON value) when it succeeded.
+        error: a one-line message when it did not.
+    """
+
+    status: str
+    result: Any = None
+    error: str | None = None
+
+
+def brief(value: Any, limit: int = 160) -> str:
+    """A short one-line JSON rendering of ``value`` for progress messages (at most ``limit`` characters)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
