@@ -83,7 +83,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         from workrun.snapshots import take
 
         try:
-            snapshot = take(svc.data_dir, project, fp)
+            snapshot = take(svc.data_dir, project, fp, svc.journal)
         except ValueError as exc:
             refused = str(exc)
     row = {
@@ -194,7 +194,7 @@ def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str |
         from workrun.snapshots import materialize
 
         try:
-            return materialize(svc.data_dir, op["snapshot"]), None
+            return materialize(svc.data_dir, op["snapshot"], svc.journal), None
         except (OSError, ValueError, KeyError) as exc:  # removed by hand: block, never crash the scheduler
             return project, (f"code snapshot {op['snapshot'][:12]} is missing from the data dir ({exc}); "
                              "`--accept-code-change` runs today's project instead")

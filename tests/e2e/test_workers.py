@@ -7,10 +7,12 @@ uses 200 by default).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -180,3 +182,62 @@ def test_missing_psycopg_is_one_line_config_error(tmp_path):
     assert res.returncode == 2, res
     assert res.stderr == "error: WORKRUN_JOURNAL: a PostgreSQL journal needs psycopg 3: pip install " \
                          "'workrun[postgres]'\n"
+
+
+SNAP_APP = """
+[tool.workrun.apps.snap]
+kind = "process"
+entry = "main.py"
+timeout = 60
+compensation = { entry = "compensate.py", code = "snapshot", max_retries = 0 }
+"""
+
+SNAP_MAIN = """
+from workrun_sdk import process
+data = process.input()
+if data.get("fail"):
+    raise SystemExit(3)
+process.result({"name": data["name"]})
+"""
+
+SNAP_COMPENSATE = """
+import os
+from workrun_sdk import compensation
+if os.environ.get("FAIL_COMP"):
+    raise SystemExit(4)
+with open(os.environ["TEST_LOG"], "a") as fh:
+    fh.write("undone by the original code\\n")
+compensation.result({"undone": True})
+"""
+
+
+def test_snapshot_lives_in_the_database_for_another_machine(shared, tmp_path, make_project, write_workflow):
+    """R-S4: a `code = "snapshot"` App's code is stored in the shared journal; a runner with another data
+    directory (another machine) materialises it from there and compensates with the original code."""
+    project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
+    wf = write_workflow("snap", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "a" }}
+        [nodes.boom]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "boom", fail = true }}
+        needs = ["a"]
+    """)
+    home_a, home_b = tmp_path / "machine-a", tmp_path / "machine-b"
+    first = _cli("run", wf, "--json", env={"WORKRUN_HOME": str(home_a), "FAIL_COMP": "1"})
+    assert first.returncode == 1, first
+    view = json.loads(first.stdout)
+    comp = next(o["compensation"] for o in view["operations"] if o["node_key"] == "a")
+    assert comp["status"] == "failed"
+    stored = shared["journal"]._query("SELECT snapshot FROM snapshots")
+    assert len(stored) == 1
+    (project / "compensate.py").write_text("raise SystemExit('today\\'s code must not run')\n")  # code changed since
+    retried = _cli("compensations", "retry", comp["compensation_id"], "--json", env={"WORKRUN_HOME": str(home_b)})
+    assert retried.returncode == 0, retried
+    assert json.loads(retried.stdout)["status"] == "succeeded"
+    assert shared["log"].read_text() == "undone by the original code\n"
+    assert (home_b / "snapshot-trees" / stored[0]["snapshot"] / "compensate.py").read_text() == \
+        textwrap.dedent(SNAP_COMPENSATE)

@@ -131,3 +131,91 @@ def test_newer_schema_is_refused(journal, journal_backend, tmp_path):
         journal._db.execute("UPDATE workrun_schema SET version = %s", (len(MIGRATIONS) + 1,))
     with pytest.raises(JournalVersionError, match=f"version {len(MIGRATIONS) + 1} is newer"):
         open_journal(tmp_path)
+
+
+# -- claims (R-S2): PostgreSQL only -------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg(pg_url, monkeypatch, tmp_path):
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    journals = [open_journal(tmp_path) for _ in range(2)]
+    for j, name in zip(journals, ("wkr_a", "wkr_b")):
+        j.register_worker(name, "host-1", 1, 10.0, 0.0)
+    yield journals
+    for j in journals:
+        j.close()
+
+
+def test_a_live_claim_is_exclusive_even_for_its_holder(pg):
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    _run(a, "run_2", 2.0)
+    first = a.claim_run("wkr_a", 100.0, 10.0)
+    assert first == {"run_id": "run_1", "previous_worker": None, "previous_host": None, "takeover": False}
+    assert b.claim_run("wkr_b", 101.0, 10.0)["run_id"] == "run_2"  # oldest unclaimed
+    assert a.claim_run("wkr_a", 102.0, 10.0) is None  # its own live claim is not claimable again
+    assert b.claim_run("wkr_b", 102.0, 10.0, "run_1") is None  # a live claim holds against a named claim
+
+
+def test_expired_lease_is_taken_over_and_the_loser_finds_out(pg):
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    a.claim_run("wkr_a", 100.0, 10.0)
+    assert a.heartbeat("wkr_a", 105.0, 10.0, ["run_1"]) == {"run_1"}  # renewed until 115
+    assert b.claim_run("wkr_b", 114.0, 10.0) is None
+    got = b.claim_run("wkr_b", 116.0, 10.0)
+    assert got == {"run_id": "run_1", "previous_worker": "wkr_a", "previous_host": "host-1", "takeover": True}
+    assert a.heartbeat("wkr_a", 117.0, 10.0, ["run_1"]) == set()  # lost: the worker must stop driving it
+    assert b.run_claim("run_1")["takeovers"] == 1
+
+
+def test_released_run_is_not_a_takeover_and_waits_for_not_before(pg):
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    a.claim_run("wkr_a", 100.0, 10.0)
+    a.release_run("run_1", "wkr_a", 103.0)
+    assert b.claim_run("wkr_b", 102.0, 10.0) is None
+    got = b.claim_run("wkr_b", 104.0, 10.0)
+    assert got["run_id"] == "run_1" and got["takeover"] is False
+
+
+def test_finished_runs_are_not_claimed(pg):
+    a, _ = pg
+    _run(a, "run_1", 1.0)
+    a.end_run("run_1", "succeeded", at=2.0)
+    assert a.claim_run("wkr_a", 100.0, 10.0) is None
+    assert a.claim_run("wkr_a", 100.0, 10.0, "run_1")["run_id"] == "run_1"  # an operator's command may
+
+
+def test_racing_claims_hand_each_run_to_exactly_one_worker(pg_url, monkeypatch, tmp_path):
+    import threading
+
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    setup = open_journal(tmp_path)
+    for i in range(30):
+        _run(setup, f"run_{i:03d}", float(i))
+    won: dict[str, list[str]] = {}
+
+    def claimer(name: str) -> None:
+        j = open_journal(tmp_path)
+        j.register_worker(name, "h", 1, 60.0, 0.0)
+        while True:
+            got = j.claim_run(name, 100.0, 60.0)
+            if got is None:
+                break
+            won.setdefault(got["run_id"], []).append(name)
+        j.close()
+
+    threads = [threading.Thread(target=claimer, args=(f"wkr_{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    setup.close()
+    assert sorted(won) == [f"run_{i:03d}" for i in range(30)]
+    assert all(len(v) == 1 for v in won.values()), won
