@@ -240,3 +240,36 @@ def test_snapshot_lives_in_the_database_for_another_machine(shared, tmp_path, ma
     assert shared["log"].read_text() == "undone by the original code\n"
     assert (home_b / "snapshot-trees" / stored[0]["snapshot"] / "compensate.py").read_text() == \
         textwrap.dedent(SNAP_COMPENSATE)
+
+
+def test_stop_reaches_the_worker_driving_the_run(shared, tmp_path):
+    """R-C9 on a shared journal: `workrun stop` from anywhere sets the run's stop flag; the worker holding
+    the run ends its App processes and marks it stopped; nothing is compensated."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "chain", project)
+    text = wf.read_text().replace('name = "b", run', 'name = "b", sleep = 30, run')
+    (tmp_path / "slow.toml").write_text(text)
+    (project / "main.py").write_text(textwrap.dedent("""
+        import time
+        from workrun_sdk import process
+        data = process.input()
+        time.sleep(float(data.get("sleep", 0)))
+        if data.get("fail"):
+            raise SystemExit(3)
+        process.result({"name": data["name"]})
+    """))
+    submitted = _cli("run", tmp_path / "slow.toml", "--submit", "--json")
+    assert submitted.returncode == 0, submitted
+    run_id = json.loads(submitted.stdout)["run_id"]
+    w = fleet.start_worker(tmp_path / "home", tmp_path, "w", concurrency=1)
+    try:
+        _wait(lambda: [o for o in journal.operations(run_id, "b") if o["status"] == "running"], 120, "b to run")
+        stopped = _cli("stop", run_id, env={"WORKRUN_HOME": str(tmp_path / "elsewhere")})
+        assert stopped.returncode == 0, stopped
+        assert journal.run(run_id)["status"] == "stopped"
+    finally:
+        _stop([w])
+    assert w.returncode == 0, (tmp_path / "w.out").read_text()[-3000:]
+    assert journal.compensations(run_id) == []
+    assert [n["status"] for n in journal.nodes(run_id)] == ["succeeded", "stopped", "skipped", "skipped"]
