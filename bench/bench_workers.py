@@ -16,9 +16,15 @@ compensations); compensations/s = compensations / that time. Each round is check
 like the test (each compensation exactly once, in reverse dependency order).
 
 Prints compensations/s per W and the ratio to 1 worker measured in the same
-invocation. On a 2-core machine more workers mostly add contention for the
-cores (every call and compensation is its own process), so ratios near or
-below 1 are expected there; they say what the claims and leases cost.
+invocation. Each worker drives ``--concurrency`` runs at once, so W workers
+have W times as many runs in flight; most of a run's time is waiting on App
+processes (start, exit, journal round trips), so throughput grows with W even
+on 2 cores until the cores are saturated. Measured on the 2-core development
+machine while others ran tests (200 runs, 700 compensations)::
+
+    1 worker(s):     4.0 compensations/s   ratio to 1: 1.00
+    2 worker(s):     6.0 compensations/s   ratio to 1: 1.51
+    4 worker(s):     8.0 compensations/s   ratio to 1: 2.02
 """
 
 from __future__ import annotations
