@@ -46,7 +46,7 @@ __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "drive_claimed", "holding", "
 
 DEFAULT_LEASE = 30.0
 IDLE_POLL = 0.5  # seconds between claim attempts when nothing is claimable
-RECLAIM_DELAY = 2.0  # a run given back unfinished (e.g. environment unavailable) is not re-claimed sooner
+RECLAIM_DELAY = 15.0  # a run given back unfinished (e.g. environment unavailable) is not re-claimed sooner
 
 
 def lease_seconds() -> float:
@@ -230,9 +230,7 @@ class Worker:
         svc = Services(self.data_dir, self.reporter, check=False)
         try:
             status = drive_claimed(svc, claim)
-            from workrun.recovery import unfinished_runs
-
-            again = claim["run_id"] in unfinished_runs(svc)  # e.g. environment unavailable: back off a little
+            again = svc.journal.run_needs_work(claim["run_id"])  # e.g. environment unavailable: back off a little
             self.beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             return status
         finally:
@@ -277,8 +275,6 @@ class Worker:
 def resume_shared(svc: Services) -> list[str]:
     """``workrun resume`` on a shared journal: claim and drive unclaimed (or expired) runs that need work,
     one at a time, until none is left; return the run ids handled (R-R1, R-S2)."""
-    from workrun.recovery import unfinished_runs
-
     beat = Heartbeat(svc.data_dir, lease_seconds()).start()
     handled: list[str] = []
     try:
@@ -290,7 +286,7 @@ def resume_shared(svc: Services) -> list[str]:
             try:
                 drive_claimed(svc, claim)
             finally:
-                again = claim["run_id"] in unfinished_runs(svc)
+                again = svc.journal.run_needs_work(claim["run_id"])
                 beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             handled.append(claim["run_id"])
     finally:

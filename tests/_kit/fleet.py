@@ -41,7 +41,9 @@ from workrun_sdk import compensation
 t0 = time.time()
 ctx = compensation.context()
 sleep = float(ctx.original_input.get("comp_sleep", 0) or 0)
-if sleep:
+if sleep:  # say it started (a test may kill its runner now), then take a while
+    with open(os.environ["TEST_LOG"] + ".started." + ctx.original_result["name"], "w") as fh:
+        fh.write(str(os.getpid()))
     time.sleep(sleep)
 line = json.dumps({"cid": ctx.compensation_id, "name": ctx.original_result["name"],
                    "run": ctx.original_input.get("run"), "t0": t0, "t1": time.time()})

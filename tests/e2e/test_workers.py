@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from _kit import fleet
@@ -104,6 +105,8 @@ def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_pat
     a = fleet.start_worker(tmp_path / "homeA", tmp_path, "A", concurrency=1)
     try:
         attempt = _wait(lambda: _attempt_running(journal, "b"), 120, "b's compensation attempt to run")
+        started = Path(str(shared["log"]) + ".started.b")
+        _wait(started.exists, 60, "b's compensate script to start")  # past its imports: truly mid-attempt
     except AssertionError:
         a.kill()
         raise AssertionError((tmp_path / "A.out").read_text()[-3000:]) from None

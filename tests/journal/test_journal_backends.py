@@ -185,7 +185,9 @@ def test_released_run_is_not_a_takeover_and_waits_for_not_before(pg):
 def test_finished_runs_are_not_claimed(pg):
     a, _ = pg
     _run(a, "run_1", 1.0)
+    assert a.run_needs_work("run_1")
     a.end_run("run_1", "succeeded", at=2.0)
+    assert not a.run_needs_work("run_1")
     assert a.claim_run("wkr_a", 100.0, 10.0) is None
     assert a.claim_run("wkr_a", 100.0, 10.0, "run_1")["run_id"] == "run_1"  # an operator's command may
 

@@ -311,6 +311,10 @@ class PostgresJournal(SqliteJournal):
         return {"run_id": rid, "previous_worker": before["worker_id"] if before else None,
                 "previous_host": before["host"] if before else None, "takeover": takeover}
 
+    def run_needs_work(self, run_id: str) -> bool:
+        """True when the run has nodes to run, compensations to attempt or plan, or a remote cancel owed."""
+        return bool(self._query(f"SELECT 1 AS x FROM runs r WHERE r.run_id = ? AND {self._NEEDS_WORK}", (run_id,)))
+
     def release_run(self, run_id: str, worker_id: str, not_before: float) -> None:
         """Give a run back: nobody (this worker included) claims it before ``not_before`` (epoch seconds)."""
         self._exec("UPDATE run_claims SET lease_until = %s, claimed_at = %s WHERE run_id = %s AND worker_id = %s",
