@@ -180,6 +180,7 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
         SchedulerBusyError: a live worker holds the run and ``wait`` is False (exit 3).
     """
     beat = Heartbeat(svc.data_dir, lease_seconds()).start()
+    asked_stop = False
     try:
         while True:
             claim = beat.claim(svc.journal, run_id)
@@ -190,6 +191,9 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
                 raise SchedulerBusyError(
                     f"worker {held.get('worker_id', '?')} (host {held.get('host', '?')}, pid {held.get('pid', '?')}) "
                     f"holds run {run_id}; wait for it or use --wait")
+            if svc.stopping() and not asked_stop:  # Ctrl-C while another holder drives it: ask that one (R-C9)
+                svc.journal.request_stop(run_id)
+                asked_stop = True
             time.sleep(IDLE_POLL)
         if claim["takeover"] and claim["previous_host"] != socket.gethostname():
             svc.foreign_calls = True
