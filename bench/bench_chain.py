@@ -90,7 +90,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         project = make(tmp)
-        from workrun.runner.uv import sdk_path
+        from workrun.runner.env import sdk_path
 
         home = tmp / "home"
         home.mkdir()

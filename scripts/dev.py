@@ -3,6 +3,7 @@
 
     python3 scripts/dev.py tutorial     # the tutorial workflow; exits 1 because the run fails on purpose
     python3 scripts/dev.py test [ARGS]  # the whole test suite (extra ARGS go to pytest)
+    python3 scripts/dev.py check        # ruff, mypy and the import-linter contracts (pyproject.toml)
 
 Needs only Python 3.11+ with pip; everything else comes from PyPI.
 """
@@ -36,7 +37,7 @@ def ensure(extras: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("tutorial", "test"):
+    if not argv or argv[0] not in ("tutorial", "test", "check"):
         print(__doc__)
         return 2
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
@@ -45,6 +46,12 @@ def main(argv: list[str]) -> int:
         wf = ROOT / "demo_apps" / "workflows" / "tutorial.toml"
         return subprocess.run([str(VENV / "bin" / "workrun"), "run", str(wf), *argv[1:]], env=env).returncode
     ensure("test")
+    if argv[0] == "check":
+        failed = 0
+        for tool in (["ruff", "check", "workrun", "workrun_sdk"], ["mypy", "workrun", "workrun_sdk"], ["lint-imports"]):
+            print(f"$ {' '.join(tool)}", flush=True)
+            failed |= subprocess.run([str(VENV / "bin" / tool[0]), *tool[1:]], cwd=ROOT, env=env).returncode != 0
+        return 1 if failed else 0
     return subprocess.run([str(PY), "-m", "pytest", "-q", *argv[1:]], cwd=ROOT, env=env).returncode
 
 

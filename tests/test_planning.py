@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from workrun.planning import Item, plan
+from workrun.compensation.planning import Item, plan
 
 
 def simulate(ops: dict[str, list[str]], has_comp: dict[str, bool], fails: set[str]) -> tuple[dict[str, str], list[str]]:

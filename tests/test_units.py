@@ -14,7 +14,7 @@ import workrun_sdk
 from workrun.apps import check_contract, diff_fingerprints, fingerprint, load_project
 from workrun.errors import ConfigError
 from workrun.models import OutputField
-from workrun.workflow import parse_inputs, render
+from workrun.templates import TemplateValueError, parse_inputs, render
 
 
 def test_public_names_are_pinned():
@@ -84,7 +84,7 @@ def test_render_keeps_types_and_interpolates():
     ctx = {"inputs": {"n": "3"}, "nodes": {"a": {"result": {"x": {"y": 5}, "s": "hi"}}}}
     assert render({"v": "{{ nodes.a.result.x.y }}", "t": "n={{ inputs.n }} s={{nodes.a.result.s}}"}, ctx) == \
         {"v": 5, "t": "n=3 s=hi"}
-    with pytest.raises(KeyError):
+    with pytest.raises(TemplateValueError, match=r"^template \{\{ nodes.a.result.missing \}\} has no value$"):
         render("{{ nodes.a.result.missing }}", ctx)
 
 

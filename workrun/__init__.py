@@ -1,6 +1,6 @@
 """Workrun: a local workflow runner that compensates App calls when a run finally fails.
 
-The public surface is small and pinned by ``tests/test_public_api.py``.
+The public surface is small; ``tests/test_house.py`` pins ``__all__`` against what the package exposes.
 """
 
 from workrun.errors import ConfigError, WorkrunError

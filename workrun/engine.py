@@ -10,44 +10,27 @@ At final failure the run stops scheduling, lets running nodes finish, then in
 one transaction marks the run ``failed``, the never-started nodes ``skipped``
 and writes a compensation record for every succeeded call (SPEC §10). Node
 states: pending -> running -> succeeded | failed | stopped; pending -> skipped.
+
+The engine knows no node kind: it is handed executors ``{kind: executor}``
+(:mod:`workrun.nodes`) and hands each node a :class:`~workrun.nodes.base.NodeJob`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from workrun.apps import load_app
-from workrun.calls import call_app
-from workrun.compensation import plan_records
-from workrun.errors import ConfigError
+from workrun.compensation.records import plan_records
 from workrun.models import NodeSpec, WorkflowSpec
-from workrun.outcomes import Failure
-from workrun.remote import cancel_open_tasks
+from workrun.nodes.base import NodeExecutor, NodeJob
+from workrun.operations import settle_operations
+from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id
-from workrun.workflow import FailurePolicy, node_dependencies, parse_policy, render
+from workrun.templates import node_dependencies
 
-__all__ = ["Engine", "NodeOutcome", "brief", "create_run"]
-
-
-def brief(value: Any, limit: int = 160) -> str:
-    """A short one-line JSON rendering of a result for progress messages."""
-    import json
-
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@dataclass
-class NodeOutcome:
-    """How one node ended: ``status`` succeeded | failed | stopped, its result or error."""
-
-    status: str
-    result: Any = None
-    error: str | None = None
+__all__ = ["Engine", "create_run"]
 
 
 def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eval_run: bool = False,
@@ -62,16 +45,21 @@ def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eva
     return run_id
 
 
-def _counts(op: dict[str, Any]) -> bool:
-    """True when a failed operation used up one of its node's calls (R-W7)."""
-    return op["failure"] is None or Failure(op["failure"]).counts
+def _deps(node: NodeSpec) -> list[str]:
+    return node_dependencies(node.needs, node.templated())
 
 
 class Engine:
-    """Drives one run's nodes to the end (see module doc)."""
+    """Drives one run's nodes to the end (see module doc).
 
-    def __init__(self, svc: Services) -> None:
+    Args:
+        svc: services (journal, runner, reporter, stop event, ``concurrency``).
+        executors: ``{kind: executor}`` for every node kind the run may hold.
+    """
+
+    def __init__(self, svc: Services, executors: Mapping[str, NodeExecutor]) -> None:
         self.svc = svc
+        self.executors = executors
 
     # -- helpers -----------------------------------------------------------
 
@@ -83,89 +71,31 @@ class Engine:
             return True
         return False
 
-    def _effective_ops(self, run_id: str, key: str, spec: WorkflowSpec, nodes: dict[str, dict[str, Any]],
+    def _effective_ops(self, key: str, spec: WorkflowSpec, nodes: dict[str, dict[str, Any]],
                        ops: list[dict[str, Any]], seen: frozenset[str] = frozenset()) -> list[str]:
         """Succeeded operations a downstream call depends on through node ``key`` (looking through
         nodes without calls, and through a fallback that ran in its place)."""
         if key in seen:
             return []
         own = [o["operation_id"] for o in ops if o["node_key"] == key and o["status"] == "succeeded"]
-        policy = parse_policy(spec.nodes[key].on_failure, spec.path, key)
+        policy = spec.nodes[key].on_failure
         if policy.fallback and nodes[key]["handled"]:
-            own += self._effective_ops(run_id, policy.fallback, spec, nodes, ops, seen | {key})
+            own += self._effective_ops(policy.fallback, spec, nodes, ops, seen | {key})
         if own:
             return own
         out: list[str] = []
-        for dep in node_dependencies(spec.nodes[key]):
-            for o in self._effective_ops(run_id, dep, spec, nodes, ops, seen | {key}):
+        for dep in _deps(spec.nodes[key]):
+            for o in self._effective_ops(dep, spec, nodes, ops, seen | {key}):
                 if o not in out:
                     out.append(o)
         return out
 
     # -- running one node --------------------------------------------------
 
-    def _run_process(self, run_id: str, node: NodeSpec, policy: FailurePolicy, context: dict[str, Any],
-                     depends_on: list[str]) -> NodeOutcome:
-        svc = self.svc
-        prior = svc.journal.operations(run_id, node.key)
-        used = sum(1 for o in prior if o["status"] == "failed" and _counts(o))
-        if prior:
-            last = prior[-1]
-            if last["status"] == "succeeded":
-                return NodeOutcome("succeeded", last["result"])
-            if last["status"] == "unknown" and not last["config"].get("idempotent"):
-                return NodeOutcome("failed", error=f"operation {last['operation_id']}: {last['error']}")
-        attempts = policy.attempts()
-        error = None
-        while used < attempts:
-            if self._stop_requested(run_id):
-                return NodeOutcome("stopped", error="stopped by the user")
-            try:
-                app = load_app(Path(node.project), node.app)  # type: ignore[arg-type]
-                data = render(node.input, context)
-            except ConfigError as exc:
-                return NodeOutcome("failed", error=exc.line())
-            except KeyError as exc:
-                return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
-            op = call_app(svc, project=Path(node.project), app=app, input=data,  # type: ignore[arg-type]
-                          run_id=run_id, node_key=node.key, depends_on=depends_on)
-            svc.say(run_id, node.key, "info" if op["status"] == "succeeded" else "error",
-                    f"operation {op['operation_id']} ({app.name}): {op['status']}"
-                    + (f": {op['error']}" if op["error"] else "")
-                    + (f" -> {brief(op['result'])}" if op["status"] == "succeeded" else ""))
-            if op["status"] == "succeeded":
-                return NodeOutcome("succeeded", op["result"])
-            error = op["error"]
-            if self._stop_requested(run_id) or op["failure"] == Failure.STOPPED:
-                return NodeOutcome("stopped", error="stopped by the user")
-            if op["status"] == "unknown":
-                return NodeOutcome("failed", error=error)
-            if _counts(op):
-                used += 1
-            if used < attempts and policy.retry:
-                delay = policy.retry.backoff * (2 ** (used - 1))
-                svc.say(run_id, node.key, "warning",
-                        f"retrying (call {used + 1} of {attempts}) in {delay:g} s (on_failure = retry)")
-                if svc.stop_event.wait(delay):
-                    return NodeOutcome("stopped", error="stopped by the user")
-        return NodeOutcome("failed", error=error)
-
-    def _run_kind(self, run_id: str, node: NodeSpec, policy: FailurePolicy, context: dict[str, Any],
-                  depends_on: list[str]) -> NodeOutcome:
-        if node.kind == "process":
-            return self._run_process(run_id, node, policy, context, depends_on)
-        if node.kind == "agent":
-            from workrun.agent import run_agent_node
-
-            return run_agent_node(self.svc, run_id, node, context, depends_on)
-        from workrun.remote import run_remote_node
-
-        return run_remote_node(self.svc, run_id, node, context)
-
     def _run_node(self, run_id: str, spec: WorkflowSpec, key: str) -> NodeOutcome:
         svc = self.svc
         node = spec.nodes[key]
-        policy = parse_policy(node.on_failure, spec.path, f"nodes.{key}.on_failure")
+        policy = node.on_failure
         nodes = {n["node_key"]: n for n in svc.journal.nodes(run_id)}
         if nodes[key]["status"] != "running":
             svc.journal.start_node(run_id, key, at=svc.now())
@@ -176,26 +106,28 @@ class Engine:
             k: {"result": n["result"]} for k, n in nodes.items()
             if n["status"] == "succeeded" or (n["handled"] and n["result"] is not None)}}
         depends_on: list[str] = []
-        for dep in node_dependencies(node):
-            for o in self._effective_ops(run_id, dep, spec, nodes, ops):
+        for dep in _deps(node):
+            for o in self._effective_ops(dep, spec, nodes, ops):
                 if o not in depends_on:
                     depends_on.append(o)
-        outcome = self._run_kind(run_id, node, policy, context, depends_on)
-        handled = 0
+        job = NodeJob(run_id=run_id, node=node, context=context, depends_on=depends_on, svc=svc,
+                      should_stop=lambda: self._stop_requested(run_id))
+        outcome = self.executors[node.kind].run(job)
+        handled = False
         result = outcome.result
         if outcome.status == "failed" and policy.kind == "continue":
-            handled = 1
+            handled = True
             svc.say(run_id, key, "warning", f"{key}: failed ({outcome.error}); handled by on_failure = continue")
         elif outcome.status == "failed" and policy.kind == "fallback" and policy.fallback:
             svc.say(run_id, key, "warning",
                     f"{key}: failed ({outcome.error}); fallback {policy.fallback!r} runs in its place")
             fb = self._run_node(run_id, spec, policy.fallback)
             if fb.status == "succeeded":
-                handled, result = 1, fb.result
+                handled, result = True, fb.result
             elif fb.status == "stopped":
                 outcome = fb
         status = outcome.status
-        svc.journal.finish_node(run_id, key, status=status, handled=bool(handled),
+        svc.journal.finish_node(run_id, key, status=status, handled=handled,
                                 result=result if (status == "succeeded" or handled) else None, at=svc.now())
         if not handled:
             level = "info" if status == "succeeded" else "error"
@@ -207,23 +139,20 @@ class Engine:
     def execute(self, run_id: str) -> str:
         """Drive a ``running`` run until it succeeds, fails or is stopped; return its status.
 
-        In-flight calls from a runner that died are recovered first (R-R1, R-R3).
+        In-flight calls from a runner that died are settled first (R-R1, R-R3).
         Compensation is not run here; see :func:`workrun.recovery.drive`.
 
         Raises:
             JournalError: the journal cannot be written (the run stays resumable).
         """
-        from workrun.recovery import recover_operations
-
         svc = self.svc
         run = svc.journal.run(run_id)
         if run["status"] != "running":
-            return run["status"]
+            return str(run["status"])
         spec = WorkflowSpec.model_validate(run["spec"])
-        recover_operations(svc, run_id)
-        policies = {k: parse_policy(n.on_failure, spec.path, f"nodes.{k}.on_failure") for k, n in spec.nodes.items()}
-        standby = {p.fallback for p in policies.values() if p.fallback}
-        deps = {k: node_dependencies(n) for k, n in spec.nodes.items()}
+        settle_operations(svc, run_id)
+        standby = {n.on_failure.fallback for n in spec.nodes.values() if n.on_failure.fallback}
+        deps = {k: _deps(n) for k, n in spec.nodes.items()}
         failed_node: str | None = None
         futures: dict[Future[NodeOutcome], str] = {}
 
@@ -258,6 +187,11 @@ class Engine:
                         failed_node = key
         return self.finish(run_id, failed_node)
 
+    def after_run(self, run_id: str) -> None:
+        """Let every executor act on a run that ended ``failed`` or ``stopped`` (e.g. one remote cancel, R-C10)."""
+        for executor in self.executors.values():
+            executor.after_run(self.svc, run_id)
+
     def finish(self, run_id: str, failed_node: str | None) -> str:
         """End a run: ``stopped`` when a stop was requested, ``failed`` (with compensation records, in one
         transaction, SPEC §10) when a node failed unhandled, else ``succeeded``; return that status."""
@@ -274,7 +208,7 @@ class Engine:
             else:
                 svc.say(run_id, None, "warning", "run stopped by the user: no call had succeeded, so there is "
                         "nothing to undo (side effects of a stopped call are NOT undone)")
-            cancel_open_tasks(svc, run_id)
+            self.after_run(run_id)
             return "stopped"
         if failed_node is None and any(n["status"] == "failed" and not n["handled"] for n in nodes):
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
@@ -286,7 +220,7 @@ class Engine:
             for r in records:
                 text = f"compensation {r['compensation_id']} of {r['node_key']}: {r['status']}"
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
-            cancel_open_tasks(svc, run_id)
+            self.after_run(run_id)
             return "failed"
         svc.journal.end_run(run_id, "succeeded", at=now)
         svc.say(run_id, None, "info", "run succeeded")

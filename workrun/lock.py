@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -45,7 +45,7 @@ class SchedulerLock:
         except (OSError, ValueError):
             return {}
 
-    def acquire(self) -> "SchedulerLock":
+    def acquire(self) -> SchedulerLock:
         """Take the lock (see class doc)."""
         try:
             self._lock.acquire(timeout=-1 if self.wait else 0)
@@ -55,7 +55,7 @@ class SchedulerLock:
                 f"another scheduler holds {self.data_dir}: pid {h.get('pid', '?')} "
                 f"(`{h.get('command', '?')}`, since {h.get('since', '?')}); wait for it or use --wait") from None
         note = {"pid": os.getpid(), "command": " ".join(["workrun", *sys.argv[1:]]),
-                "since": datetime.now(timezone.utc).isoformat(timespec="seconds"), "at": time.time()}
+                "since": datetime.now(UTC).isoformat(timespec="seconds"), "at": time.time()}
         tmp = self._note.with_suffix(".tmp")
         tmp.write_text(json.dumps(note))
         os.replace(tmp, self._note)
@@ -66,7 +66,7 @@ class SchedulerLock:
         if self._lock.is_locked:
             self._lock.release()
 
-    def __enter__(self) -> "SchedulerLock":
+    def __enter__(self) -> SchedulerLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

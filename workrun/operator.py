@@ -26,6 +26,7 @@ from typing import Any
 from workrun.compensation import compensate_run, refresh_holds
 from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.services import Services
+from workrun.states import COMPENSATION_DONE
 
 __all__ = ["actor", "confirm", "note", "resolve", "retry"]
 
@@ -78,7 +79,7 @@ def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = Fal
     comp = svc.journal.compensation(compensation_id)
     cid = comp["compensation_id"]
     status = comp["status"]
-    if status in ("succeeded", "skipped"):
+    if status in COMPENSATION_DONE:
         raise _refuse(comp, "retry", "it is already done; nothing to retry")
     if status == "running":
         raise _refuse(comp, "retry", "an attempt is running now")
@@ -128,7 +129,7 @@ def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dic
     """
     comp = svc.journal.compensation(compensation_id)
     cid = comp["compensation_id"]
-    if comp["status"] in ("succeeded", "skipped", "running"):
+    if comp["status"] in COMPENSATION_DONE | {"running"}:
         raise _refuse(comp, "resolve", "it is already done" if comp["status"] != "running"
                       else "an attempt is running now")
     who = actor()

@@ -1,7 +1,8 @@
 """The one application object handed to the engine and the commands (Hatch's ``Application``).
 
-It owns the data directory, the journal, the App environment manager, the
-watchdog and the reporter (how progress reaches the user), plus the tunables.
+It owns the data directory, the journal, the App runner and the reporter (how
+progress reaches the user), plus the tunables. Tests hand it a fake runner and
+journal.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Protocol
 
 from workrun.journal import Journal, open_journal
 from workrun.paths import data_dir as default_data_dir
-from workrun.runner.uv import EnvManager, Watchdog, sdk_path
+from workrun.runner import AppRunner, LocalRunner
 
-__all__ = ["Reporter", "Services", "new_id"]
+__all__ = ["Confirm", "Reporter", "Services", "new_id"]
 
 
 def new_id(prefix: str) -> str:
@@ -30,6 +31,13 @@ class Reporter(Protocol):
 
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """Show one progress message."""
+
+
+class Confirm(Protocol):
+    """Asks a person on the terminal whether to go ahead (the CLI provides it; None = no terminal)."""
+
+    def __call__(self, question: str) -> bool:
+        """Return True when the person said yes; False on no, end of input or Ctrl-C."""
 
 
 class _Silent:
@@ -56,20 +64,19 @@ class Services:
     ``WORKRUN_GRACE`` (seconds between SIGTERM and SIGKILL, default 5).
     """
 
-    def __init__(self, data_dir: Path | None = None, reporter: Reporter | None = None, *, check: bool = True) -> None:
+    def __init__(self, data_dir: Path | None = None, reporter: Reporter | None = None, *, check: bool = True,
+                 journal: Journal | None = None, runner: AppRunner | None = None,
+                 confirm: Confirm | None = None) -> None:
         self.data_dir = data_dir or default_data_dir()
         self.reporter: Reporter = reporter or _Silent()
-        self._journal: Journal | None = None
+        self._journal: Journal | None = journal
         self._check = check
-        self._watchdog: Watchdog | None = None
-        self._sdk: Path | None = None
-        self.envs = EnvManager(self.data_dir)
         self.concurrency = max(1, int(_env_float("WORKRUN_CONCURRENCY", 4)))
         self.grace = _env_float("WORKRUN_GRACE", 5.0)
+        self.runner: AppRunner = runner or LocalRunner(self.data_dir, grace=self.grace)
         self.stop_event = threading.Event()
         self.assume_yes = False
-        self.interactive = False
-        self.foreign_calls = False  # settling calls a worker on another machine started (R-S2, R-R3)
+        self.confirm: Confirm | None = confirm
 
     @property
     def journal(self) -> Journal:
@@ -77,20 +84,6 @@ class Services:
         if self._journal is None:
             self._journal = open_journal(self.data_dir, check=self._check)
         return self._journal
-
-    @property
-    def watchdog(self) -> Watchdog:
-        """The process watchdog, started on first use."""
-        if self._watchdog is None:
-            self._watchdog = Watchdog(grace=self.grace)
-        return self._watchdog
-
-    @property
-    def sdk_dir(self) -> Path:
-        """Directory with this runner's ``workrun_sdk`` for App ``PYTHONPATH``."""
-        if self._sdk is None:
-            self._sdk = sdk_path(self.data_dir)
-        return self._sdk
 
     def call_dir(self, name: str, *, replace: bool = False) -> Path:
         """A fresh call directory under ``<data>/calls``.
@@ -120,7 +113,7 @@ class Services:
     def request_stop(self) -> None:
         """Stop this command's run(s): end App process groups, schedule nothing new (R-C9)."""
         self.stop_event.set()
-        self.watchdog.stop_all()
+        self.runner.stop_all()
 
     def stopping(self) -> bool:
         """True once a stop was requested."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.apps import Fingerprint
+from workrun.states import COMPENSATION_DONE
 
 __all__ = ["gc", "materialize", "max_bytes", "take"]
 
@@ -145,7 +146,7 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
             c = comps.get(op["operation_id"])
             if run["status"] == "running" or (run["status"] in ("failed", "stopped") and c is None
                                                and op["status"] == "succeeded" and not run["eval"]) \
-                    or (c is not None and c["status"] not in ("succeeded", "skipped")):
+                    or (c is not None and c["status"] not in COMPENSATION_DONE):
                 needed.add(op["snapshot"])
     removed = kept = 0
     live_objects: set[str] = set()

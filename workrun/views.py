@@ -5,10 +5,11 @@ Pure functions of journal rows; the CLI prints them as JSON or turns them into t
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from workrun.journal import Journal
+from workrun.states import COMPENSATION_DONE, OPERATION_ENDED
 
 __all__ = ["attempt_view", "compensation_view", "iso", "run_summary", "run_view"]
 
@@ -17,11 +18,12 @@ def iso(ts: float | None) -> str | None:
     """Epoch seconds -> ISO 8601 UTC with microseconds (sortable as text), or None."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
 
 
 def attempt_view(a: dict[str, Any]) -> dict[str, Any]:
-    """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, trigger, status, error, result}``."""
+    """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, trigger, status, error,
+    result}``."""
     return {"number": a["number"], "started_at": iso(a["started_at"]), "ended_at": iso(a["ended_at"]),
             "exit_code": a["exit_code"], "signal": a["signal"], "stderr_tail": a["stderr_tail"] or "",
             "trigger": a["trigger"], "status": a["status"], "error": a["error"], "result": a["result"]}
@@ -68,17 +70,18 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
     operations = []
     for op in journal.operations(run_id):
         c = comps.get(op["operation_id"])
-        status = op["status"] if op["status"] in ("succeeded", "failed", "unknown") else "running"
+        status = op["status"] if op["status"] in OPERATION_ENDED else "running"
         operations.append({
             "operation_id": op["operation_id"], "node_key": op["node_key"], "tool_call_index": op["tool_call_index"],
             "app": op["app"], "kind": op["kind"], "tool": op["tool_name"], "status": status,
             "input": op["input"], "result": op["result"], "resources": op["resources"],
             "depends_on": op["depends_on"], "fingerprint": op["fingerprint"], "error": op["error"],
-            "exit_code": op["exit_code"], "signal": op["signal"], "started_at": iso(op["started_at"] or op["created_at"]),
-            "ended_at": iso(op["ended_at"]), "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "",
+            "exit_code": op["exit_code"], "signal": op["signal"],
+            "started_at": iso(op["started_at"] or op["created_at"]), "ended_at": iso(op["ended_at"]),
+            "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "",
             "compensation": compensation_view(c, attempts.get(c["compensation_id"], [])) if c else None,
         })
-    unfinished = [c["compensation_id"] for c in comps.values() if c["status"] not in ("succeeded", "skipped")]
+    unfinished = [c["compensation_id"] for c in comps.values() if c["status"] not in COMPENSATION_DONE]
     return {**run_summary(run), "inputs": run["inputs"], "reason": run["reason"],
             "stop_requested": bool(run["stop_requested"]), "messages": msgs(None), "nodes": nodes,
             "operations": operations, "unfinished_compensations": unfinished,

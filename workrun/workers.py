@@ -40,6 +40,8 @@ from typing import Any, Callable, Iterator
 from workrun.errors import ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
 from workrun.recovery import drive
+from workrun.runner import calldir
+from workrun.runner.base import Outcome
 from workrun.services import Reporter, Services, new_id
 
 __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "drive_claimed", "holding", "lease_seconds", "needs_workers", "resume_shared"]
@@ -155,6 +157,44 @@ def _fail_stop(lost: set[str]) -> None:
     os._exit(75)
 
 
+class OtherMachineCalls:
+    """The App runner while taking over from a worker on another machine (R-S2, R-R3).
+
+    That worker's process ids mean nothing here, so a call or attempt it left in flight is
+    decided only by an exit record reachable from this machine (a shared file system), and
+    is ``unknown`` otherwise — never re-sent blindly. Everything else is the wrapped runner's.
+    """
+
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+    def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
+                claim_wait: float = 2.0) -> Outcome:
+        """The exit record if reachable, else ``unknown`` (see class doc)."""
+        return (calldir.read_exit(call_dir) if call_dir.is_dir() else None) or Outcome(unknown=True)
+
+    def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
+        """As :meth:`recover`: a process on another machine cannot be ended from here."""
+        return self.recover(pid, proc_start, call_dir, deadline)
+
+
+@contextmanager
+def _settling_for(svc: Services, claim: dict[str, Any]) -> Iterator[None]:
+    """While driving a run taken over from another machine's worker, settle its calls by :class:`OtherMachineCalls`."""
+    if not claim["takeover"] or claim["previous_host"] == socket.gethostname():
+        yield
+        return
+    runner = svc.runner
+    svc.runner = OtherMachineCalls(runner)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        svc.runner = runner
+
+
 def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
     """Drive a claimed run with the local engine and compensation (after R-R3 recovery on takeover)."""
     run_id = claim["run_id"]
@@ -164,12 +204,8 @@ def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
                 f"worker {claim['previous_worker']} (host {claim['previous_host']}) stopped renewing its lease; "
                 "taking the run over: its in-flight calls are settled from their exit records"
                 + ("" if same else " where reachable from this machine, else marked unknown"))
-        if not same:
-            svc.foreign_calls = True  # R-R3: pids of another machine mean nothing here
-    try:
+    with _settling_for(svc, claim):
         return drive(svc, run_id)
-    finally:
-        svc.foreign_calls = False
 
 
 @contextmanager
@@ -195,12 +231,10 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
                 svc.journal.request_stop(run_id)
                 asked_stop = True
             time.sleep(IDLE_POLL)
-        if claim["takeover"] and claim["previous_host"] != socket.gethostname():
-            svc.foreign_calls = True
-        yield claim
+        with _settling_for(svc, claim):
+            yield claim
         beat.release(svc.journal, run_id)
     finally:
-        svc.foreign_calls = False
         beat.stop()
 
 

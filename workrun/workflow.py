@@ -1,155 +1,43 @@
-"""Parsing workflow TOML files, templates and the node DAG (R-W1, SPEC §9).
+"""Loading a workflow TOML file: nodes, the DAG, templates and failure policies (R-W1, R-W7, SPEC §9).
 
 Everything here runs before a run is created: any error is a ConfigError
-(exit 2) and no run exists afterwards (SPEC §10).
+(exit 2) and no run exists afterwards (SPEC §10). What a node of each kind
+must satisfy is its executor's ``check`` (:mod:`workrun.nodes`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import ValidationError
 
-from workrun.apps import load_app, pydantic_error
+from workrun.apps import pydantic_error
 from workrun.errors import ConfigError
-from workrun.models import AppSpec, NodeSpec, RetryPolicy, WorkflowSpec
+from workrun.models import NODE_MODELS, FailurePolicy, NodeSpec, OutputField, PolicyError, WorkflowSpec
+from workrun.nodes.base import NodeExecutor, Where
+from workrun.templates import REFERENCE, node_dependencies, template_refs
 
-__all__ = [
-    "FailurePolicy",
-    "load_workflow",
-    "node_dependencies",
-    "parse_inputs",
-    "parse_policy",
-    "render",
-    "template_refs",
-]
+__all__ = ["load_workflow", "parse_policy"]
 
-_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-_REF = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
 _KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
 
-class FailurePolicy:
-    """A node's ``on_failure`` (R-W7): kind ``fail`` | ``continue`` | ``retry`` | ``fallback``."""
-
-    def __init__(self, kind: str, retry: RetryPolicy | None = None, fallback: str | None = None) -> None:
-        self.kind = kind
-        self.retry = retry
-        self.fallback = fallback
-
-    def attempts(self) -> int:
-        """Calls allowed for the node in all (1 unless ``retry``)."""
-        return self.retry.attempts if self.retry else 1
-
-
 def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
-    """Parse ``on_failure`` (R-W7).
+    """Parse ``on_failure`` (R-W7), once, when the workflow is loaded.
 
     Raises:
         ConfigError: for anything but "fail", "continue", {retry = {...}}, {fallback = "NODE"}.
     """
-    if value in ("fail", "continue"):
-        return FailurePolicy(value)
-    if isinstance(value, dict) and len(value) == 1:
-        (kind, arg), = value.items()
-        if kind == "retry":
-            if not isinstance(arg, dict):
-                raise ConfigError("must be a table: { retry = { attempts = 3, backoff = 0.5 } }", file=file,
-                                  field=f"{field}.retry")
-            try:
-                return FailurePolicy("retry", retry=RetryPolicy.model_validate(arg))
-            except ValidationError as exc:
-                raise pydantic_error(exc, file, f"{field}.retry") from None
-        if kind == "fallback" and isinstance(arg, str):
-            return FailurePolicy("fallback", fallback=arg)
-    raise ConfigError('must be "fail", "continue", { retry = { attempts, backoff } } or { fallback = "NODE" }',
-                      file=file, field=field)
-
-
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _strings(v, f"{path}[{i}]")
-
-
-def template_refs(value: Any, path: str = "input") -> list[tuple[str, str]]:
-    """Return ``[(field path, reference)]`` for every ``{{ ... }}`` in ``value``."""
-    return [(p, m.group(1)) for p, s in _strings(value, path) for m in _TEMPLATE.finditer(s)]
-
-
-def _lookup(ref: str, context: dict[str, Any]) -> Any:
-    parts = ref.split(".")
-    if parts[0] == "inputs":
-        return context["inputs"][parts[1]]
-    value: Any = context["nodes"][parts[1]]["result"]
-    for part in parts[3:]:
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(ref)
-        value = value[part]
-    return value
-
-
-def render(value: Any, context: dict[str, Any]) -> Any:
-    """Fill templates in ``value`` from ``{"inputs": {...}, "nodes": {key: {"result": ...}}}``.
-
-    A string that is exactly one template takes the referenced value as is
-    (numbers stay numbers); otherwise values are interpolated as text (JSON for
-    objects and lists).
-
-    Raises:
-        KeyError: naming the reference, when a value is missing at run time.
-    """
-    if isinstance(value, dict):
-        return {k: render(v, context) for k, v in value.items()}
-    if isinstance(value, list):
-        return [render(v, context) for v in value]
-    if not isinstance(value, str):
-        return value
-    whole = _TEMPLATE.fullmatch(value.strip())
-    if whole:
-        return _lookup(whole.group(1), context)
-
-    def sub(m: re.Match[str]) -> str:
-        v = _lookup(m.group(1), context)
-        return v if isinstance(v, str) else json.dumps(v)
-
-    return _TEMPLATE.sub(sub, value)
-
-
-def parse_inputs(pairs: list[str]) -> dict[str, str]:
-    """Parse ``--input k=v`` options into a dict.
-
-    Raises:
-        ConfigError: for an item without ``=`` or with an empty key.
-    """
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, val = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"expected KEY=VALUE, got {pair!r}", field="--input")
-        out[key.strip()] = val
-    return out
-
-
-def node_dependencies(node: NodeSpec) -> list[str]:
-    """``needs`` plus every node referenced by a template (SPEC §10), in order, without duplicates."""
-    deps = list(node.needs)
-    refs = template_refs(node.input) + template_refs(node.prompt, "prompt") + template_refs(node.message, "message") \
-        + template_refs(node.script, "script")
-    for _, ref in refs:
-        parts = ref.split(".")
-        if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
-            deps.append(parts[1])
-    return deps
+    try:
+        return FailurePolicy.parse(value)
+    except PolicyError as exc:
+        raise ConfigError(exc.message, file=file, field=f"{field}.{exc.where}" if exc.where else field) from None
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, f"{field}.retry") from None
 
 
 def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
@@ -212,12 +100,14 @@ def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePol
                               file=file, field=f"nodes.{primary}.on_failure.fallback")
 
 
-def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[WorkflowSpec, dict[str, Any]]:
+def load_workflow(path: Path, overrides: dict[str, str] | None,
+                  executors: Mapping[str, NodeExecutor]) -> tuple[WorkflowSpec, dict[str, Any]]:
     """Load, validate and resolve a workflow file (R-W1; SPEC §9, §10).
 
     Args:
         path: the workflow TOML file; ``project`` paths are relative to it.
         overrides: ``--input`` values, overriding ``[inputs]`` defaults.
+        executors: ``{kind: executor}``; each node is checked by its kind's executor.
 
     Returns:
         (spec with absolute project paths, the run's inputs).
@@ -252,7 +142,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
     base = path.resolve().parent
 
     nodes: dict[str, NodeSpec] = {}
-    apps: dict[str, AppSpec] = {}
+    outputs: dict[str, dict[str, OutputField]] = {}
     for key, table in nodes_table.items():
         prefix = f"nodes.{key}"
         if not _KEY.match(key):
@@ -268,58 +158,19 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 if isinstance(t, dict) and isinstance(t.get("project"), str) else t
                 for t in table["tools"]
             ]
+        kind = table.get("kind", "process")
+        if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
+            known = ", ".join(repr(k) for k in executors)
+            raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
+        table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
         try:
-            node = NodeSpec.model_validate({**table, "key": key})
+            node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
         except ValidationError as exc:
             raise pydantic_error(exc, file, prefix) from None
-        if node.kind == "process":
-            for field in ("project", "app"):
-                if not getattr(node, field):
-                    raise ConfigError("is required for a process node", file=file, field=f"{prefix}.{field}")
-            if not Path(node.project).is_dir():  # type: ignore[arg-type]
-                raise ConfigError(f"App project directory {node.project} not found", file=file,
-                                  field=f"{prefix}.project")
-            apps[key] = load_app(Path(node.project), node.app, file=file, field=f"{prefix}.app")  # type: ignore[arg-type]
-            if apps[key].kind != "process":
-                raise ConfigError(f"App {node.app!r} is a {apps[key].kind} App; a process node needs a process App",
-                                  file=file, field=f"{prefix}.app")
-        elif node.kind == "agent":
-            if not node.tools:
-                raise ConfigError("an agent node needs at least one Tool App", file=file, field=f"{prefix}.tools")
-            for i, ref in enumerate(node.tools):
-                if not Path(ref.project).is_dir():
-                    raise ConfigError(f"App project directory {ref.project} not found", file=file,
-                                      field=f"{prefix}.tools[{i}].project")
-                spec = load_app(Path(ref.project), ref.app, file=file, field=f"{prefix}.tools[{i}].app")
-                if spec.kind != "tool":
-                    raise ConfigError(f"App {ref.app!r} is not a Tool App", file=file, field=f"{prefix}.tools[{i}].app")
-            for i, step in enumerate(node.script):  # scripted steps: {tool, args} or {error} (issue 5)
-                where = f"{prefix}.script[{i}]"
-                if set(step) - {"tool", "args", "error"}:
-                    raise ConfigError("unknown key " + repr(sorted(set(step) - {"tool", "args", "error"})[0]),
-                                      file=file, field=where)
-                if "error" not in step and not isinstance(step.get("tool"), str):
-                    raise ConfigError("a script step needs tool = \"NAME\" (or error = \"...\")", file=file,
-                                      field=where)
-                if not isinstance(step.get("args", {}), dict):
-                    raise ConfigError("must be a table of tool arguments", file=file, field=f"{where}.args")
-        elif node.kind == "remote_agent":
-            if not node.url:
-                raise ConfigError("is required for a remote_agent node", file=file, field=f"{prefix}.url")
-            from urllib.parse import urlsplit
-
-            parts = urlsplit(node.url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigError("must be an http:// or https:// URL", file=file, field=f"{prefix}.url")
-            try:  # found before anything runs, not as a failed run (SPEC §10)
-                import a2a.client  # noqa: F401
-            except ImportError:
-                from workrun.remote import MISSING_EXTRA
-
-                raise ConfigError(MISSING_EXTRA, file=file, field=f"{prefix}.kind") from None
+        outputs[key] = executors[kind].check(node, Where(file, prefix))
         nodes[key] = node
 
-    policies = {k: parse_policy(n.on_failure, file, f"nodes.{k}.on_failure") for k, n in nodes.items()}
+    policies = {k: n.on_failure for k, n in nodes.items()}
     graph: dict[str, list[str]] = {}
     for key, node in nodes.items():
         prefix = f"nodes.{key}"
@@ -328,10 +179,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
             if dep == key:
                 raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
-        refs = template_refs(node.input, f"{prefix}.input") + template_refs(node.prompt, f"{prefix}.prompt") \
-            + template_refs(node.message, f"{prefix}.message") + template_refs(node.script, f"{prefix}.script")
+        refs = [r for name, value in node.templated().items() for r in template_refs(value, f"{prefix}.{name}")]
         for field, ref in refs:
-            if not _REF.match(ref):
+            if not REFERENCE.match(ref):
                 raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
                                   file=file, field=field)
             parts = ref.split(".")
@@ -345,16 +195,17 @@ def load_workflow(path: Path, overrides: dict[str, str] | None = None) -> tuple[
                 raise ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
             if target == key:
                 raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
-            contract = apps[target].output if target in apps else {}
+            contract = outputs.get(target) or {}
             if contract and len(parts) > 3 and parts[3] not in contract:
-                raise ConfigError(f"{{{{ {ref} }}}}: App {nodes[target].app!r} declares no output field {parts[3]!r}",
+                raise ConfigError(f"{{{{ {ref} }}}}: App {getattr(nodes[target], 'app', None)!r} declares no "
+                                  f"output field {parts[3]!r}",
                                   file=file, field=field)
         policy = policies[key]
         if policy.kind == "fallback":
             if policy.fallback not in nodes or policy.fallback == key:
                 raise ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
                                   file=file, field=f"{prefix}.on_failure.fallback")
-        graph[key] = node_dependencies(node)
+        graph[key] = node_dependencies(node.needs, node.templated())
     _check_cycles(graph, file, "needs")
     _check_fallbacks(graph, policies, file)
     spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes)

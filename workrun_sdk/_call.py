@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+
 TYPE_CHECKING = False  # typing costs ~14 ms of every App call's start-up; annotations are strings
 if TYPE_CHECKING:
     from typing import Any

@@ -21,7 +21,7 @@ and the supervisor stays to record how it ended.
 
 from __future__ import annotations
 
-import _signal as signal  # the C module: ``signal`` would import enum, ~8 ms on every call
+import _signal as signal  # type: ignore[import-not-found]  # the C module: ``signal`` would import enum, ~8 ms on every call
 import os
 import sys
 
@@ -62,7 +62,7 @@ def _exit_like_python(code: int) -> None:
     try:
         threading = sys.modules.get("threading")
         if threading is not None:
-            threading._shutdown()  # type: ignore[attr-defined]
+            threading._shutdown()
         import atexit
 
         atexit._run_exitfuncs()
@@ -129,12 +129,14 @@ def main(argv: list[str]) -> int:
             continue
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        _wire.write_json_atomic(os.path.join(directory, "exit.json"), {"v": _wire.VERSION, "exit_code": None, "signal": sig})
+        _wire.write_json_atomic(os.path.join(directory, "exit.json"),
+                                {"v": _wire.VERSION, "exit_code": None, "signal": sig})
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         return 128 + sig
     code = os.waitstatus_to_exitcode(status)
-    _wire.write_json_atomic(os.path.join(directory, "exit.json"), {"v": _wire.VERSION, "exit_code": code, "signal": None})
+    _wire.write_json_atomic(os.path.join(directory, "exit.json"),
+                            {"v": _wire.VERSION, "exit_code": code, "signal": None})
     return code
 
 

@@ -5,14 +5,19 @@ the environment variable ``WORKRUN_CALL_DIR``. Nothing travels over stdout,
 which belongs to the App. Files in the call directory:
 
 - ``input.json`` (runner -> App): ``{"v": 1, "kind": "process"|"compensation"|"tool",
-  "input": {...}, "context": {...} | null, "tool": name | null}``
+  "input": {...}, "context": {...} | null, "tool": name | null, "operation_id": id}``
+  (``operation_id`` only for a call of a run or a standalone call)
 - ``result.json`` (App -> runner): ``{"v": 1, "result": {...}}``
 - ``resources.json`` (App -> runner): ``{"v": 1, "resources": [{"kind", "id", ...}]}``
+- ``dependencies.json`` (App -> runner): ``{"v": 1, "depends_on": [operation_id, ...]}``,
+  earlier calls this one depends on (``process.depends_on``; for compensation order)
 - ``claim`` : created exclusively by whoever gets there first, the launcher
   (``started <pid>``) or the runner's recovery (``abandoned``). It fences a
   call that the runner may have died before starting.
-- ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int}`` written when
-  the App's code returns or raises, so the outcome survives the runner dying.
+- ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int | null, "signal": int | null}``
+  written when the App's code returns or raises (``exit_code``) or is ended by a
+  signal (``signal``, ``exit_code`` null), so the outcome survives the runner dying.
+- ``stdout`` / ``stderr``: the App's output streams (the runner keeps their last 64 KiB).
 
 Every file is written atomically (temporary file, rename).
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+
 TYPE_CHECKING = False  # typing costs ~14 ms of every App call's start-up; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
@@ -55,7 +61,7 @@ def call_dir(function: str) -> str:
     return value
 
 
-def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     """Write ``data`` as JSON to ``path`` atomically (tmp file, rename).
 
     Not fsynced: the file survives any process dying (the threat model of
@@ -80,7 +86,7 @@ def write_json_atomic(path: "str | os.PathLike[str]", data: Any) -> None:
         raise
 
 
-def read_envelope(path: "str | os.PathLike[str]") -> dict[str, Any]:
+def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a versioned envelope written by the other side.
 
     Raises:
@@ -99,7 +105,7 @@ def read_envelope(path: "str | os.PathLike[str]") -> dict[str, Any]:
     return data
 
 
-def claim(directory: "str | os.PathLike[str]", text: str) -> bool:
+def claim(directory: str | os.PathLike[str], text: str) -> bool:
     """Create ``directory/claim`` exclusively with ``text``; True when this caller won."""
     try:
         fd = os.open(os.path.join(directory, "claim"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

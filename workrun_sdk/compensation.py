@@ -13,9 +13,11 @@ Exit 0 means done; any other exit means not done (retried with backoff).
 from __future__ import annotations
 
 import json
+
 TYPE_CHECKING = False  # typing costs ~14 ms of every App call's start-up; annotations are strings
 if TYPE_CHECKING:
-    from typing import Any, Mapping
+    from collections.abc import Mapping
+    from typing import Any
 
 from workrun_sdk import _call
 

@@ -11,6 +11,7 @@ Example (``main.py`` of a Process App)::
 from __future__ import annotations
 
 import os
+
 TYPE_CHECKING = False  # typing costs ~14 ms of every App call's start-up; annotations are strings
 if TYPE_CHECKING:
     from typing import Any

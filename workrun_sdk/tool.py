@@ -21,8 +21,9 @@ import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["ToolInfo", "tool", "tools_of", "input_schema"]
 
@@ -144,7 +145,7 @@ def tools_of(namespace: dict[str, Any]) -> dict[str, Callable[..., Any]]:
     return found
 
 
-def _run_tool_call(entry: Path, envelope: dict[str, Any]) -> None:
+def _run_tool_call(entry: str, envelope: dict[str, Any]) -> None:
     """Launcher side: load the Tool App module and list its tools or call one."""
     import runpy
 
@@ -155,13 +156,13 @@ def _run_tool_call(entry: Path, envelope: dict[str, Any]) -> None:
     name = envelope.get("tool")
     if name is None:  # discovery
         listing = [
-            {"name": n, "description": f.__workrun_tool__.description, "input_schema": f.__workrun_tool__.input_schema}
-            for n, f in sorted(tools.items())
+            {"name": n, "description": spec.description, "input_schema": spec.input_schema}
+            for n, spec in ((n, vars(tools[n])["__workrun_tool__"]) for n in sorted(tools))
         ]
         _call.write_result("tool.list", {"tools": listing}, "tool")
         return
     if name not in tools:
-        raise SystemExit(f"no tool named {name!r} in {entry.name} (tools: {', '.join(sorted(tools)) or 'none'})")
+        raise SystemExit(f"no tool named {name!r} in {Path(entry).name} (tools: {', '.join(sorted(tools)) or 'none'})")
     value = tools[name](**(envelope.get("input") or {}))
     if value is None:
         value = {}

@@ -1,0 +1,1 @@
+"""Helpers shared by tests (never import one test file from another)."""

@@ -466,12 +466,12 @@ def test_openai_backend_http_error_after_a_call_compensates(workrun, write_workf
 
 def test_openai_backend_without_package_names_the_extra(monkeypatch):
     """Missing ``openai`` package -> a WorkrunError naming the extra ``workrun[openai]``."""
-    from workrun.agent.openai_backend import OpenAIBackend
+    from workrun.nodes.agent.openai_backend import OpenAIBackend
     from workrun.errors import WorkrunError
-    from workrun.models import NodeSpec
+    from workrun.models import AgentNode
 
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` raise ImportError
-    node = NodeSpec(key="a", kind="agent", model="m", base_url="http://127.0.0.1:9/v1")
+    node = AgentNode(key="a", kind="agent", model="m", base_url="http://127.0.0.1:9/v1")
     with pytest.raises(WorkrunError, match=r"workrun\[openai\]"):
         OpenAIBackend(node, "p", [])
 
@@ -527,7 +527,7 @@ def test_script_step_without_tool_is_a_config_error(workrun, write_workflow, too
 def test_resumed_script_skips_the_steps_already_played(calls_made, played):
     """A resumed scripted agent continues after the steps that made its journaled calls; a step naming an
     unknown tool made no call, so it is not counted as one."""
-    from workrun.agent.loop import _played
+    from workrun.nodes.agent.loop import _played
 
     script = [{"tool": "nope"}, {"tool": "make"}, {"tool": "make"}, {"tool": "nope"}, {"tool": "make"},
               {"tool": "make"}]

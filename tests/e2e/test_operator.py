@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from _ops_apps import write_project
+from _kit.ops_apps import write_project
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.markup import escape
@@ -55,7 +55,7 @@ compensation.result({"undone": ctx.original_operation_id})
 def new(name: str = typer.Argument(..., help="App (and project) name."),
         directory: Optional[Path] = typer.Option(None, "--dir", help="Where to create it (default ./NAME).")) -> None:
     r"""Create an App project: pyproject.toml with \[tool.workrun], main.py, compensate.py, uv.lock."""
-    from workrun.runner.uv import _clean_env, _uv_bin
+    from workrun.runner.env import clean_env, uv_bin
 
     if not re.match(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$", name):
         raise UsageError("use letters, digits, '-' and '_', starting with a letter", field="NAME")
@@ -66,7 +66,7 @@ def new(name: str = typer.Argument(..., help="App (and project) name."),
     (target / "pyproject.toml").write_text(_PYPROJECT.format(name=name))
     (target / "main.py").write_text(_MAIN)
     (target / "compensate.py").write_text(_COMPENSATE)
-    proc = subprocess.run([_uv_bin(), "lock", "--quiet"], cwd=target, env=_clean_env(), capture_output=True,
+    proc = subprocess.run([uv_bin(), "lock", "--quiet"], cwd=target, env=clean_env(), capture_output=True,
                           text=True)
     if proc.returncode != 0:
         raise ConfigError(f"`uv lock` failed: {proc.stderr.strip().splitlines()[-1:]}", file=str(target))
@@ -74,7 +74,9 @@ def new(name: str = typer.Argument(..., help="App (and project) name."),
                   "--input name=you")
 
 
-def _coerce(value: str) -> object:
+def _coerce(value: object) -> object:
+    if not isinstance(value, str):
+        return value
     try:
         return json.loads(value)
     except ValueError:
@@ -89,9 +91,9 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
         json_mode: bool = JsonOpt) -> None:
     """Run one App alone: journaled, never compensated (R-A6). Exit 0 if the call succeeded, else 1."""
     from workrun.apps import load_app
-    from workrun.calls import call_app
+    from workrun.operations import call_app
     from workrun.recovery import recover_operations
-    from workrun.workflow import parse_inputs
+    from workrun.templates import parse_inputs
 
     spec = load_app(project, app_name, field="APP")
     data: dict[str, object] = dict(parse_inputs(input))
@@ -133,12 +135,12 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     from workrun.apps import load_project
 
     apps = load_project(project)
-    rows = []
-    tools: dict[str, list[dict[str, object]]] = {}
+    rows: list[dict[str, Any]] = []
+    tools: dict[str, list[dict[str, Any]]] = {}
     with reading(json_mode) as svc:
         for name, spec in apps.items():
             if spec.kind == "tool":
-                from workrun.agent.tools import discover
+                from workrun.nodes.agent.tools import discover
 
                 tools[name] = discover(svc, Path(project), spec)
             rows.append({"app": name, "kind": spec.kind, "entry": spec.entry,
@@ -153,7 +155,8 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r["app"], r["kind"], r["entry"], (r["compensation"] or {}).get("entry", "-"),
-                      ", ".join(f"{k}: {v['type']}{'!' if v['required'] else ''}" for k, v in r["output"].items()) or "-",
+                      ", ".join(f"{k}: {v['type']}{'!' if v['required'] else ''}"
+                                for k, v in r["output"].items()) or "-",
                       ", ".join(str(t["name"]) + (" (confirm)" if _asks(apps[r["app"]], str(t["name"])) else "")
                                 for t in r["tools"]) or "-")
     console.print(table)

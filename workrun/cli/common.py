@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import typer
 
@@ -12,12 +13,20 @@ from workrun.cli.output import CliReporter
 from workrun.lock import SchedulerLock
 from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "reading", "run_claim", "scheduling", "shared_journal"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "reading", "run_claim", "scheduling", "shared_journal"]
 
 EXIT = {"succeeded": 0, "failed": 1, "stopped": 130}
 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
+
+
+def ask(question: str) -> bool:
+    """Ask a yes/no question on the terminal (default no); end of input or Ctrl-C at the prompt is no."""
+    try:
+        return bool(typer.confirm(question, default=False))
+    except typer.Abort:
+        return False
 
 
 @contextmanager
@@ -55,7 +64,7 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, on_signal)
     try:
-        svc.journal  # open + integrity check + migrate before anything else
+        _ = svc.journal  # open + integrity check + migrate before anything else
         if resume_first:
             from workrun.recovery import resume_all, unfinished_runs
 
@@ -66,8 +75,8 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
                 resume_all(svc)
         yield svc
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if lock is not None:
             lock.release()
         svc.close()

@@ -13,11 +13,12 @@ from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling
 from workrun.cli.output import compensation_table, console, print_json, styled
 from workrun.errors import UsageError
 from workrun.journal import Journal
+from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
 from workrun.views import compensation_view, iso
 
 app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
 
-STATUSES = ("pending", "running", "succeeded", "failed", "blocked", "unknown", "skipped")
+STATUSES = COMPENSATION_STATUSES
 IdArg = typer.Argument(..., metavar="COMPENSATION_ID", help="Compensation id or unique prefix.")
 
 
@@ -114,7 +115,7 @@ def retry(compensation_id: str = IdArg,
         handled = [_full(svc.journal, x) for x in svc.journal.compensations(c["run_id"])
                    if x["compensation_id"] == c["compensation_id"] or x["updated_at"] >= t0
                    or any(a["started_at"] >= t0 for a in svc.journal.attempts(x["compensation_id"]))]
-        ok = all(r["status"] in ("succeeded", "skipped") for r in handled)
+        ok = all(r["status"] in COMPENSATION_DONE for r in handled)
         if json_mode:
             print_json(_full(svc.journal, c))
         else:

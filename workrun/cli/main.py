@@ -25,9 +25,10 @@ from workrun import __version__
 from workrun.cli import apps as apps_cli
 from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
-from workrun.cli.common import EXIT, JsonOpt, WaitOpt, reading, run_claim, scheduling, shared_journal
+from workrun.cli.common import EXIT, JsonOpt, WaitOpt, ask, reading, run_claim, scheduling, shared_journal
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
+from workrun.states import COMPENSATION_DONE
 from workrun.views import run_view
 
 __all__ = ["app", "main"]
@@ -38,9 +39,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(apps_cli.app, name="app")
 app.add_typer(comp_cli.app, name="compensations")
-
-_state = {"debug": False}
-
 
 def _print_version(value: bool) -> None:
     if value:
@@ -54,7 +52,7 @@ def _root(
     version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
                                  callback=_print_version),
 ) -> None:
-    _state["debug"] = debug
+    del debug, version  # --debug is read by main() before typer runs; --version by its eager callback
 
 
 def _finish_run(svc, run_id: str, json_mode: bool) -> int:
@@ -71,6 +69,23 @@ def _finish_run(svc, run_id: str, json_mode: bool) -> int:
     return EXIT.get(view["status"], 1)
 
 
+def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run: bool, rerun_of: str | None,
+               note: str, executors) -> int:
+    """Create a run, drive it (nodes, then compensation) and print it; return the exit code (shared by run/rerun)."""
+    from workrun.engine import create_run
+    from workrun.recovery import drive
+
+    with scheduling(json_mode, wait) as svc:
+        svc.assume_yes = yes
+        svc.confirm = ask if sys.stdin.isatty() and not json_mode else None
+        run_id = create_run(svc, spec, inputs, eval_run=eval_run, rerun_of=rerun_of)
+        svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
+        with run_claim(svc, run_id, wait=True):  # shared journal: driven here, as a worker would (R-S3)
+            drive(svc, run_id, executors)
+        code = _finish_run(svc, run_id, json_mode)
+        return 130 if svc.stopping() else code
+
+
 @app.command()
 def run(
     workflow: Path = typer.Argument(..., help="The workflow TOML file."),
@@ -83,23 +98,16 @@ def run(
     wait: bool = WaitOpt,
 ) -> None:
     """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/130 (0 with --submit)."""
-    from workrun.engine import create_run
-    from workrun.recovery import drive
-    from workrun.workflow import load_workflow, parse_inputs
+    from workrun.nodes import default_executors
+    from workrun.templates import parse_inputs
+    from workrun.workflow import load_workflow
 
-    spec, inputs = load_workflow(workflow, parse_inputs(input))
+    executors = default_executors()
+    spec, inputs = load_workflow(workflow, parse_inputs(input), executors)
     if submit:
         _submit(spec, inputs, eval_run, json_mode)
-    with scheduling(json_mode, wait) as svc:
-        svc.assume_yes = yes
-        svc.interactive = sys.stdin.isatty() and not json_mode
-        run_id = create_run(svc, spec, inputs, eval_run=eval_run)
-        svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started" + (" (evaluation run)" if eval_run else ""))
-        with run_claim(svc, run_id, wait=True):  # shared journal: driven here, as a worker would (R-S3)
-            drive(svc, run_id)
-        code = _finish_run(svc, run_id, json_mode)
-        code = 130 if svc.stopping() else code
-    raise typer.Exit(code)
+    raise typer.Exit(_start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=eval_run,
+                                rerun_of=None, note=" (evaluation run)" if eval_run else "", executors=executors))
 
 
 @app.command()
@@ -110,29 +118,22 @@ def rerun(
     yes: bool = typer.Option(False, "--yes", help="Approve tool calls that ask for confirmation."),
 ) -> None:
     """Start a new run with the same workflow and inputs (R-W5); the old run's record is untouched."""
-    from workrun.engine import create_run
     from workrun.models import WorkflowSpec
-    from workrun.recovery import drive
+    from workrun.nodes import default_executors
     from workrun.workflow import load_workflow
 
+    executors = default_executors()
     with reading(json_mode) as ro:
         old = ro.journal.run(run_id)
     path = Path(old["workflow_path"])
     if path.is_file():
-        spec, inputs = load_workflow(path, {k: v for k, v in old["inputs"].items()})
+        spec, inputs = load_workflow(path, {k: v for k, v in old["inputs"].items()}, executors)
     else:
         spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
-    with scheduling(json_mode, wait) as svc:
-        svc.assume_yes = yes
-        svc.interactive = sys.stdin.isatty() and not json_mode
-        new_id = create_run(svc, spec, inputs, eval_run=bool(old["eval"]), rerun_of=old["run_id"])
-        svc.say(new_id, None, "info", f"run {new_id} of {spec.name} started (re-run of {old['run_id']})"
-                + ("" if path.is_file() else f"; {path} is gone, so the recorded workflow is used"))
-        with run_claim(svc, new_id, wait=True):
-            drive(svc, new_id)
-        code = _finish_run(svc, new_id, json_mode)
-        code = 130 if svc.stopping() else code
-    raise typer.Exit(code)
+    note = f" (re-run of {old['run_id']})" + ("" if path.is_file() else f"; {path} is gone, so the recorded "
+                                                                       "workflow is used")
+    raise typer.Exit(_start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=bool(old["eval"]),
+                                rerun_of=old["run_id"], note=note, executors=executors))
 
 
 @app.command()
@@ -210,7 +211,7 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
             handled = resume_all(svc)
         views = [run_view(svc.journal, r) for r in handled]
         # SPEC §10: 0 when every compensation it handled ended succeeded or skipped
-        ok = all(op["compensation"]["status"] in ("succeeded", "skipped")
+        ok = all(op["compensation"]["status"] in COMPENSATION_DONE
                  for v in views for op in v["operations"] if op["compensation"])
         if json_mode:
             print_json({"runs": views})
@@ -252,7 +253,7 @@ def compensate(
             compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
-        ok = all(c["status"] in ("succeeded", "skipped") for c in comps)
+        ok = all(c["status"] in COMPENSATION_DONE for c in comps)
         if json_mode:
             print_json(view)
         else:
@@ -337,7 +338,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             traceback.print_exc()
         print_error(exc.line())
         code = exc.exit_code
-    except click_exceptions.NoArgsIsHelpError:  # type: ignore[attr-defined]  # help was printed already
+    except click_exceptions.NoArgsIsHelpError:  # help was printed already
         code = 2
     except click_exceptions.UsageError as exc:
         if debug:

@@ -12,9 +12,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 

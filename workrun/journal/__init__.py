@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 
 from workrun.errors import ConfigError
-from workrun.journal.base import FAULT_POINTS, Journal, Row
+from workrun.journal.base import FAULT_POINTS, Journal
 from workrun.journal.sqlite import SqliteJournal
 
-__all__ = ["FAULT_POINTS", "Journal", "Row", "SqliteJournal", "journal_url", "open_journal"]
+__all__ = ["FAULT_POINTS", "Journal", "SqliteJournal", "journal_url", "open_journal"]
 
 
 def journal_url() -> str | None:

@@ -321,8 +321,10 @@ class SqliteJournal:
                "state": "sending", "updated_at": at}
         cols = ", ".join(row)
         marks = ", ".join("?" for _ in row)
-        self._tx([(f"INSERT OR REPLACE INTO remote_tasks ({cols}) VALUES ({marks})", tuple(row.values()))],
-                 "remote.intent")
+        sets = ", ".join(f"{c} = excluded.{c}" for c in row if c not in _KEYS["remote_tasks"])
+        self._tx([(f"INSERT INTO remote_tasks ({cols}) VALUES ({marks}) "
+                   f"ON CONFLICT (run_id, node_key) DO UPDATE SET {sets}, cancel_status = NULL, "
+                   "cancel_answer = NULL, cancel_at = NULL", tuple(row.values()))], "remote.intent")
 
     def remote_task_state(self, run_id: str, node_key: str, *, state: str, at: float, task_id: str | None = None,
                           context_id: str | None = None) -> None:

@@ -6,12 +6,13 @@ Order of writes for a call (each committed before the next step):
 Attempts follow the same shape: ``attempt.intent`` -> ``attempt.started`` ->
 ``attempt.finished`` (which also sets the compensation's status).
 The outcome functions (:func:`finish_operation`, :func:`finish_attempt`) are
-shared by live calls and by recovery after a restart, so both decide alike.
+shared by live calls and by recovery after a restart (:func:`settle_operations`),
+so both decide alike. Processes are run through ``svc.runner`` (an
+:class:`~workrun.runner.base.AppRunner`).
 """
 
 from __future__ import annotations
 
-import random
 import shutil
 import signal as _signal
 from dataclasses import dataclass
@@ -19,18 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
+from workrun.backoff import backoff_delay
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
 from workrun.outcomes import Failure
-from workrun.runner.uv import Outcome, collect, proc_start_time, spawn, wait
+from workrun.runner import Outcome
 from workrun.services import Services, new_id
+from workrun.snapshots import materialize, take
 
 __all__ = [
     "Attempted",
-    "backoff_delay",
     "call_app",
     "finish_attempt",
     "finish_operation",
+    "settle_operations",
     "run_attempt",
 ]
 
@@ -80,8 +83,6 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     snapshot = None
     refused = None
     if app.compensation is not None and app.compensation.code == "snapshot" and not standalone:
-        from workrun.snapshots import take
-
         try:
             snapshot = take(svc.data_dir, project, fp, svc.journal)
         except ValueError as exc:
@@ -97,38 +98,32 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     if refused:
         return _failed_before_start(svc, op_id, call_dir, refused, Failure.REFUSED)
     try:
-        python = svc.envs.python(project)
+        python = svc.runner.prepare(project)
     except EnvironmentUnavailableError as exc:
         return _failed_before_start(svc, op_id, call_dir, exc.message, Failure.ENVIRONMENT)
     envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
-        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
+        started_process = svc.runner.start(python, project, project / app.entry, call_dir, envelope)
     except OSError as exc:
         return _failed_before_start(svc, op_id, call_dir, f"cannot start the App process: {exc}",
                                     Failure.ENVIRONMENT)
     started = svc.now()
     deadline = started + app.timeout
-    svc.journal.operation_running(op_id, pid=proc.pid, proc_start=proc_start_time(proc.pid), started_at=started,
-                                  deadline=deadline)
-    outcome = wait(proc, svc.watchdog, deadline)
+    svc.journal.operation_running(op_id, pid=started_process.pid, proc_start=started_process.proc_start,
+                                  started_at=started, deadline=deadline)
+    outcome = svc.runner.wait(started_process, deadline)
     return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
 
 
 def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, failure: Failure) -> dict[str, Any]:
     """Journal a call that failed before its process started (the directory is fenced first, so no
     late start is possible); return the operation row."""
-    _claim_never_started(call_dir)
+    svc.runner.fence(call_dir)
     svc.journal.finish_operation(op_id, status="failed", failure=failure, error=error, at=svc.now())
     shutil.rmtree(call_dir, ignore_errors=True)
     return svc.journal.operation(op_id)
-
-
-def _claim_never_started(call_dir: Path) -> None:
-    from workrun_sdk import _wire
-
-    _wire.claim(call_dir, "abandoned\n")
 
 
 def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
@@ -141,7 +136,7 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     """
     call_dir = Path(op["call_dir"])
     config = AppSpec.model_validate(op["config"])
-    got = collect(call_dir) if call_dir.is_dir() else None
+    got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     fields: dict[str, Any] = {"exit_code": outcome.exit_code, "signal": outcome.signal}
     if got is not None:
         fields.update(stdout_tail=got.stdout_tail, stderr_tail=got.stderr_tail, resources=got.resources)
@@ -171,6 +166,27 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     return svc.journal.operation(op["operation_id"])
 
 
+def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
+    """Settle the in-flight operations of a run (of standalone calls when ``run_id`` is None) after a restart.
+
+    Each is decided by :meth:`~workrun.runner.base.AppRunner.recover` and journaled by
+    :func:`finish_operation`, exactly as a live call would be (R-R1, R-R3).
+
+    Returns:
+        The operation rows afterwards.
+    """
+    settled = []
+    for op in svc.journal.operations_in_flight(run_id):
+        outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
+        row = finish_operation(svc, op, outcome)
+        if run_id:
+            svc.say(run_id, op["node_key"], "warning",
+                    f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
+                    f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
+        settled.append(row)
+    return settled
+
+
 def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:
     """Dependencies an App recorded with ``process.depends_on``: kept only when they are earlier
     succeeded calls of the same run (so the call graph stays acyclic)."""
@@ -181,18 +197,10 @@ def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str])
     return [d for d in dict.fromkeys(wanted) if d in ok and d not in have and d != op["operation_id"]]
 
 
-def backoff_delay(base: float, failed_attempts: int) -> float:
-    """Seconds to wait after ``failed_attempts`` failures: ``base * 2**(n-1)`` jittered ±25%, capped at 60 s."""
-    delay = base * (2 ** max(0, failed_attempts - 1))
-    return min(60.0, delay * random.uniform(0.75, 1.25)) if delay else 0.0
-
-
 def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str | None]:
     """Where the compensation runs from: the live project, or its snapshot (R-C8) -> (dir, code-change reason)."""
     project = Path(op["project"])
     if op.get("snapshot"):
-        from workrun.snapshots import materialize
-
         try:
             return materialize(svc.data_dir, op["snapshot"], svc.journal), None
         except (OSError, ValueError, KeyError) as exc:  # removed by hand: block, never crash the scheduler
@@ -235,7 +243,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
         svc.journal.set_compensation_status(cid, "blocked", reason=changed, at=svc.now())
         return Attempted(svc.journal.compensation(cid), None)
     try:
-        python = svc.envs.python(source, offline=bool(op.get("snapshot")))
+        python = svc.runner.prepare(source, offline=bool(op.get("snapshot")))
     except EnvironmentUnavailableError as exc:
         svc.journal.set_compensation_status(cid, "pending", reason=exc.message, at=svc.now())
         return Attempted(svc.journal.compensation(cid), Failure.ENVIRONMENT)
@@ -254,15 +262,16 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
     attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
     try:
-        proc = spawn(python, source, source / config.compensation.entry, call_dir, envelope, svc.sdk_dir)
+        started_process = svc.runner.start(python, source, source / config.compensation.entry, call_dir, envelope)
     except OSError as exc:
-        _claim_never_started(call_dir)
+        svc.runner.fence(call_dir)
         after = finish_attempt(svc, comp, attempt, Outcome(exit_code=None, not_started=True),
                                error=f"cannot start the compensation process: {exc}")
         return Attempted(after, Failure.NOT_STARTED)
     deadline = started + float(comp["timeout"])
-    svc.journal.attempt_running(cid, number, pid=proc.pid, proc_start=proc_start_time(proc.pid), deadline=deadline)
-    outcome = wait(proc, svc.watchdog, deadline)
+    svc.journal.attempt_running(cid, number, pid=started_process.pid, proc_start=started_process.proc_start,
+                                deadline=deadline)
+    outcome = svc.runner.wait(started_process, deadline)
     return Attempted(finish_attempt(svc, comp, attempt, outcome), outcome.failure)
 
 
@@ -279,7 +288,7 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     cid = comp["compensation_id"]
     number = attempt["number"]
     call_dir = Path(attempt["call_dir"])
-    got = collect(call_dir) if call_dir.is_dir() else None
+    got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     now = svc.now()
     previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]
     failures = sum(1 for x in previous if x["status"] == "failed")
@@ -298,7 +307,8 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     elif failure is Failure.UNKNOWN:
         status, what = "unknown", "in flight when the runner died; no exit record"
         if comp["idempotent"]:
-            comp_status, reason = "pending", f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
+            comp_status = "pending"
+            reason = f"attempt {number} outcome unknown; re-sent because the entry is idempotent"
         else:
             comp_status = "unknown"
             reason = (f"attempt {number} was in flight when the runner died and its outcome cannot be established: "

@@ -41,17 +41,20 @@ import asyncio
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 from urllib.parse import urlsplit
 
-from workrun.models import NodeSpec
+from workrun.errors import ConfigError
+from workrun.models import RemoteAgentNode
+from workrun.outcomes import NodeOutcome
 from workrun.services import Services
-from workrun.workflow import render
+from workrun.states import TERMINAL_REMOTE_STATES as TERMINAL_STATES
+from workrun.templates import render
 
-__all__ = ["MAX_ANSWER", "MAX_RESPONSE", "REQUEST_TIMEOUT", "TERMINAL_STATES", "cancel_open_tasks",
-           "run_remote_node"]
+__all__ = ["MAX_ANSWER", "MAX_RESPONSE", "MISSING_EXTRA", "REQUEST_TIMEOUT", "TERMINAL_STATES", "a2a_available",
+           "cancel_open_tasks", "run_remote_node", "url_problem"]
 
-TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 INTERRUPTED_STATES = frozenset({"input-required", "auth-required"})
 MAX_ANSWER = 64 * 1024
 MAX_RESPONSE = 4 * 1024 * 1024
@@ -73,7 +76,8 @@ class _Stopped(Exception):
     pass
 
 
-def _a2a_available() -> bool:
+def a2a_available() -> bool:
+    """True when the optional A2A client (``workrun[a2a]``) can be imported."""
     try:
         import a2a.client  # noqa: F401
         import httpx  # noqa: F401
@@ -104,10 +108,18 @@ def _state_name(state: int) -> str:
     return TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
 
 
-def _check_url(url: str, what: str) -> None:
+def url_problem(url: str) -> str | None:
+    """Why ``url`` may not be contacted (not ``http://`` or ``https://`` with a host), or None."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise RemoteError(f"{what} {url!r} is not an http:// or https:// URL; refused")
+        return "is not an http:// or https:// URL"
+    return None
+
+
+def _check_url(url: str, what: str) -> None:
+    problem = url_problem(url)
+    if problem:
+        raise RemoteError(f"{what} {url!r} {problem}; refused")
 
 
 # -- HTTP ---------------------------------------------------------------------
@@ -230,11 +242,9 @@ def _run_failing(svc: Services, run_id: str, key: str) -> str | None:
     return None
 
 
-async def _follow(svc: Services, run_id: str, node: NodeSpec, text: str) -> Any:
+async def _follow(svc: Services, run_id: str, node: RemoteAgentNode, text: str) -> NodeOutcome:
     """Send ``text``, record the task, poll it to an end; return the NodeOutcome."""
     from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest
-
-    from workrun.engine import NodeOutcome
 
     key, url = node.key, node.url or ""
     deadline = time.monotonic() + node.timeout
@@ -326,7 +336,7 @@ async def _follow(svc: Services, run_id: str, node: NodeSpec, text: str) -> Any:
     return NodeOutcome("succeeded", result)
 
 
-def run_remote_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str, Any]) -> Any:
+def run_remote_node(svc: Services, run_id: str, node: RemoteAgentNode, context: dict[str, Any]) -> NodeOutcome:
     """Send the node's message to the A2A agent at ``node.url`` and follow the task (module doc).
 
     Runs in an engine worker thread; returns within about 0.1 s of a stop request.
@@ -341,20 +351,19 @@ def run_remote_node(svc: Services, run_id: str, node: NodeSpec, context: dict[st
         NodeOutcome: ``succeeded`` with ``{task_id, context_id, state, text, artifacts}``, ``failed`` with a
         one-line error, or ``stopped``.
     """
-    from workrun.engine import NodeOutcome
-
-    if not _a2a_available():
+    if not a2a_available():
         return NodeOutcome("failed", error=MISSING_EXTRA)
     prior = [t for t in svc.journal.remote_tasks(run_id) if t["node_key"] == node.key]
     if prior:  # a runner died while this node was following its task: never send the message twice
         t = prior[0]
-        what = f"task {t['task_id']} (last state {t['state']})" if t["task_id"] else "a message whose task id is unknown"
+        what = (f"task {t['task_id']} (last state {t['state']})" if t["task_id"]
+                else "a message whose task id is unknown")
         return NodeOutcome("failed", error=f"the runner stopped while this node was following {what} at {t['url']}; "
                                            "it is not sent or followed again")
     try:
         text = render(node.message, context)
-    except KeyError as exc:
-        return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
+    except ConfigError as exc:
+        return NodeOutcome("failed", error=exc.line())
     if not isinstance(text, str):
         text = json.dumps(text, ensure_ascii=False)
     try:
@@ -409,7 +418,7 @@ def cancel_open_tasks(svc: Services, run_id: str) -> None:
             continue
         if t["cancel_status"] is not None or not task_id or t["state"] in TERMINAL_STATES:
             continue
-        if not _a2a_available():
+        if not a2a_available():
             svc.journal.remote_cancel(run_id, key, status="error", answer=MISSING_EXTRA, at=svc.now())
             svc.say(run_id, key, "error", f"cancel of remote task {task_id} not sent: {MISSING_EXTRA}")
             continue

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Item", "Plan", "plan"]
+from workrun.states import COMPENSATION_DONE as DONE
+from workrun.states import COMPENSATION_HOLDING as HOLDING
 
-DONE = frozenset({"succeeded", "skipped"})
-HOLDING = frozenset({"failed", "unknown", "blocked"})
+__all__ = ["Item", "Plan", "plan"]
 
 
 @dataclass(frozen=True)

@@ -1,65 +1,23 @@
-"""Planning and running a run's compensation (R-C1..R-C4, R-C6, R-C7, SPEC §10).
+"""Running a run's compensations in reverse dependency order, independent ones concurrently (R-C3, R-C4, R-C7).
 
-:func:`plan_records` builds the compensation records written in the same
-transaction that marks the run ``failed`` (so every succeeded call has a
-committed record before any compensation starts). :func:`compensate_run`
-then runs them in reverse dependency order, independent ones concurrently
-(bounded by ``Services.concurrency``), using :mod:`workrun.planning` for the
-order and hold-back, and :func:`workrun.calls.run_attempt` for each attempt.
+:func:`compensate_run` uses :mod:`workrun.compensation.planning` for the order
+and hold-back, and :func:`workrun.operations.run_attempt` for each attempt;
+concurrency is bounded by ``Services.concurrency``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from workrun.calls import Attempted, run_attempt
-from workrun.models import AppSpec
+from workrun.compensation.planning import Item, Plan, plan
+from workrun.operations import Attempted, run_attempt
 from workrun.outcomes import Failure, brief
-from workrun.planning import Item, plan
 from workrun.services import Services
 
-__all__ = ["FINISHED", "compensate_run", "compensation_id_for", "plan_records", "refresh_holds"]
-
-FINISHED = frozenset({"succeeded", "skipped", "failed", "blocked", "unknown"})
-
-
-def compensation_id_for(operation_id: str) -> str:
-    """The stable compensation id of an operation: ``cmp_`` + 12 hex of sha256(operation id) (R-C2)."""
-    return "cmp_" + hashlib.sha256(operation_id.encode()).hexdigest()[:12]
-
-
-def plan_records(ops: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-    """Compensation records for every succeeded call of a finally failed run (R-C1, SPEC §10).
-
-    A call whose config snapshot has a compensation entry gets ``pending``; one
-    without gets ``skipped`` (not an error). Failed and unknown calls get none.
-    """
-    records = []
-    for op in ops:
-        if op["status"] != "succeeded":
-            continue
-        config = AppSpec.model_validate(op["config"])
-        cid = compensation_id_for(op["operation_id"])
-        comp = config.compensation
-        context = {
-            "original_operation_id": op["operation_id"], "compensation_id": cid, "original_input": op["input"],
-            "original_result": op["result"], "resources": op["resources"], "app": op["app"],
-            "node_key": op["node_key"], "run_id": op["run_id"],
-        }
-        records.append({
-            "compensation_id": cid, "operation_id": op["operation_id"], "run_id": op["run_id"],
-            "node_key": op["node_key"], "status": "pending" if comp else "skipped",
-            "reason": None if comp else f"App {op['app']!r} has no compensation entry",
-            "context": context if comp else None,
-            "max_attempts": (comp.max_retries + 1) if comp else 0, "timeout": comp.timeout if comp else 0,
-            "backoff": comp.backoff if comp else 0, "idempotent": int(comp.idempotent) if comp else 0,
-            "created_at": now, "updated_at": now,
-        })
-    return records
+__all__ = ["compensate_run", "refresh_holds"]
 
 
 def _label(comp: dict[str, Any]) -> str:
@@ -84,11 +42,12 @@ def _announce(svc: Services, comp: dict[str, Any], old: str | None) -> None:
         svc.say(comp["run_id"], comp["node_key"], level, text)
 
 
-def refresh_holds(svc: Services, run_id: str, in_flight: set[str] = frozenset()) -> tuple[Any, dict[str, Any], set[str]]:
+def refresh_holds(svc: Services, run_id: str,
+                  in_flight: frozenset[str] | set[str] = frozenset()) -> tuple[Plan, dict[str, Any], set[str]]:
     """Apply the planner's hold-back and release decisions to the journal (R-C4).
 
     Returns:
-        (the :class:`workrun.planning.Plan`, compensations by id before the changes, ids released).
+        (the :class:`workrun.compensation.planning.Plan`, compensations by id before the changes, ids released).
     """
     comps = svc.journal.compensations(run_id)
     by_id = {c["compensation_id"]: c for c in comps}

@@ -27,9 +27,9 @@ import os
 from collections import deque
 from typing import Any
 
-from workrun.agent.loop import ToolCall
 from workrun.errors import WorkrunError
-from workrun.models import NodeSpec
+from workrun.models import AgentNode
+from workrun.nodes.agent.backend import ToolCall
 
 __all__ = ["REQUEST_TIMEOUT_CAP", "OpenAIBackend"]
 
@@ -52,7 +52,7 @@ class OpenAIBackend:
             no model name, or no API key for the default endpoint.
     """
 
-    def __init__(self, node: NodeSpec, prompt: str, tool_schemas: list[dict[str, Any]]) -> None:
+    def __init__(self, node: AgentNode, prompt: str, tool_schemas: list[dict[str, Any]]) -> None:
         try:
             import openai
         except ImportError:
@@ -116,8 +116,9 @@ class OpenAIBackend:
         openai = self._openai
         self.requests += 1
         try:
-            response = self.client.chat.completions.create(model=self.model, messages=self.messages,
-                                                           tools=self.tools or openai.NOT_GIVEN)
+            messages: Any = self.messages  # plain dicts in the API's shape (the SDK's TypedDicts)
+            tools: Any = self.tools or openai.NOT_GIVEN
+            response = self.client.chat.completions.create(model=self.model, messages=messages, tools=tools)
         except openai.APITimeoutError:
             raise WorkrunError(f"model request timed out after {self.timeout:g} s") from None
         except openai.APIStatusError as exc:
@@ -127,7 +128,7 @@ class OpenAIBackend:
         if not response.choices:
             raise WorkrunError("model response has no choices")
         message = response.choices[0].message
-        calls = list(message.tool_calls or [])
+        calls: list[Any] = list(message.tool_calls or [])
         if not calls:
             return message.content or ""
         self.messages.append({"role": "assistant", "content": message.content, "tool_calls": [

@@ -7,7 +7,7 @@ Backends (``model`` in the node):
   ``{error = "..."}`` makes the model fail there), then answers ``answer``
   (or fails to answer when ``fail_answer = true``).
 - anything else: an OpenAI-compatible chat-completions backend
-  (:mod:`workrun.agent.openai_backend`), tool calls mapped from the
+  (:mod:`workrun.nodes.agent.openai_backend`), tool calls mapped from the
   discovered schemas.
 
 Tool calls of one node depend on the node's upstream operations; among
@@ -20,35 +20,23 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any
 
 from workrun.apps import load_app
-from workrun.calls import call_app
-from workrun.errors import ConfigError, WorkrunError
-from workrun.models import AppSpec, NodeSpec
+from workrun.errors import WorkrunError
+from workrun.models import AgentNode, AppSpec
+from workrun.nodes.agent.backend import Backend, ToolCall
+from workrun.nodes.agent.openai_backend import OpenAIBackend
+from workrun.nodes.agent.tools import discover
+from workrun.nodes.base import NodeJob
+from workrun.operations import call_app
+from workrun.outcomes import NodeOutcome
 from workrun.services import Services
+from workrun.templates import render
 
-__all__ = ["Backend", "ScriptedBackend", "ToolCall", "run_agent_node"]
-
-
-class ToolCall(dict):
-    """A proposed tool call: ``{"tool": name, "args": {...}, "id": str | None}``.
-
-    A call the model got wrong (arguments that are not a JSON object) has ``args`` None and
-    ``error`` set: the loop does not make it and reports the error back to the model.
-    """
-
-
-class Backend(Protocol):
-    """A model that proposes tool calls and then answers."""
-
-    def next(self, observation: dict[str, Any] | None) -> ToolCall | str:
-        """Given the last tool call's outcome (None at start), return the next ToolCall or the final answer.
-
-        Raises:
-            WorkrunError: the model failed (e.g. HTTP error, bad answer).
-        """
+__all__ = ["ScriptedBackend", "run_agent_node"]
 
 
 class ScriptedBackend:
@@ -60,7 +48,7 @@ class ScriptedBackend:
         skip: steps already played before a runner restart.
     """
 
-    def __init__(self, node: NodeSpec, script: list[dict[str, Any]], skip: int) -> None:
+    def __init__(self, node: AgentNode, script: list[dict[str, Any]], skip: int) -> None:
         self.steps: Iterator[dict[str, Any]] = iter(script[skip:])
         self.node = node
 
@@ -81,23 +69,17 @@ _ASKING = threading.Lock()  # agent nodes run in parallel threads: one question 
 def _confirm(svc: Services, app: AppSpec, tool: str, args: dict[str, Any]) -> str | None:
     """Return None when the call may go ahead, else why not (normal calls only; never compensation, R-C5).
 
-    ``confirm = "always"`` asks on the terminal (``svc.interactive``), is approved by ``--yes``
-    (``svc.assume_yes``), and otherwise refuses with a message that says so.
+    ``confirm = "always"`` asks the person through ``svc.confirm`` (set by the CLI when there is a terminal),
+    is approved by ``--yes`` (``svc.assume_yes``), and otherwise refuses with a message that says so.
     """
     policy = app.tools.get(tool)
     if policy is None or policy.confirm != "always" or svc.assume_yes:
         return None
-    if not svc.interactive:
+    if svc.confirm is None:
         return (f"tool {tool!r} of App {app.name!r} asks for confirmation (confirm = \"always\") and there is no "
                 "terminal; pass --yes to approve")
-    import click
-
     with _ASKING:
-        try:
-            approved = click.confirm(f"Call tool {tool!r} of App {app.name!r} with {json.dumps(args)}?",
-                                     default=False)
-        except click.exceptions.Abort:  # end of input or Ctrl-C at the prompt
-            approved = False
+        approved = svc.confirm(f"Call tool {tool!r} of App {app.name!r} with {json.dumps(args)}?")
     return None if approved else f"tool call {tool!r} was declined on the terminal"
 
 
@@ -115,17 +97,14 @@ def _played(script: list[dict[str, Any]], known: set[str], calls_made: int) -> i
     return len(script)
 
 
-def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str, Any],
-                   depends_on: list[str]) -> Any:
-    """Run an agent node to its answer; return a :class:`workrun.engine.NodeOutcome`.
+def run_agent_node(job: NodeJob) -> NodeOutcome:
+    """Run an agent node to its answer.
 
     The node result is ``{"answer": str, "tool_calls": [{tool, operation_id, status, result}]}``.
     Resuming after a restart continues the script after the calls already journaled.
     """
-    from workrun.agent.tools import discover
-    from workrun.engine import NodeOutcome
-    from workrun.workflow import render
-
+    svc, run_id, node, context, depends_on = job.svc, job.run_id, job.node, job.context, job.depends_on
+    assert isinstance(node, AgentNode)
     tools: dict[str, tuple[Path, AppSpec, dict[str, Any]]] = {}
     try:
         for ref in node.tools:
@@ -134,10 +113,8 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
                 tools[t["name"]] = (Path(ref.project), app, t)
         prompt = render(node.prompt, context)
         script = render(node.script, context) if node.model == "scripted" else []
-    except (ConfigError, WorkrunError) as exc:
+    except WorkrunError as exc:
         return NodeOutcome("failed", error=exc.line())
-    except KeyError as exc:
-        return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
     prior = svc.journal.operations(run_id, node.key)
     calls = [{"tool": o["tool_name"], "operation_id": o["operation_id"], "status": o["status"], "result": o["result"]}
              for o in prior]
@@ -149,8 +126,6 @@ def run_agent_node(svc: Services, run_id: str, node: NodeSpec, context: dict[str
         if prior:
             return NodeOutcome("failed", error="the agent's conversation was interrupted by a runner restart; its "
                                "successful tool calls are kept and compensated if the run fails")
-        from workrun.agent.openai_backend import OpenAIBackend
-
         try:
             backend = OpenAIBackend(node, prompt, [t for _, _, t in tools.values()])
         except WorkrunError as exc:

@@ -11,7 +11,6 @@ from typing import Any
 from workrun.apps import fingerprint
 from workrun.errors import ConfigError
 from workrun.models import AppSpec
-from workrun.runner.uv import collect, spawn, wait
 from workrun.services import Services, new_id
 
 __all__ = ["DISCOVERY_TIMEOUT", "discover"]
@@ -41,13 +40,13 @@ def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]
     cache = svc.data_dir / "tool-cache" / f"{fp.digest}-{app.name}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    python = svc.envs.python(project)
+    python = svc.runner.prepare(project)
     call_dir = svc.call_dir(new_id("discover"))
-    envelope = {"kind": "tool", "input": {}, "context": None, "tool": None}
+    envelope: dict[str, Any] = {"kind": "tool", "input": {}, "context": None, "tool": None}
     try:
-        proc = spawn(python, project, project / app.entry, call_dir, envelope, svc.sdk_dir)
-        outcome = wait(proc, svc.watchdog, time.time() + min(app.timeout, DISCOVERY_TIMEOUT))
-        got = collect(call_dir)
+        started = svc.runner.start(python, project, project / app.entry, call_dir, envelope)
+        outcome = svc.runner.wait(started, time.time() + min(app.timeout, DISCOVERY_TIMEOUT))
+        got = svc.runner.collect(call_dir)
     finally:
         shutil.rmtree(call_dir, ignore_errors=True)
     if outcome.exit_code != 0 or got.error or not isinstance(got.result, dict):

@@ -1,0 +1,357 @@
+"""The engine with fake executors and a fake App runner: scheduling, failure policies, final failure, stop,
+resume decisions and hold-back. No process is started; each test is well under a second."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from _kit.fakes import (Call, Exit, FakeExecutor, FakeRunner, failing, hold, services, workflow,
+                        write_app_project)
+
+from workrun.compensation import compensate_run, refresh_holds
+from workrun.engine import Engine, create_run
+from workrun.nodes.base import NodeJob
+from workrun.nodes.process import ProcessExecutor
+from workrun.operations import settle_operations
+from workrun.outcomes import Failure, NodeOutcome
+from workrun.runner.base import Outcome
+
+
+def run(svc, spec, executors, *, eval_run=False):
+    run_id = create_run(svc, spec, {}, eval_run=eval_run)
+    status = Engine(svc, executors).execute(run_id)
+    return run_id, status
+
+
+def nodes(svc, run_id):
+    return {n["node_key"]: (n["status"], bool(n["handled"])) for n in svc.journal.nodes(run_id)}
+
+
+# -- scheduling ------------------------------------------------------------------
+
+
+def test_a_chain_runs_in_dependency_order(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor()
+    spec = workflow({"c": {"needs": ["b"]}, "b": {"needs": ["a"]}, "a": {}})
+    run_id, status = run(svc, spec, {"process": fake})
+    assert status == "succeeded" and fake.started == ["a", "b", "c"]
+    assert nodes(svc, run_id) == {"c": ("succeeded", False), "b": ("succeeded", False), "a": ("succeeded", False)}
+
+
+def test_independent_nodes_run_at_the_same_time(tmp_path):
+    svc = services(tmp_path)
+    both = threading.Barrier(2, timeout=5)
+
+    def meet(job):
+        both.wait()  # only passes when the other node runs at the same time
+        return NodeOutcome("succeeded", {})
+
+    fake = FakeExecutor({"a": meet, "b": meet})
+    _, status = run(svc, workflow({"a": {}, "b": {}}), {"process": fake})
+    assert status == "succeeded" and fake.most_at_once == 2
+
+
+def test_concurrency_is_bounded(tmp_path):
+    svc = services(tmp_path, concurrency=2)
+    fake = FakeExecutor({k: hold(0.05) for k in "abcde"})
+    _, status = run(svc, workflow({k: {} for k in "abcde"}), {"process": fake})
+    assert status == "succeeded" and sorted(fake.started) == list("abcde") and fake.most_at_once == 2
+
+
+def test_a_template_reference_orders_nodes_and_fills_the_input(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor({"a": lambda job: NodeOutcome("succeeded", {"x": 7})})
+    spec = workflow({"b": {"input": {"v": "{{ nodes.a.result.x }}"}}, "a": {}}, inputs={"who": "me"})
+    _, status = run(svc, spec, {"process": fake})
+    assert status == "succeeded" and fake.started == ["a", "b"]
+    assert fake.jobs["b"].context == {"inputs": {}, "nodes": {"a": {"result": {"x": 7}}}}
+
+
+def test_the_run_records_its_nodes_results(tmp_path):
+    svc = services(tmp_path)
+    run_id, status = run(svc, workflow({"a": {}}), {"process": FakeExecutor()})
+    assert status == "succeeded"
+    assert svc.journal.nodes(run_id)[0]["result"] == {"node": "a"}
+    assert svc.journal.run(run_id)["status"] == "succeeded"
+
+
+# -- failure policies --------------------------------------------------------------
+
+
+def test_fail_ends_the_run_and_skips_what_is_downstream(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor({"a": failing("exit 3")})
+    run_id, status = run(svc, workflow({"a": {}, "b": {"needs": ["a"]}}), {"process": fake})
+    assert status == "failed" and fake.started == ["a"]
+    assert nodes(svc, run_id) == {"a": ("failed", False), "b": ("skipped", False)}
+    assert svc.journal.run(run_id)["reason"] == "node 'a' failed"
+
+
+def test_continue_absorbs_the_failure(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor({"a": failing()})
+    spec = workflow({"a": {"on_failure": "continue"}, "b": {"needs": ["a"]}})
+    run_id, status = run(svc, spec, {"process": fake})
+    assert status == "succeeded" and fake.started == ["a", "b"]
+    assert nodes(svc, run_id) == {"a": ("failed", True), "b": ("succeeded", False)}
+
+
+def test_fallback_runs_in_place_of_the_failed_node(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor({"a": failing(), "fb": lambda job: NodeOutcome("succeeded", {"x": "from fb"})})
+    spec = workflow({"a": {"on_failure": {"fallback": "fb"}}, "fb": {},
+                     "b": {"input": {"v": "{{ nodes.a.result.x }}"}}})
+    run_id, status = run(svc, spec, {"process": fake})
+    assert status == "succeeded" and fake.started == ["a", "fb", "b"]
+    assert nodes(svc, run_id)["a"] == ("failed", True)
+    assert fake.jobs["b"].context["nodes"]["a"] == {"result": {"x": "from fb"}}
+
+
+def test_a_fallback_node_does_not_run_when_its_primary_succeeds(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor()
+    run_id, status = run(svc, workflow({"a": {"on_failure": {"fallback": "fb"}}, "fb": {}}), {"process": fake})
+    assert status == "succeeded" and fake.started == ["a"]
+    assert nodes(svc, run_id)["fb"] == ("skipped", False)
+
+
+def test_a_failing_fallback_fails_the_run(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor({"a": failing(), "fb": failing("fallback broke")})
+    run_id, status = run(svc, workflow({"a": {"on_failure": {"fallback": "fb"}}, "fb": {}}), {"process": fake})
+    assert status == "failed" and nodes(svc, run_id)["a"] == ("failed", False)
+
+
+def _process_run(tmp_path, runner, node=None, **project):
+    svc = services(tmp_path, runner)
+    proj = write_app_project(tmp_path / "projects", "step", **project)
+    spec = workflow({"a": {"project": str(proj), "app": "step", **(node or {})}})
+    run_id = create_run(svc, spec, {})
+    return svc, run_id, Engine(svc, {"process": ProcessExecutor()})
+
+
+def test_retry_calls_again_within_its_budget(tmp_path):
+    runner = FakeRunner({"main.py": lambda c: Exit(code=5) if c.number == 0 else Exit(result={"ok": True})})
+    svc, run_id, engine = _process_run(tmp_path, runner, {"on_failure": {"retry": {"attempts": 3, "backoff": 0}}})
+    assert engine.execute(run_id) == "succeeded"
+    ops = svc.journal.operations(run_id)
+    assert [(o["status"], o["failure"]) for o in ops] == [("failed", "exited"), ("succeeded", None)]
+
+
+def test_retry_gives_up_when_the_budget_is_spent(tmp_path):
+    runner = FakeRunner({"main.py": lambda c: Exit(code=5)})
+    svc, run_id, engine = _process_run(tmp_path, runner, {"on_failure": {"retry": {"attempts": 2, "backoff": 0}}})
+    assert engine.execute(run_id) == "failed"
+    assert len(runner.started) == 2 and [o["status"] for o in svc.journal.operations(run_id)] == ["failed"] * 2
+
+
+def test_a_result_against_the_contract_is_a_contract_failure(tmp_path):
+    runner = FakeRunner({"main.py": lambda c: Exit(result={"n": "text"})})
+    svc, run_id, engine = _process_run(tmp_path, runner, output='output = { n = { type = "integer" } }')
+    assert engine.execute(run_id) == "failed"
+    assert svc.journal.operations(run_id)[0]["failure"] == Failure.CONTRACT
+
+
+def test_an_unavailable_environment_fails_the_call_before_it_starts(tmp_path):
+    runner = FakeRunner({"main.py": lambda c: Exit(result={})})
+    runner.environment_error = "uv sync failed"
+    svc, run_id, engine = _process_run(tmp_path, runner)
+    assert engine.execute(run_id) == "failed" and runner.started == []
+    op = svc.journal.operations(run_id)[0]
+    assert op["failure"] == Failure.ENVIRONMENT and op["error"] == "environment unavailable: uv sync failed"
+
+
+# -- final failure ------------------------------------------------------------------
+
+
+def _two_calls_then_failure(tmp_path, *, eval_run=False, compensation=True):
+    runner = FakeRunner({"main.py": lambda c: Exit(result={"n": c.number}) if c.number < 2 else Exit(code=1)})
+    svc = services(tmp_path, runner)
+    proj = write_app_project(tmp_path / "projects", "step", compensation=compensation)
+    spec = workflow({k: {"project": str(proj), "app": "step", **({"needs": [d]} if d else {})}
+                     for k, d in (("a", None), ("b", "a"), ("c", "b"))})
+    run_id = create_run(svc, spec, {}, eval_run=eval_run)
+    return svc, run_id, Engine(svc, {"process": ProcessExecutor()}).execute(run_id)
+
+
+def test_final_failure_writes_a_record_per_succeeded_call(tmp_path):
+    svc, run_id, status = _two_calls_then_failure(tmp_path)
+    assert status == "failed"
+    comps = svc.journal.compensations(run_id)
+    assert [(c["node_key"], c["status"]) for c in comps] == [("a", "pending"), ("b", "pending")]
+    assert comps[0]["context"]["original_result"] == {"n": 0}
+
+
+def test_a_call_without_a_compensation_entry_is_skipped(tmp_path):
+    svc, run_id, _ = _two_calls_then_failure(tmp_path, compensation=False)
+    assert {c["status"] for c in svc.journal.compensations(run_id)} == {"skipped"}
+
+
+def test_an_evaluation_run_gets_no_compensation_records(tmp_path):
+    svc, run_id, status = _two_calls_then_failure(tmp_path, eval_run=True)
+    assert status == "failed" and svc.journal.compensations(run_id) == []
+
+
+def test_executors_act_after_a_failed_run_only(tmp_path):
+    svc = services(tmp_path)
+    ok, bad = FakeExecutor(), FakeExecutor({"a": failing()})
+    ok_id, _ = run(svc, workflow({"a": {}}), {"process": ok})
+    bad_id, _ = run(svc, workflow({"a": {}}), {"process": bad})
+    assert ok.after == [] and bad.after == [bad_id]
+
+
+# -- stop ------------------------------------------------------------------------------
+
+
+def test_a_stop_before_scheduling_runs_nothing(tmp_path):
+    svc = services(tmp_path)
+    fake = FakeExecutor()
+    run_id = create_run(svc, workflow({"a": {}}), {})
+    svc.journal.request_stop(run_id)
+    assert Engine(svc, {"process": fake}).execute(run_id) == "stopped"
+    assert fake.started == [] and nodes(svc, run_id) == {"a": ("skipped", False)}
+    assert svc.runner.stopped_all
+
+
+def test_a_stop_during_a_node_schedules_nothing_new(tmp_path):
+    svc = services(tmp_path)
+
+    def stop_here(job: NodeJob) -> NodeOutcome:
+        job.svc.journal.request_stop(job.run_id)  # `workrun stop` from another terminal
+        assert job.should_stop()
+        return NodeOutcome("stopped", error="stopped by the user")
+
+    fake = FakeExecutor({"a": stop_here})
+    run_id, status = run(svc, workflow({"a": {}, "b": {"needs": ["a"]}}), {"process": fake})
+    assert status == "stopped" and fake.started == ["a"]
+    assert nodes(svc, run_id) == {"a": ("stopped", False), "b": ("skipped", False)}
+    assert svc.journal.compensations(run_id) == [] and fake.after == [run_id]
+
+
+def test_a_stopped_call_is_not_retried(tmp_path):
+    runner = FakeRunner({"main.py": lambda c: Exit(stopped=True)})
+    svc, run_id, engine = _process_run(tmp_path, runner, {"on_failure": {"retry": {"attempts": 3, "backoff": 0}}})
+    assert engine.execute(run_id) == "stopped"
+    assert len(runner.started) == 1 and svc.journal.operations(run_id)[0]["failure"] == Failure.STOPPED
+
+
+# -- resume decisions ------------------------------------------------------------------
+
+
+def _resumed(tmp_path, prior_status, *, idempotent=False, failure=None):
+    """A run whose node ``a`` was running with one call ``prior_status`` when the runner died."""
+    runner = FakeRunner({"main.py": lambda c: Exit(result={"again": True})})
+    svc, run_id, engine = _process_run(tmp_path, runner, idempotent=idempotent)
+    svc.journal.start_node(run_id, "a", at=1.0)
+    from workrun.operations import call_app  # the real journaled call, through the fake runner
+
+    from workrun.apps import load_app
+    proj = tmp_path / "projects" / "step"
+    op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
+                  depends_on=[])
+    if prior_status != "succeeded":  # rewrite it into the state found after a crash
+        svc.journal._tx([("UPDATE operations SET status = ?, failure = ?, error = 'x' WHERE operation_id = ?",
+                          (prior_status, failure, op["operation_id"]))], None)
+    runner.started.clear()
+    return svc, run_id, engine, runner
+
+
+def test_resume_reuses_a_succeeded_call(tmp_path):
+    svc, run_id, engine, runner = _resumed(tmp_path, "succeeded")
+    assert engine.execute(run_id) == "succeeded" and runner.started == []
+    assert svc.journal.nodes(run_id)[0]["result"] == {"again": True}
+
+
+def test_resume_does_not_resend_an_unknown_outcome(tmp_path):
+    svc, run_id, engine, runner = _resumed(tmp_path, "unknown", failure="unknown")
+    assert engine.execute(run_id) == "failed" and runner.started == []
+
+
+def test_resume_resends_an_unknown_outcome_when_the_app_is_idempotent(tmp_path):
+    svc, run_id, engine, runner = _resumed(tmp_path, "unknown", idempotent=True, failure="unknown")
+    assert engine.execute(run_id) == "succeeded" and len(runner.started) == 1
+
+
+def test_a_call_the_runner_never_started_does_not_use_up_the_budget(tmp_path):
+    svc, run_id, engine, runner = _resumed(tmp_path, "failed", failure="not_started")
+    assert engine.execute(run_id) == "succeeded" and len(runner.started) == 1
+
+
+@pytest.mark.parametrize("found, status", [(Outcome(exit_code=0), "succeeded"), (Outcome(exit_code=4), "failed"),
+                                           (Outcome(unknown=True), "unknown"),
+                                           (Outcome(not_started=True), "failed")])
+def test_an_in_flight_call_is_settled_from_what_recovery_finds(tmp_path, found, status):
+    runner = FakeRunner({"main.py": lambda c: Exit(result={"n": 1})})
+    svc, run_id, _ = _process_run(tmp_path, runner)
+    proj = tmp_path / "projects" / "step"
+    from workrun.apps import load_app
+    from workrun.operations import call_app
+
+    op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
+                  depends_on=[])
+    svc.journal._tx([("UPDATE operations SET status = 'running', result = NULL WHERE operation_id = ?",
+                      (op["operation_id"],))], None)
+    (tmp_path / "data" / "calls" / op["operation_id"]).mkdir(parents=True)
+    (tmp_path / "data" / "calls" / op["operation_id"] / "result.json").write_text('{"v": 1, "result": {"n": 1}}')
+    runner.recovered[op["operation_id"]] = found
+    (settled,) = settle_operations(svc, run_id)
+    assert settled["status"] == status
+    assert settled["failure"] == (None if status == "succeeded" else found.failure)
+
+
+# -- compensation: order and hold-back ---------------------------------------------------
+
+
+def _failed_chain(tmp_path, compensate):
+    runner = FakeRunner({"main.py": lambda c: Exit(result={"n": c.number}) if c.number < 2 else Exit(code=1),
+                         "compensate.py": compensate})
+    svc = services(tmp_path, runner)
+    proj = write_app_project(tmp_path / "projects", "step")
+    spec = workflow({k: {"project": str(proj), "app": "step", **({"needs": [d]} if d else {})}
+                     for k, d in (("a", None), ("b", "a"), ("c", "b"))})
+    run_id = create_run(svc, spec, {})
+    assert Engine(svc, {"process": ProcessExecutor()}).execute(run_id) == "failed"
+    runner.started.clear()
+    return svc, run_id, runner
+
+
+def test_compensation_runs_in_reverse_dependency_order(tmp_path):
+    svc, run_id, runner = _failed_chain(tmp_path, lambda c: Exit(result={"undone": True}))
+    comps = compensate_run(svc, run_id)
+    assert [c["status"] for c in comps] == ["succeeded", "succeeded"]
+    undone = [e["context"]["node_key"] for name, e in runner.started]
+    assert undone == ["b", "a"]
+
+
+def test_a_failed_compensation_holds_back_those_upstream(tmp_path):
+    def undo(c: Call) -> Exit:
+        return Exit(code=1) if c.envelope["context"]["node_key"] == "b" else Exit(result={})
+
+    svc, run_id, runner = _failed_chain(tmp_path, undo)
+    comps = {c["node_key"]: c for c in compensate_run(svc, run_id)}
+    assert comps["b"]["status"] == "failed" and comps["a"]["status"] == "blocked"
+    assert comps["a"]["held_back_by"] == [comps["b"]["compensation_id"]]
+    assert "held back by b (" in comps["a"]["reason"]
+    assert [e["context"]["node_key"] for _, e in runner.started] == ["b", "b"]  # 2 attempts, a never ran
+
+
+def test_resolving_the_holder_releases_the_held_back_one(tmp_path):
+    svc, run_id, _ = _failed_chain(tmp_path, lambda c: Exit(code=1) if c.envelope["context"]["node_key"] == "b"
+                                   else Exit(result={}))
+    comps = {c["node_key"]: c for c in compensate_run(svc, run_id)}
+    svc.journal.set_compensation_status(comps["b"]["compensation_id"], "succeeded", reason="by hand", at=1.0,
+                                        seen="failed")
+    _, _, released = refresh_holds(svc, run_id)
+    assert released == {comps["a"]["compensation_id"]}
+    assert svc.journal.compensation(comps["a"]["compensation_id"])["status"] == "pending"
+
+
+def test_an_unavailable_environment_leaves_the_compensation_pending(tmp_path):
+    svc, run_id, runner = _failed_chain(tmp_path, lambda c: Exit(result={}))
+    runner.environment_error = "offline"
+    comps = compensate_run(svc, run_id)
+    assert [(c["status"], c["reason"]) for c in comps if c["node_key"] == "b"] == [
+        ("pending", "environment unavailable: offline")]
+    assert runner.started == []

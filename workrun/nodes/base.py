@@ -1,0 +1,83 @@
+"""The contract between the engine and the executors of node kinds (one executor per ``kind``).
+
+An executor knows how to run one kind of node; it knows nothing of the engine,
+of scheduling or of failure policies other than what its own kind needs. The
+engine is handed a registry ``{kind: executor}``; registering a new kind is one
+entry in :func:`workrun.nodes.default_executors` plus its spec class in
+:mod:`workrun.models`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from workrun.models import NodeSpec, OutputField
+from workrun.outcomes import NodeOutcome
+from workrun.services import Services
+
+__all__ = ["NodeExecutor", "NodeJob", "Where"]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a node is written: the workflow ``file`` and the node's field prefix (``nodes.KEY``)."""
+
+    file: str
+    field: str
+
+    def at(self, sub: str) -> str:
+        """The full field name of ``sub`` (``nodes.KEY.sub``)."""
+        return f"{self.field}.{sub}" if sub else self.field
+
+
+@dataclass
+class NodeJob:
+    """Everything an executor needs to run one node of one run.
+
+    Attributes:
+        run_id: the run.
+        node: the node's spec (its ``kind``'s class; ``on_failure`` already parsed).
+        context: the template context ``{"inputs": {...}, "nodes": {key: {"result": ...}}}`` of done nodes.
+        depends_on: succeeded upstream operation ids its calls depend on (compensation order, R-C3).
+        svc: services (journal, App runner, reporter, stop event).
+        should_stop: returns True once the run is being stopped (R-C9); cheap, call it often.
+    """
+
+    run_id: str
+    node: NodeSpec
+    context: dict[str, Any]
+    depends_on: list[str]
+    svc: Services
+    should_stop: Callable[[], bool] = field(default=lambda: False)
+
+    def say(self, level: str, text: str) -> None:
+        """Record a message on this node (journal + reporter)."""
+        self.svc.say(self.run_id, self.node.key, level, text)
+
+
+class NodeExecutor(Protocol):
+    """Runs one kind of node. Knows nothing of the engine."""
+
+    kind: ClassVar[str]
+
+    def check(self, node: NodeSpec, where: Where) -> dict[str, OutputField]:
+        """Check a node when the workflow is loaded (before any run exists, SPEC §10).
+
+        Returns:
+            The node result's declared fields (an App's output contract), or ``{}`` when unknown.
+
+        Raises:
+            ConfigError: naming ``where.file`` and the field.
+        """
+
+    def run(self, job: NodeJob) -> NodeOutcome:
+        """Run the node to its end, in a worker thread; resume after a runner restart from the journal.
+
+        Returns:
+            ``succeeded`` with the node result, ``failed`` with a one-line error, or ``stopped``.
+        """
+
+    def after_run(self, svc: Services, run_id: str) -> None:
+        """Called when a run ended ``failed`` or ``stopped`` (and again by ``resume``): e.g. remote: one cancel."""

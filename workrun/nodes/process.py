@@ -1,0 +1,103 @@
+"""``kind = "process"`` nodes: one App call, retried as the node's ``on_failure`` allows (R-W1, R-W7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from workrun.apps import load_app
+from workrun.backoff import backoff_delay
+from workrun.errors import ConfigError
+from workrun.models import NodeSpec, OutputField, ProcessNode
+from workrun.nodes.base import NodeJob, Where
+from workrun.operations import call_app
+from workrun.outcomes import Failure, NodeOutcome, brief
+from workrun.services import Services
+from workrun.templates import render
+
+__all__ = ["ProcessExecutor"]
+
+
+def _counts(op: dict[str, Any]) -> bool:
+    """True when a failed operation used up one of its node's calls (R-W7)."""
+    return op["failure"] is None or Failure(op["failure"]).counts
+
+
+class ProcessExecutor:
+    """Runs a process node: renders its input, calls its App, retries under ``on_failure = { retry }``.
+
+    Resuming after a restart: a succeeded call is reused (never re-sent, R-R2); an
+    ``unknown`` outcome fails the node unless the App is idempotent (R-R3); failed
+    calls already made count against the retry budget.
+    """
+
+    kind: ClassVar[str] = "process"
+
+    def check(self, node: NodeSpec, where: Where) -> dict[str, OutputField]:
+        """``project`` and ``app`` present, the project a directory, the App a process App; return its contract.
+
+        Raises:
+            ConfigError: naming the field.
+        """
+        assert isinstance(node, ProcessNode)
+        for field in ("project", "app"):
+            if not getattr(node, field):
+                raise ConfigError("is required for a process node", file=where.file, field=where.at(field))
+        project, app_name = str(node.project), str(node.app)
+        if not Path(project).is_dir():
+            raise ConfigError(f"App project directory {project} not found", file=where.file,
+                              field=where.at("project"))
+        app = load_app(Path(project), app_name, file=where.file, field=where.at("app"))
+        if app.kind != "process":
+            raise ConfigError(f"App {app_name!r} is a {app.kind} App; a process node needs a process App",
+                              file=where.file, field=where.at("app"))
+        return dict(app.output)
+
+    def run(self, job: NodeJob) -> NodeOutcome:
+        """Make the node's call (again, up to the retry budget); see the class doc."""
+        node = job.node
+        assert isinstance(node, ProcessNode)
+        svc, run_id = job.svc, job.run_id
+        policy = node.on_failure
+        prior = svc.journal.operations(run_id, node.key)
+        used = sum(1 for o in prior if o["status"] == "failed" and _counts(o))
+        if prior:
+            last = prior[-1]
+            if last["status"] == "succeeded":
+                return NodeOutcome("succeeded", last["result"])
+            if last["status"] == "unknown" and not last["config"].get("idempotent"):
+                return NodeOutcome("failed", error=f"operation {last['operation_id']}: {last['error']}")
+        attempts = policy.attempts()
+        error = None
+        while used < attempts:
+            if job.should_stop():
+                return NodeOutcome("stopped", error="stopped by the user")
+            try:
+                app = load_app(Path(str(node.project)), str(node.app))
+                data = render(node.input, job.context)
+            except ConfigError as exc:
+                return NodeOutcome("failed", error=exc.line())
+            op = call_app(svc, project=Path(str(node.project)), app=app, input=data, run_id=run_id,
+                          node_key=node.key, depends_on=job.depends_on)
+            job.say("info" if op["status"] == "succeeded" else "error",
+                    f"operation {op['operation_id']} ({app.name}): {op['status']}"
+                    + (f": {op['error']}" if op["error"] else "")
+                    + (f" -> {brief(op['result'])}" if op["status"] == "succeeded" else ""))
+            if op["status"] == "succeeded":
+                return NodeOutcome("succeeded", op["result"])
+            error = op["error"]
+            if job.should_stop() or op["failure"] == Failure.STOPPED:
+                return NodeOutcome("stopped", error="stopped by the user")
+            if op["status"] == "unknown":
+                return NodeOutcome("failed", error=error)
+            if _counts(op):
+                used += 1
+            if used < attempts and policy.retry:
+                delay = backoff_delay(policy.retry.backoff, used)
+                job.say("warning", f"retrying (call {used + 1} of {attempts}) in {delay:.2g} s (on_failure = retry)")
+                if svc.stop_event.wait(delay):
+                    return NodeOutcome("stopped", error="stopped by the user")
+        return NodeOutcome("failed", error=error)
+
+    def after_run(self, svc: Services, run_id: str) -> None:
+        """Nothing: a process node's calls are compensated by the run's compensation."""

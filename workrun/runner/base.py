@@ -1,0 +1,133 @@
+"""The contract between the runner of App processes and everything above it (R-A7, R-A8, R-R3).
+
+:class:`AppRunner` is what :mod:`workrun.operations` and the node executors use;
+:class:`workrun.runner.local.LocalRunner` implements it with uv environments and
+real process groups, and tests hand the engine a fake one. Nothing here touches
+the journal: the caller journals intent before :meth:`AppRunner.start` and the
+outcome after (R-J1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from workrun.outcomes import Failure
+
+__all__ = ["AppRunner", "Collected", "Outcome", "Started"]
+
+
+@dataclass
+class Outcome:
+    """How a process ended.
+
+    Attributes:
+        exit_code: the exit status, or None when killed by a signal / unknown.
+        signal: the signal number that ended it, if any.
+        timed_out: the watchdog ended it at its deadline.
+        stopped: it was ended because the user stopped the run.
+        not_started: recovery claimed the call before the launcher did (it can never start late).
+        unknown: the process is gone and left no exit record.
+    """
+
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    stopped: bool = False
+    not_started: bool = False
+    unknown: bool = False
+
+    @property
+    def failure(self) -> Failure | None:
+        """Why the process did not end well, or None when it exited 0 by itself (its result decides then)."""
+        if self.not_started:
+            return Failure.NOT_STARTED
+        if self.unknown:
+            return Failure.UNKNOWN
+        if self.stopped:
+            return Failure.STOPPED
+        if self.timed_out:
+            return Failure.TIMED_OUT
+        if self.signal:
+            return Failure.SIGNALLED
+        if self.exit_code != 0:
+            return Failure.EXITED
+        return None
+
+
+@dataclass
+class Collected:
+    """What an App left in its call directory.
+
+    Attributes:
+        result: the parsed result (None when the App saved none).
+        resources: resources recorded with ``process.resource``.
+        depends_on: operation ids recorded with ``process.depends_on``.
+        error: why the result is unusable (not JSON, over 1 MiB, bad envelope), else None.
+        stdout_tail / stderr_tail: the last 64 KiB of each stream, bad UTF-8 replaced.
+    """
+
+    result: Any = None
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    depends_on: list[str] = field(default_factory=list)
+    error: str | None = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+
+@dataclass
+class Started:
+    """A process :meth:`AppRunner.start` started: ``pid`` (its process group id too), ``proc_start`` (the
+    kernel's start time, to tell a reused pid apart) and the runner's own ``handle``."""
+
+    pid: int
+    proc_start: str | None
+    handle: Any = None
+
+
+class AppRunner(Protocol):
+    """Runs App code: prepares environments, starts and ends processes, reads call directories.
+
+    Contract:
+
+    - :meth:`prepare` returns the python of the project's environment, preparing it
+      first when needed (``uv sync --locked``, never rewriting ``uv.lock``), and raises
+      :class:`~workrun.errors.EnvironmentUnavailableError` when it cannot (R-A8).
+    - :meth:`start` writes ``input.json`` into an existing empty call directory and
+      starts the App (through the SDK's launcher) in its own process group with a
+      clean environment; raises ``OSError`` when it cannot. The App survives the
+      runner dying (its output goes to files in the call directory, R-R3).
+    - :meth:`wait` blocks until the process ends; at ``deadline`` (epoch seconds)
+      or on :meth:`stop_all` its whole group is ended (SIGTERM, grace, SIGKILL).
+    - :meth:`recover` decides a process a dead runner left behind (R-R3).
+    - :meth:`end` ends an orphaned call now (``workrun stop`` of a run without its scheduler).
+    - :meth:`fence` claims a call directory as abandoned so the call can never start late.
+    - :meth:`collect` never raises.
+    """
+
+    def prepare(self, project: Path, *, offline: bool = False) -> str:
+        """Return the project environment's python (path), syncing it first if needed."""
+
+    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any]) -> Started:
+        """Start one App process (see the class contract)."""
+
+    def wait(self, started: Started, deadline: float) -> Outcome:
+        """Wait for a started process; end its group at ``deadline`` (epoch seconds) or on stop."""
+
+    def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
+                claim_wait: float = 2.0) -> Outcome:
+        """Settle a call left by a runner that died: wait for a live process (until ``deadline``), then
+        read its exit record; ``not_started`` when recovery fenced it first; ``unknown`` without a record."""
+
+    def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
+        """End a left-behind call now: a live group is ended (``stopped``); a finished one keeps its record."""
+
+    def fence(self, call_dir: Path) -> None:
+        """Claim the call directory as abandoned (the launcher then refuses to start)."""
+
+    def collect(self, call_dir: Path) -> Collected:
+        """Read result, resources, recorded dependencies and output tails of a finished call."""
+
+    def stop_all(self) -> None:
+        """End every running process group now and any started later (R-C9)."""

@@ -1,0 +1,157 @@
+"""App environments: ``uv sync --locked`` once per (project, lock), and the clean process environment (R-A8).
+
+A file lock per project keeps concurrent calls (and concurrent Workrun
+processes) from racing on ``.venv``; ``uv.lock`` is never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from filelock import FileLock
+
+from workrun.errors import EnvironmentUnavailableError
+from workrun_sdk import _wire
+
+__all__ = ["EnvManager", "app_environment", "clean_env", "sdk_path", "uv_bin"]
+
+_KEEP_UV = {"UV_CACHE_DIR", "UV_OFFLINE", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX",
+            "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_PYTHON_INSTALL_DIR", "UV_PYTHON_DOWNLOADS", "UV_LINK_MODE",
+            "UV_INSECURE_HOST"}
+_DROP = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+         "__PYVENV_LAUNCHER__", "PYTHONEXECUTABLE"}
+
+
+def clean_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment minus what would point uv or Python at another environment.
+
+    Keeps the user's uv cache, index and offline settings; drops ``WORKRUN_*``.
+    """
+    env = dict(os.environ if base is None else base)
+    for key in list(env):
+        if key in _DROP or (key.startswith("UV_") and key not in _KEEP_UV) or key.startswith("WORKRUN_"):
+            del env[key]
+    return env
+
+
+def uv_bin() -> str:
+    """The path of the ``uv`` executable (the ``uv`` package's, else ``PATH``'s).
+
+    Raises:
+        EnvironmentUnavailableError: uv is not installed.
+    """
+    try:
+        import uv
+
+        return str(uv.find_uv_bin())
+    except Exception:
+        found = shutil.which("uv")
+        if not found:
+            raise EnvironmentUnavailableError("uv is not installed (pip install uv)") from None
+        return found
+
+
+def sdk_path(data_dir: Path) -> Path:
+    """Return a directory holding only a copy of this runner's ``workrun_sdk`` (for ``PYTHONPATH``).
+
+    Copied once per SDK content hash, so App processes import the SDK of the
+    runner's own version and nothing else of the runner's environment.
+    """
+    import workrun_sdk
+
+    src = Path(workrun_sdk.__file__).parent
+    files = sorted(p for p in src.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+    target = data_dir / "sdk" / digest
+    if not (target / "workrun_sdk" / "__init__.py").is_file():
+        tmp = data_dir / "sdk" / f".{digest}.{os.getpid()}.{threading.get_ident()}"
+        (tmp / "workrun_sdk").mkdir(parents=True, exist_ok=True)
+        for p in files:
+            shutil.copy2(p, tmp / "workrun_sdk" / p.name)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def app_environment(venv_python: str, sdk_dir: Path, call_dir: Path) -> dict[str, str]:
+    """The environment of an App process: the caller's, cleaned, pointed at the App's own venv."""
+    env = clean_env()
+    venv = Path(venv_python).parent.parent
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(sdk_dir)
+    env[_wire.CALL_DIR_ENV] = str(call_dir)
+    return env
+
+
+def _env_key(project: Path) -> str:
+    h = hashlib.sha256()
+    for name in ("pyproject.toml", "uv.lock", ".python-version"):
+        p = project / name
+        h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
+    return h.hexdigest()
+
+
+class EnvManager:
+    """Prepares App environments with ``uv sync --locked``, once per (project, lock) (R-A8).
+
+    Args:
+        data_dir: Workrun's data directory (locks and sync markers live there).
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self._ready: dict[tuple[str, str], str] = {}
+        self._mutex = threading.Lock()
+
+    def python(self, project: Path, *, offline: bool = False) -> str:
+        """Return the environment's python, syncing first if the lock changed or ``.venv`` is gone.
+
+        Raises:
+            EnvironmentUnavailableError: uv is missing or ``uv sync --locked`` failed
+                (e.g. the lock is out of date, or packages are not in uv's cache offline).
+        """
+        project = Path(project).resolve()
+        key = _env_key(project)
+        venv_python = project / ".venv" / "bin" / "python"
+        cached = self._ready.get((str(project), key))
+        if cached and venv_python.exists():
+            return cached
+        ident = hashlib.sha256(str(project).encode()).hexdigest()[:16]
+        marker = self.data_dir / "envs" / f"{ident}.json"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with self._mutex, FileLock(str(marker) + ".lock"):
+            try:
+                known = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                known = {}
+            if known.get("key") != key or not venv_python.exists():
+                self._sync(project, offline)
+                marker.write_text(json.dumps({"key": key, "project": str(project), "synced_at": time.time()}))
+            self._ready[(str(project), key)] = str(venv_python)
+        return str(venv_python)
+
+    def _sync(self, project: Path, offline: bool) -> None:
+        argv = [uv_bin(), "sync", "--locked", "--no-progress", "--quiet"]
+        if offline:
+            argv.append("--offline")
+        try:
+            proc = subprocess.run(argv, cwd=project, env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, errors="replace", timeout=900)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EnvironmentUnavailableError(f"uv sync failed: {exc}", file=str(project)) from None
+        if proc.returncode != 0:
+            lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or ["no output"]
+            # uv ends with a hint; the `error:` line says what is wrong (e.g. the lock is out of date)
+            last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1])
+            raise EnvironmentUnavailableError(f"`uv sync --locked` exited {proc.returncode}: {last}",
+                                              file=str(project))

@@ -1,0 +1,130 @@
+"""The local :class:`~workrun.runner.base.AppRunner`: uv environments and real process groups on this machine."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from workrun.runner import calldir
+from workrun.runner.base import Collected, Outcome, Started
+from workrun.runner.env import EnvManager, app_environment, sdk_path
+from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait
+
+__all__ = ["LocalRunner"]
+
+
+class LocalRunner:
+    """Runs App code locally (see :class:`workrun.runner.base.AppRunner` for the contract).
+
+    Args:
+        data_dir: Workrun's data directory (environment markers, the SDK copy).
+        grace: seconds between SIGTERM and SIGKILL when a process group is ended.
+    """
+
+    def __init__(self, data_dir: Path, grace: float = 5.0) -> None:
+        self.data_dir = data_dir
+        self.grace = grace
+        self.envs = EnvManager(data_dir)
+        self._watchdog: Watchdog | None = None
+        self._sdk: Path | None = None
+        self._mutex = threading.Lock()
+
+    @property
+    def watchdog(self) -> Watchdog:
+        """The process watchdog, started on first use."""
+        with self._mutex:
+            if self._watchdog is None:
+                self._watchdog = Watchdog(grace=self.grace)
+            return self._watchdog
+
+    @property
+    def sdk_dir(self) -> Path:
+        """Directory with this runner's ``workrun_sdk`` for App ``PYTHONPATH``."""
+        if self._sdk is None:
+            self._sdk = sdk_path(self.data_dir)
+        return self._sdk
+
+    def prepare(self, project: Path, *, offline: bool = False) -> str:
+        """Return the project environment's python, syncing it first if needed (R-A8)."""
+        return self.envs.python(project, offline=offline)
+
+    def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any]) -> Started:
+        """Write ``input.json`` and start ``python <sdk>/workrun_sdk/_launch.py ENTRY`` in its own group."""
+        calldir.write_input(call_dir, envelope)
+        sdk = self.sdk_dir
+        argv = [python, str(sdk / "workrun_sdk" / "_launch.py"), str(entry)]
+        proc = spawn_app_process(argv, project, app_environment(python, sdk, call_dir), call_dir / "stdout",
+                                 call_dir / "stderr")
+        return Started(pid=proc.pid, proc_start=proc_start_time(proc.pid), handle=proc)
+
+    def wait(self, started: Started, deadline: float) -> Outcome:
+        """Wait for the process; the watchdog ends it at ``deadline`` or on stop."""
+        return wait(started.handle, self.watchdog, deadline)
+
+    def _claimed(self, call_dir: Path, claim_wait: float) -> calldir.Claim:
+        """The call's claim after waiting up to ``claim_wait`` s for the launcher; fenced (abandoned) if none."""
+        end = time.monotonic() + claim_wait
+        claim = calldir.read_claim(call_dir)
+        while claim is None and time.monotonic() < end:
+            time.sleep(0.05)
+            claim = calldir.read_claim(call_dir)
+        if claim is None and call_dir.is_dir() and calldir.fence(call_dir):
+            return calldir.Claim(started=False)
+        return claim or calldir.read_claim(call_dir) or calldir.Claim(started=False)
+
+    def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
+                claim_wait: float = 2.0) -> Outcome:
+        """Decide the outcome of a process left behind by a runner that died (R-R3, SPEC §10).
+
+        A live process is waited for until it exits or its deadline passes (then its group
+        is ended: a timeout). Gone without an exit record: unknown. A call whose launcher
+        never claimed its directory is fenced here and reported ``not_started``.
+        """
+        if pid is None:
+            if not call_dir.is_dir():
+                return Outcome(not_started=True)
+            claim = self._claimed(call_dir, claim_wait)
+            if not claim.started:
+                return Outcome(not_started=True)
+            if claim.pid is None:
+                return Outcome(unknown=True)
+            pid, proc_start = claim.pid, None
+        while alive(pid, proc_start):
+            if deadline is not None and time.time() >= deadline:
+                kill_group(pid, self.grace)
+                return Outcome(timed_out=True, signal=signal.SIGTERM)
+            time.sleep(0.05)
+        return calldir.read_exit(call_dir) or Outcome(unknown=True)
+
+    def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
+        """End a left-behind call now (``workrun stop`` of an orphaned run, R-C9)."""
+        if pid is None:
+            claim = self._claimed(call_dir, 0.5) if call_dir.is_dir() else calldir.Claim(started=False)
+            if not claim.started:
+                return Outcome(not_started=True)
+            if claim.pid is None:
+                return Outcome(unknown=True)
+            pid, proc_start = claim.pid, None
+        was_alive = alive(pid, proc_start)
+        if was_alive:
+            kill_group(pid, self.grace)
+        record = calldir.read_exit(call_dir)
+        if was_alive:
+            return Outcome(stopped=True, exit_code=record.exit_code if record else None,
+                           signal=record.signal if record else None)
+        return record or Outcome(unknown=True)
+
+    def fence(self, call_dir: Path) -> None:
+        """Claim the call directory as abandoned."""
+        calldir.fence(call_dir)
+
+    def collect(self, call_dir: Path) -> Collected:
+        """Read what a finished call left (never raises)."""
+        return calldir.collect(call_dir)
+
+    def stop_all(self) -> None:
+        """End every watched process group now and any started later (R-C9)."""
+        self.watchdog.stop_all()

@@ -1,0 +1,182 @@
+"""App processes: spawning in their own process group, telling them apart, ending them (R-A7, R-C9).
+
+- :func:`spawn_app_process` is the one place a process is started (a fork server
+  can take its place later without touching callers).
+- :class:`Watchdog` is one background thread that ends process groups at their
+  deadline or on stop: SIGTERM, then SIGKILL after the grace period, driven from
+  the same loop (no thread per kill).
+- :func:`wait` blocks in ``Popen.wait()`` (no polling on the hot path).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from workrun.runner.base import Outcome
+
+__all__ = ["Watchdog", "alive", "kill_group", "proc_start_time", "spawn_app_process", "wait"]
+
+
+def spawn_app_process(argv: list[str], cwd: Path, env: dict[str, str], stdout: Path,
+                      stderr: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (its own process group), stdin from /dev/null, output to files.
+
+    Args:
+        argv: the command (the App's python, the SDK launcher, the entry script).
+        cwd: the working directory (the App project).
+        env: the whole environment of the process.
+        stdout / stderr: files to create for the process's output (so it survives the runner dying, R-R3).
+
+    Raises:
+        OSError: the process cannot be started.
+    """
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True, close_fds=True)
+
+
+def proc_start_time(pid: int) -> str | None:
+    """Return the process's start time (``/proc/PID/stat`` field 22) to tell a reused pid apart, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read().decode(errors="replace")
+        return data.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int, start: str | None) -> bool:
+    """True when ``pid`` is a live (not zombie) process and, when ``start`` is given, the same one."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = proc_start_time(pid)
+    if now is None:  # not Linux: trust kill(0)
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            return False
+    except (OSError, IndexError):
+        pass
+    return start is None or now == start
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def kill_group(pgid: int, grace: float) -> None:
+    """SIGTERM the process group, wait ``grace`` seconds for it to go, then SIGKILL it (R-A7, R-C9). Blocks."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        if not _signal_group(pgid, 0):
+            return
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+@dataclass
+class _Watched:
+    deadline: float
+    timed_out: bool = False
+    stopped: bool = False
+    term_at: float | None = None  # monotonic time of the SIGTERM, once ending
+    killed: bool = False
+
+    @property
+    def ending(self) -> bool:
+        return self.term_at is not None
+
+
+class Watchdog:
+    """Ends process groups at their deadline or when the run is stopped.
+
+    One background thread checks every ``tick`` seconds: a group past its deadline
+    gets SIGTERM, and SIGKILL ``grace`` seconds later if it is still there.
+
+    Args:
+        grace: seconds between SIGTERM and SIGKILL.
+        tick: seconds between checks.
+    """
+
+    def __init__(self, grace: float = 5.0, tick: float = 0.05) -> None:
+        self.grace = grace
+        self.tick = tick
+        self._procs: dict[int, _Watched] = {}
+        self._lock = threading.Lock()
+        self._stop_all = False
+        self._thread = threading.Thread(target=self._loop, name="workrun-watchdog", daemon=True)
+        self._thread.start()
+
+    def watch(self, pid: int, deadline: float) -> _Watched:
+        """Register a process group leader with its deadline (epoch seconds); return its flags."""
+        watched = _Watched(deadline)
+        with self._lock:
+            self._procs[pid] = watched
+            if self._stop_all:
+                self._end(pid, watched, stopped=True)
+        return watched
+
+    def forget(self, pid: int) -> None:
+        """Unregister a process after it was reaped."""
+        with self._lock:
+            self._procs.pop(pid, None)
+
+    def stop_all(self) -> None:
+        """Stop every watched group now and any registered later (R-C9)."""
+        with self._lock:
+            self._stop_all = True
+            for pid, watched in list(self._procs.items()):
+                self._end(pid, watched, stopped=True)
+
+    def _end(self, pid: int, watched: _Watched, *, stopped: bool = False, timed_out: bool = False) -> None:
+        watched.stopped = watched.stopped or stopped
+        if watched.ending:
+            return
+        watched.timed_out = timed_out
+        watched.term_at = time.monotonic()
+        _signal_group(pid, signal.SIGTERM)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.tick)
+            now, mono = time.time(), time.monotonic()
+            with self._lock:
+                for pid, watched in list(self._procs.items()):
+                    if not watched.ending and now >= watched.deadline:
+                        self._end(pid, watched, timed_out=True)
+                    elif watched.term_at is not None and not watched.killed and mono - watched.term_at >= self.grace:
+                        watched.killed = True
+                        _signal_group(pid, signal.SIGKILL)
+
+
+def wait(proc: subprocess.Popen[bytes], watchdog: Watchdog, deadline: float) -> Outcome:
+    """Wait for a spawned process; the watchdog ends it at ``deadline`` (epoch seconds) or on stop."""
+    watched = watchdog.watch(proc.pid, deadline)
+    try:
+        code = proc.wait()
+    finally:
+        watchdog.forget(proc.pid)
+    if watched.ending:
+        # the leader is gone, but members of its group that ignore SIGTERM may not be: end them all now
+        kill_group(proc.pid, watchdog.grace)
+    return Outcome(exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+                   timed_out=watched.timed_out, stopped=watched.stopped)

@@ -1,0 +1,113 @@
+"""Templates in workflow fields: ``{{ inputs.NAME }}`` and ``{{ nodes.KEY.result.FIELD }}`` (R-W1, SPEC §9, §10)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from workrun.errors import ConfigError
+
+__all__ = ["REFERENCE", "TemplateValueError", "node_dependencies", "parse_inputs", "render", "template_refs"]
+
+_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+#: what a reference inside ``{{ }}`` may look like
+REFERENCE = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
+
+
+class TemplateValueError(ConfigError):
+    """Raised when a template refers to a value that is missing at run time (the node then fails)."""
+
+    def __init__(self, reference: str) -> None:
+        self.reference = reference
+        super().__init__(f"template {{{{ {reference} }}}} has no value")
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def template_refs(value: Any, path: str = "input") -> list[tuple[str, str]]:
+    """Return ``[(field path, reference)]`` for every ``{{ ... }}`` in ``value``."""
+    return [(p, m.group(1)) for p, s in _strings(value, path) for m in _TEMPLATE.finditer(s)]
+
+
+def _lookup(ref: str, context: dict[str, Any]) -> Any:
+    parts = ref.split(".")
+    try:
+        if parts[0] == "inputs":
+            return context["inputs"][parts[1]]
+        value: Any = context["nodes"][parts[1]]["result"]
+    except (KeyError, IndexError):
+        raise TemplateValueError(ref) from None
+    for part in parts[3:]:
+        if not isinstance(value, dict) or part not in value:
+            raise TemplateValueError(ref)
+        value = value[part]
+    return value
+
+
+def render(value: Any, context: dict[str, Any]) -> Any:
+    """Fill templates in ``value`` from ``{"inputs": {...}, "nodes": {key: {"result": ...}}}``.
+
+    A string that is exactly one template takes the referenced value as is
+    (numbers stay numbers); otherwise values are interpolated as text (JSON for
+    objects and lists).
+
+    Raises:
+        TemplateValueError: naming the reference, when a value is missing at run time.
+    """
+    if isinstance(value, dict):
+        return {k: render(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, context) for v in value]
+    if not isinstance(value, str):
+        return value
+    whole = _TEMPLATE.fullmatch(value.strip())
+    if whole:
+        return _lookup(whole.group(1), context)
+
+    def sub(m: re.Match[str]) -> str:
+        v = _lookup(m.group(1), context)
+        return v if isinstance(v, str) else json.dumps(v)
+
+    return _TEMPLATE.sub(sub, value)
+
+
+def parse_inputs(pairs: list[str]) -> dict[str, str]:
+    """Parse ``--input k=v`` options into a dict.
+
+    Raises:
+        ConfigError: for an item without ``=`` or with an empty key.
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected KEY=VALUE, got {pair!r}", field="--input")
+        out[key.strip()] = val
+    return out
+
+
+def node_dependencies(needs: list[str], templated: dict[str, Any]) -> list[str]:
+    """``needs`` plus every node referenced by a template (SPEC §10), in order, without duplicates.
+
+    Args:
+        needs: the node's ``needs``.
+        templated: the node's template-bearing fields by name (``NodeSpec.templated()``).
+    """
+    deps = list(needs)
+    for name, value in templated.items():
+        for _, ref in template_refs(value, name):
+            parts = ref.split(".")
+            if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
+                deps.append(parts[1])
+    return deps
