@@ -31,20 +31,23 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, cast
 
 from workrun.errors import ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
+from workrun.journal.base import SharedJournal
 from workrun.recovery import drive
 from workrun.runner import calldir
 from workrun.runner.base import Outcome
 from workrun.services import Reporter, Services, new_id
 
-__all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "drive_claimed", "holding", "lease_seconds", "needs_workers", "resume_shared"]
+__all__ = ["DEFAULT_LEASE", "Heartbeat", "OtherMachineCalls", "Worker", "drive_claimed", "holding", "lease_seconds",
+           "needs_workers", "resume_shared", "shared"]
 
 DEFAULT_LEASE = 30.0
 IDLE_POLL = 0.5  # seconds between claim attempts when nothing is claimable
@@ -67,6 +70,11 @@ def lease_seconds() -> float:
     if not value >= 1 or value == float("inf"):
         raise ConfigError(f"accepts a number of seconds >= 1; got {raw!r}", field="WORKRUN_LEASE")
     return value
+
+
+def shared(svc: Services) -> SharedJournal:
+    """The command's journal as a shared one (call :func:`needs_workers` first)."""
+    return cast(SharedJournal, svc.journal)
 
 
 def needs_workers(svc: Services) -> None:
@@ -102,7 +110,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self.on_lost = on_lost or _fail_stop
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         """Register the worker and start renewing."""
         self._journal = open_journal(self.data_dir, check=False)
         self._journal.register_worker(self.worker_id, self.host, os.getpid(), self.lease, time.time())
@@ -188,7 +196,7 @@ def _settling_for(svc: Services, claim: dict[str, Any]) -> Iterator[None]:
         yield
         return
     runner = svc.runner
-    svc.runner = OtherMachineCalls(runner)  # type: ignore[assignment]
+    svc.runner = OtherMachineCalls(runner)
     try:
         yield
     finally:
@@ -223,7 +231,7 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
             if claim:
                 break
             if not wait:
-                held = svc.journal.run_claim(run_id) or {}
+                held = shared(svc).run_claim(run_id) or {}
                 raise SchedulerBusyError(
                     f"worker {held.get('worker_id', '?')} (host {held.get('host', '?')}, pid {held.get('pid', '?')}) "
                     f"holds run {run_id}; wait for it or use --wait")
@@ -268,7 +276,7 @@ class Worker:
         svc = Services(self.data_dir, self.reporter, check=False)
         try:
             status = drive_claimed(svc, claim)
-            again = svc.journal.run_needs_work(claim["run_id"])  # e.g. environment unavailable: back off a little
+            again = shared(svc).run_needs_work(claim["run_id"])  # e.g. environment unavailable: back off a little
             self.beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             return status
         finally:
@@ -324,7 +332,7 @@ def resume_shared(svc: Services) -> list[str]:
             try:
                 drive_claimed(svc, claim)
             finally:
-                again = svc.journal.run_needs_work(claim["run_id"])
+                again = shared(svc).run_needs_work(claim["run_id"])
                 beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             handled.append(claim["run_id"])
     finally:

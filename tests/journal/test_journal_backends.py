@@ -128,7 +128,7 @@ def test_newer_schema_is_refused(journal, journal_backend, tmp_path):
     if journal_backend == "sqlite":
         journal._db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     else:
-        journal._db.execute("UPDATE workrun_schema SET version = %s", (len(MIGRATIONS) + 1,))
+        journal._exec("UPDATE workrun_schema SET version = %s", (len(MIGRATIONS) + 1,))
     with pytest.raises(JournalVersionError, match=f"version {len(MIGRATIONS) + 1} is newer"):
         open_journal(tmp_path)
 

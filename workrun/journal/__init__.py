@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workrun.errors import ConfigError
+from workrun import errors
 from workrun.journal.base import FAULT_POINTS, Journal
+from workrun.journal.postgres import PostgresJournal  # cheap: psycopg itself is imported only when used
 from workrun.journal.sqlite import SqliteJournal
 
-__all__ = ["FAULT_POINTS", "Journal", "SqliteJournal", "journal_url", "open_journal"]
+__all__ = ["FAULT_POINTS", "Journal", "PostgresJournal", "SqliteJournal", "journal_url", "open_journal"]
 
 
 def journal_url() -> str | None:
@@ -29,7 +30,7 @@ def journal_url() -> str | None:
         return None
     if value.startswith(("postgresql://", "postgres://")):
         return value
-    raise ConfigError("accepts `sqlite` (the default) or a `postgresql://…` URL; got "
+    raise errors.ConfigError("accepts `sqlite` (the default) or a `postgresql://…` URL; got "
                       f"{value.split('://')[0]!r}", field="WORKRUN_JOURNAL")
 
 
@@ -50,8 +51,6 @@ def open_journal(data_dir: Path, *, check: bool = True) -> Journal:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        raise ConfigError("a PostgreSQL journal needs psycopg 3: pip install 'workrun[postgres]'",
+        raise errors.ConfigError("a PostgreSQL journal needs psycopg 3: pip install 'workrun[postgres]'",
                           field="WORKRUN_JOURNAL") from None
-    from workrun.journal.postgres import PostgresJournal
-
     return PostgresJournal(url)

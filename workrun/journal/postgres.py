@@ -9,8 +9,9 @@ What it shares with the SQLite journal, and how:
 - **Statements.** The SQLite journal's intent-named methods are written in
   portable SQL with ``?`` placeholders; this class inherits them and runs each
   statement through :func:`to_pg` (``?`` -> ``%s``). Only what is not portable
-  is written here: connecting, transactions, migrations, upserts, and the
-  worker claims and snapshot store, which only a shared journal has.
+  is written here: connecting, transactions, migrations, and the worker claims
+  and snapshot store that only a shared journal has
+  (:class:`workrun.journal.base.SharedJournal`).
 - **Schema.** One migration list (``migrations.py``) for both backends, one
   version number; :func:`to_postgres` translates the DDL (``REAL`` -> ``DOUBLE
   PRECISION``, ``BLOB`` -> ``BYTEA``, ``AUTOINCREMENT`` -> ``BIGSERIAL``) and gives
@@ -34,9 +35,10 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from workrun import faults
 from workrun.errors import JournalError, JournalVersionError, StaleStatusError
@@ -69,7 +71,7 @@ def _row_factory(cursor: Any) -> Any:
 
     def make(values: Iterable[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, value in zip(names, values):
+        for name, value in zip(names, values, strict=True):
             if name == "rowid":
                 continue
             if name in _JSON_COLUMNS and isinstance(value, str):
@@ -101,8 +103,9 @@ class PostgresJournal(SqliteJournal):
         self.url = url
         self.path = Path(_redact(url))  # for messages: never the password
         self._lock = threading.RLock()
+        self._pg: Any = None  # psycopg.Connection; the SQLite parent's ``_db`` is never used here
         try:
-            self._db = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+            self._pg = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
             self._migrate()
         except psycopg.Error as exc:
             raise JournalError(f"cannot open the journal: {_first_line(exc)}", file=_redact(url)) from None
@@ -110,8 +113,8 @@ class PostgresJournal(SqliteJournal):
     # -- plumbing ---------------------------------------------------------
 
     def _version(self) -> int:
-        self._db.execute("CREATE TABLE IF NOT EXISTS workrun_schema (version INTEGER NOT NULL)")
-        row = self._db.execute("SELECT version FROM workrun_schema").fetchone()
+        self._pg.execute("CREATE TABLE IF NOT EXISTS workrun_schema (version INTEGER NOT NULL)")
+        row = self._pg.execute("SELECT version FROM workrun_schema").fetchone()
         return int(row["version"]) if row else 0
 
     def _migrate(self) -> None:
@@ -121,23 +124,23 @@ class PostgresJournal(SqliteJournal):
                 raise self._too_new(version)
             if version == len(MIGRATIONS):
                 return
-            with self._db.transaction():
-                self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            with self._pg.transaction():
+                self._pg.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 version = self._version()  # re-read under the lock: another worker may have migrated
                 if version > len(MIGRATIONS):
                     raise self._too_new(version)
                 for number in range(version, len(MIGRATIONS)):
                     for statement in MIGRATIONS[number].split(";"):
                         if statement.strip():
-                            self._db.execute(to_postgres(statement))
-                self._db.execute("DELETE FROM workrun_schema")
-                self._db.execute("INSERT INTO workrun_schema (version) VALUES (%s)", (len(MIGRATIONS),))
+                            self._pg.execute(to_postgres(statement))
+                self._pg.execute("DELETE FROM workrun_schema")
+                self._pg.execute("INSERT INTO workrun_schema (version) VALUES (%s)", (len(MIGRATIONS),))
 
     def _version_quiet(self) -> int | None:
-        row = self._db.execute("SELECT to_regclass('workrun_schema') AS t").fetchone()
+        row = self._pg.execute("SELECT to_regclass('workrun_schema') AS t").fetchone()
         if row["t"] is None:
             return 0
-        got = self._db.execute("SELECT version FROM workrun_schema").fetchone()
+        got = self._pg.execute("SELECT version FROM workrun_schema").fetchone()
         return int(got["version"]) if got else 0
 
     def _too_new(self, version: int) -> JournalVersionError:
@@ -157,10 +160,10 @@ class PostgresJournal(SqliteJournal):
         psycopg = self._psycopg
         with self._lock:
             try:
-                with self._db.transaction():
+                with self._pg.transaction():
                     for table, key, new, seen in checks:  # the state machine, on the locked row
                         where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
-                        row = self._db.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE",
+                        row = self._pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE",
                                                key).fetchone()
                         if row is None:
                             continue
@@ -170,7 +173,7 @@ class PostgresJournal(SqliteJournal):
                                 "nothing was written: look again and retry the action", file=str(self.path))
                         check(table, key, row["status"], new)
                     for sql, params in statements:
-                        self._db.execute(to_pg(sql), params)
+                        self._pg.execute(to_pg(sql), params)
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
                                    "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
@@ -181,7 +184,7 @@ class PostgresJournal(SqliteJournal):
         psycopg = self._psycopg
         with self._lock:
             try:
-                return self._db.execute(to_pg(sql), params).fetchall()
+                return self._pg.execute(to_pg(sql), params).fetchall()
             except psycopg.Error as exc:
                 raise JournalError(f"journal read failed: {_first_line(exc)}", file=str(self.path)) from None
 
@@ -190,8 +193,8 @@ class PostgresJournal(SqliteJournal):
         psycopg = self._psycopg
         with self._lock:
             try:
-                with self._db.transaction():
-                    cur = self._db.execute(sql, params)
+                with self._pg.transaction():
+                    cur = self._pg.execute(sql, params)
                     return cur.fetchall() if cur.description else []
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
@@ -199,21 +202,7 @@ class PostgresJournal(SqliteJournal):
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
-            self._db.close()
-
-    # -- statements that are not portable -----------------------------------
-
-    def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
-        """Record ``state = sending`` before a message is sent (an upsert: a resumed node sends again)."""
-        row = {"run_id": run_id, "node_key": node_key, "url": url, "task_id": None, "context_id": None,
-               "state": "sending", "updated_at": at}
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in row if c not in _KEYS["remote_tasks"])
-        # every other column back to its default, as SQLite's INSERT OR REPLACE does
-        sets += ", cancel_status = NULL, cancel_answer = NULL, cancel_at = NULL"
-        self._tx([(f"INSERT INTO remote_tasks ({cols}) VALUES ({marks}) "
-                   f"ON CONFLICT (run_id, node_key) DO UPDATE SET {sets}", tuple(row.values()))], "remote.intent")
+            self._pg.close()
 
     # -- workers and run claims (R-S2) ---------------------------------------
 
@@ -279,8 +268,8 @@ class PostgresJournal(SqliteJournal):
         cond = "r.run_id = %(run_id)s" if run_id else self._NEEDS_WORK
         with self._lock:
             try:
-                with self._db.transaction():
-                    rows = self._db.execute(
+                with self._pg.transaction():
+                    rows = self._pg.execute(
                         f"SELECT r.run_id FROM runs r WHERE {cond} AND NOT EXISTS (SELECT 1 FROM run_claims k "
                         "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) "
                         "ORDER BY r.created_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
@@ -288,10 +277,10 @@ class PostgresJournal(SqliteJournal):
                     if not rows:
                         return None
                     rid = rows[0]["run_id"]
-                    before = self._db.execute(
+                    before = self._pg.execute(
                         "SELECT k.worker_id, k.lease_until, k.claimed_at, w.host FROM run_claims k LEFT JOIN workers w "
                         "USING (worker_id) WHERE k.run_id = %s FOR UPDATE OF k", (rid,)).fetchone()
-                    got = self._db.execute(
+                    got = self._pg.execute(
                         "INSERT INTO run_claims (run_id, worker_id, lease_until, claimed_at) "
                         "VALUES (%(rid)s, %(me)s, %(until)s, %(now)s) ON CONFLICT (run_id) DO UPDATE SET "
                         "worker_id = EXCLUDED.worker_id, lease_until = EXCLUDED.lease_until, "
@@ -333,15 +322,15 @@ class PostgresJournal(SqliteJournal):
         psycopg = self._psycopg
         with self._lock:
             try:
-                with self._db.transaction():
-                    have = {r["digest"] for r in self._db.execute(
+                with self._pg.transaction():
+                    have = {r["digest"] for r in self._pg.execute(
                         "SELECT digest FROM snapshot_objects WHERE digest = ANY(%s)",
                         (list(manifest["files"].values()),)).fetchall()}
                     for digest in dict.fromkeys(manifest["files"].values()):
                         if digest not in have:
-                            self._db.execute("INSERT INTO snapshot_objects (digest, data) VALUES (%s, %s) "
+                            self._pg.execute("INSERT INTO snapshot_objects (digest, data) VALUES (%s, %s) "
                                              "ON CONFLICT DO NOTHING", (digest, read(digest)))
-                    self._db.execute("INSERT INTO snapshots (snapshot, manifest, created_at) VALUES (%s, %s, %s) "
+                    self._pg.execute("INSERT INTO snapshots (snapshot, manifest, created_at) VALUES (%s, %s, %s) "
                                      "ON CONFLICT DO NOTHING", (snapshot, json.dumps(manifest), now))
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
