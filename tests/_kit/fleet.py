@@ -96,16 +96,18 @@ def write_workflow(root: Path, shape: str, project: Path, *, comp_sleep: dict[st
 def submit(workflows: dict[str, Path], count: int) -> list[str]:
     """Record ``count`` runs alternating the shapes (in this process, on ``WORKRUN_JOURNAL``); return their ids."""
     from workrun.engine import create_run
+    from workrun.nodes import default_executors
     from workrun.services import Services
     from workrun.workflow import load_workflow
 
+    executors = default_executors()
     svc = Services(check=False)
     ids = []
     try:
         shapes = sorted(workflows)
         for i in range(count):
             shape = shapes[i % len(shapes)]
-            spec, inputs = load_workflow(workflows[shape], {"run": f"r{i}"})
+            spec, inputs = load_workflow(workflows[shape], {"run": f"r{i}"}, executors)
             ids.append(create_run(svc, spec, inputs))
     finally:
         svc.close()

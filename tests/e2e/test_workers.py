@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 from _kit import fleet
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def shared(pg_url, monkeypatch, tmp_path):
