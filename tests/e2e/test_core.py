@@ -243,7 +243,7 @@ def test_two_branches_reverse_order(workrun, write_workflow, marker_project, tmp
 def test_failing_compensation_holds_back_dependency_not_branch(workrun, write_workflow, make_project, tmp_path,
                                                              journal_backend):
     """R-C4: publish's compensation fails -> upload blocked (reason names it); notify still compensated."""
-    from tests.conftest import MARKER_APP, MARKER_COMPENSATE, MARKER_MAIN
+    from _kit.apps import MARKER_APP, MARKER_COMPENSATE, MARKER_MAIN
 
     proj = make_project("m2", MARKER_APP.replace("backoff = 0.05", "backoff = 0.01, max_retries = 1"),
                         {"main.py": MARKER_MAIN, "compensate.py": MARKER_COMPENSATE})

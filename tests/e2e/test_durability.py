@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from _kit.processes import current_view, op_running, spawn_cli, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,44 +59,10 @@ def logs(tmp_path):
     return {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
 
 
-def spawn_cli(*args, env):
-    return subprocess.Popen([sys.executable, "-m", "workrun", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-
-
-def wait_for(predicate, timeout=30.0, what="condition", proc=None):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"workrun exited {proc.returncode} while waiting for {what}: {proc.communicate()}")
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    detail = ""
-    if proc is not None:
-        proc.kill()
-        detail = str(proc.communicate())
-    raise AssertionError(f"timed out waiting for {what}: {detail}")
-
-
 def lease_passes(journal_backend):
     """On a shared journal a killed runner's run claim is taken over only once its lease passed (R-S2)."""
     if journal_backend == "postgres":
         time.sleep(float(os.environ["WORKRUN_LEASE"]) + 0.5)
-
-
-def current_view(workrun):
-    runs = workrun("runs", "list", "--json").json()
-    if not runs:
-        return None
-    return workrun("runs", "show", runs[0]["run_id"], "--json").json()
-
-
-def op_running(workrun, node):
-    view = current_view(workrun)
-    return view if view and any(o["node_key"] == node and o["status"] == "running" for o in view["operations"]) \
-        else None
 
 
 def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sleep=0.0):
@@ -122,7 +87,7 @@ def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sl
 def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_workflow, slow_project, logs,
                                                             journal_backend):
     """R-R3: the App outlives the runner; its result is recovered on resume, not marked unknown."""
-    sleep = 1.5 if journal_backend == "sqlite" else 4.0  # reading a remote journal takes longer to poll
+    sleep = 1.5
     wf = two_node_workflow(write_workflow, slow_project, sleep=sleep)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
@@ -146,7 +111,7 @@ def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_work
 def test_resume_waits_for_live_orphan(workrun, write_workflow, slow_project, logs, journal_backend):
     """SPEC §10: a live orphaned process group is waited for before its outcome is decided."""
     # on a shared journal the App must outlive the killed runner's lease too
-    wf = two_node_workflow(write_workflow, slow_project, sleep=2.5 if journal_backend == "sqlite" else 7)
+    wf = two_node_workflow(write_workflow, slow_project, sleep=2.5 if journal_backend == "sqlite" else 6)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)

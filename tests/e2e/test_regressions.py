@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.test_durability import op_running, spawn_cli, wait_for
+from _kit.processes import op_running, spawn_cli, wait_for
 
 STUBBORN = """
 [tool.workrun.apps.stubborn]
