@@ -29,7 +29,7 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("WORKRUN_GRACE", "1")
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    for var in ("VIRTUAL_ENV", "WORKRUN_FAULT", "WORKRUN_CONCURRENCY"):
+    for var in ("VIRTUAL_ENV", "WORKRUN_FAULT", "WORKRUN_CONCURRENCY", "WORKRUN_JOURNAL", "WORKRUN_LEASE"):
         monkeypatch.delenv(var, raising=False)
     return home
 
@@ -118,3 +118,41 @@ def marker_project(make_project: Callable[..., Path]) -> Path:
     Input knobs: ``name``, ``sleep`` (s), ``fail`` (exit 3), ``comp_sleep``, ``comp_fail`` (exit 4).
     """
     return make_project("marker", MARKER_APP, {"main.py": MARKER_MAIN, "compensate.py": MARKER_COMPENSATE})
+
+
+# A real PostgreSQL server (R-S5) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the session (tests/_kit/pg.py); skips with how to install when absent."""
+    from _kit.pg import PgServer, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    server = PgServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_server) -> Any:
+    """A fresh, empty database on the session's server: its ``postgresql://`` URL."""
+    url = postgres_server.new_database()
+    yield url
+    postgres_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test on each journal backend: SQLite (default) and PostgreSQL (``WORKRUN_JOURNAL``)."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+        monkeypatch.setenv("WORKRUN_JOURNAL", url)
+        monkeypatch.setenv("WORKRUN_LEASE", "3")  # a killed runner's claim passes to the next one quickly
+    else:
+        monkeypatch.delenv("WORKRUN_JOURNAL", raising=False)
+    return request.param

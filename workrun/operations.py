@@ -89,7 +89,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     if app.compensation is not None and app.compensation.entry is not None and app.compensation.code == "snapshot" \
             and not standalone:  # a reverse action (compensation.http) runs no code: nothing to snapshot
         try:
-            snapshot = take(svc.data_dir, project, fp)
+            snapshot = take(svc.data_dir, project, fp, svc.journal)
         except ValueError as exc:
             refused = str(exc)
     row = {
@@ -252,7 +252,7 @@ def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str |
     project = Path(op["project"])
     if op.get("snapshot"):
         try:
-            return materialize(svc.data_dir, op["snapshot"]), None
+            return materialize(svc.data_dir, op["snapshot"], svc.journal), None
         except (OSError, ValueError, KeyError) as exc:  # removed by hand: block, never crash the scheduler
             return project, (f"code snapshot {op['snapshot'][:12]} is missing from the data dir ({exc}); "
                              "`--accept-code-change` runs today's project instead")

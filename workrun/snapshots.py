@@ -7,6 +7,10 @@ are copied into a content-addressed store in the data dir:
 from a tree materialised from that manifest, in an environment synced from the
 snapshot's own ``uv.lock`` offline (from uv's cache). ``workrun gc`` removes
 snapshots that no unfinished compensation needs.
+
+On a shared journal (PostgreSQL, R-S4) the manifest and objects are also
+stored in the database (``journal.put_snapshot``), so a worker on another
+machine materialises the snapshot from there into its own data dir.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +34,24 @@ def max_bytes() -> int:
     return settings.current().snapshot_max_bytes
 
 
-def take(data_dir: Path, project: Path, fp: Fingerprint) -> str:
+def _shared(journal: Any) -> Any:
+    """The journal when it stores snapshots for other machines (R-S4), else None."""
+    return journal if journal is not None and hasattr(journal, "put_snapshot") else None
+
+
+def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) -> str:
     """Store the project's fingerprinted files; return the snapshot id (the fingerprint digest).
+
+    Args:
+        journal: when it is a shared journal (R-S4), the snapshot is stored in its database too.
 
     Raises:
         ValueError: the files add up to more than :func:`max_bytes` (the call then fails before it starts).
+        JournalError: the shared journal cannot store it.
     """
     manifest = data_dir / "snapshots" / f"{fp.digest}.json"
     if manifest.is_file():
+        _publish(data_dir, fp.digest, _shared(journal))
         return fp.digest
     size = sum((project / rel).stat().st_size for rel in fp.files)
     if size > max_bytes():
@@ -54,18 +69,53 @@ def take(data_dir: Path, project: Path, fp: Fingerprint) -> str:
     tmp = manifest.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps({"files": fp.files, "project": str(project)}))
     os.replace(tmp, manifest)
+    _publish(data_dir, fp.digest, _shared(journal))
     return fp.digest
 
 
-def materialize(data_dir: Path, snapshot: str) -> Path:
+def _publish(data_dir: Path, snapshot: str, journal: Any) -> None:
+    """Copy a local snapshot into the shared journal's database, once (R-S4)."""
+    if journal is None or journal.has_snapshot(snapshot):
+        return
+    manifest = json.loads((data_dir / "snapshots" / f"{snapshot}.json").read_text())
+    journal.put_snapshot(snapshot, manifest, lambda digest: (data_dir / "objects" / digest[:2] / digest).read_bytes(),
+                         time.time())
+
+
+def _fetch(data_dir: Path, snapshot: str, journal: Any) -> None:
+    """Bring a snapshot from the shared journal's database into this data dir (R-S4)."""
+    manifest = journal.snapshot_manifest(snapshot)
+    if manifest is None:
+        raise FileNotFoundError(f"snapshot {snapshot[:12]} is neither in {data_dir} nor in the shared journal")
+    for digest in dict.fromkeys(manifest["files"].values()):
+        target = data_dir / "objects" / digest[:2] / digest
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(journal.snapshot_object(digest))
+            os.replace(tmp, target)
+    path = data_dir / "snapshots" / f"{snapshot}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(manifest))
+    os.replace(tmp, path)
+
+
+def materialize(data_dir: Path, snapshot: str, journal: Any = None) -> Path:
     """Return a directory holding the snapshot's files (built once, then reused).
+
+    Args:
+        journal: a shared journal to fetch the snapshot from when this data dir lacks it (R-S4).
 
     Raises:
         FileNotFoundError: when the snapshot was removed (e.g. by a manual delete).
+        KeyError: a stored object is missing from the shared journal.
     """
     tree = data_dir / "snapshot-trees" / snapshot
     if (tree / ".complete").exists():
         return tree
+    if not (data_dir / "snapshots" / f"{snapshot}.json").is_file() and _shared(journal) is not None:
+        _fetch(data_dir, snapshot, journal)
     files = json.loads((data_dir / "snapshots" / f"{snapshot}.json").read_text())["files"]
     tmp = tree.with_name(f".{snapshot}.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

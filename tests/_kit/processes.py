@@ -51,14 +51,24 @@ def op_running(workrun: Callable[..., Any], node: str) -> dict[str, Any] | None:
     Reads the journal file directly (a read-only query takes milliseconds, a CLI call about a second on a
     loaded machine), so a short-lived call is not missed between two polls.
     """
+    sql = "SELECT run_id FROM operations WHERE node_key = ? AND status = 'running' AND run_id IS NOT NULL"
+    url = os.environ.get("WORKRUN_JOURNAL", "")
+    if url.startswith("postgres"):  # a shared journal (R-S1): the same query on the server
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            try:
+                got = conn.execute(sql.replace("?", "%s"), (node,)).fetchone()
+            except psycopg.errors.UndefinedTable:  # not migrated yet
+                return None
+        return {"run_id": got[0]} if got else None
     path = Path(os.environ["WORKRUN_HOME"]) / "journal.sqlite3"
     if not path.exists():
         return None
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
         try:
-            row = db.execute("SELECT run_id FROM operations WHERE node_key = ? AND status = 'running' "
-                             "AND run_id IS NOT NULL", (node,)).fetchone()
+            row = db.execute(sql, (node,)).fetchone()
         finally:
             db.close()
     except sqlite3.OperationalError:  # created but not migrated yet

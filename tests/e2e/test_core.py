@@ -224,7 +224,7 @@ def _branches(write_workflow, proj, *, publish_comp_fail=False):
     """)
 
 
-def test_two_branches_reverse_order(workrun, write_workflow, marker_project, tmp_path):
+def test_two_branches_reverse_order(workrun, write_workflow, marker_project, tmp_path, journal_backend):
     """R-C3: publish depends on upload, so upload's compensation starts after publish's succeeded."""
     log = tmp_path / "log.jsonl"
     res = workrun("run", _branches(write_workflow, marker_project), "--json", env={"TEST_LOG": str(log)})
@@ -240,7 +240,8 @@ def test_two_branches_reverse_order(workrun, write_workflow, marker_project, tmp
     assert names.index("publish") < names.index("upload")
 
 
-def test_failing_compensation_holds_back_dependency_not_branch(workrun, write_workflow, make_project, tmp_path):
+def test_failing_compensation_holds_back_dependency_not_branch(workrun, write_workflow, make_project, tmp_path,
+                                                             journal_backend):
     """R-C4: publish's compensation fails -> upload blocked (reason names it); notify still compensated."""
     from _kit.apps import MARKER_APP, MARKER_COMPENSATE, MARKER_MAIN
 

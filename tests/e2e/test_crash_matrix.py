@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -120,11 +121,30 @@ MATRIX = [pytest.param("fork", shape, id=f"fork-{shape}") for shape in sorted(SH
 @pytest.mark.parametrize(("launcher", "shape"), MATRIX)
 @pytest.mark.parametrize("point", POINTS)
 def test_kill_at_point_then_resume(workrun, write_workflow, crash_project, tmp_path, launcher, shape, point):
+    _kill_then_resume(workrun, write_workflow, crash_project, tmp_path, shape, point, launcher=launcher)
+
+
+# a subset of the points (each case waits out a lease): one per phase, plus right after the claim
+@pytest.mark.parametrize("point", ["run.created", "op.started", "node.finished", "run.failed", "attempt.started",
+                                   "attempt.finished@2", "run.claimed"])
+def test_kill_at_point_then_resume_on_postgres(workrun, write_workflow, crash_project, tmp_path, point, pg_url,
+                                               monkeypatch):
+    """The same on a shared PostgreSQL journal (R-S1, R-S2): the killed runner's run claim passes to
+    ``resume`` once its lease has passed (``run.claimed``: killed right after claiming)."""
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    monkeypatch.setenv("WORKRUN_LEASE", "2")
+    _kill_then_resume(workrun, write_workflow, crash_project, tmp_path, "diamond", point,
+                      after_kill=lambda: time.sleep(2.5))
+
+
+def _kill_then_resume(workrun, write_workflow, crash_project, tmp_path, shape, point, after_kill=lambda: None,
+                      launcher="fork"):
     calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
     env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps), "WORKRUN_LAUNCH": launcher}
     wf = _workflow(write_workflow, crash_project, shape)
     first = workrun("run", wf, "--json", env={**env, "WORKRUN_FAULT": point})
     assert first.code == -signal.SIGKILL, f"fault point {point} was not reached: {first}"
+    after_kill()
     for _ in range(2):
         res = workrun("resume", "--json", env=env)
         assert res.code in (0, 1), res

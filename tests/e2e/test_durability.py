@@ -59,6 +59,12 @@ def logs(tmp_path):
     return {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
 
 
+def lease_passes(journal_backend):
+    """On a shared journal a killed runner's run claim is taken over only once its lease passed (R-S2)."""
+    if journal_backend == "postgres":
+        time.sleep(float(os.environ["WORKRUN_LEASE"]) + 0.5)
+
+
 def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sleep=0.0):
     return write_workflow("two", f"""
         [nodes.first]
@@ -78,20 +84,23 @@ def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sl
     """)
 
 
-def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_workflow, slow_project, logs):
+def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_workflow, slow_project, logs,
+                                                            journal_backend):
     """R-R3: the App outlives the runner; its result is recovered on resume, not marked unknown."""
-    wf = two_node_workflow(write_workflow, slow_project, sleep=1.5)
+    sleep = 1.5
+    wf = two_node_workflow(write_workflow, slow_project, sleep=sleep)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(2.0)  # the App finishes while no runner is alive
+    time.sleep(sleep + 0.5)  # the App finishes while no runner is alive
+    lease_passes(journal_backend)
     assert Path(logs["CALL_LOG"]).read_text().split() == ["first", "second"]
     res = workrun("resume", "--json", env=logs)
     assert res.code == 0, res
     view = workrun("runs", "show", view["run_id"], "--json").json()
     second = next(o for o in view["operations"] if o["node_key"] == "second")
-    assert second["status"] == "succeeded" and second["result"] == {"name": "second", "slept": 1.5}
+    assert second["status"] == "succeeded" and second["result"] == {"name": "second", "slept": sleep}
     assert view["status"] == "failed"
     assert [o["compensation"]["status"] for o in view["operations"] if o["status"] == "succeeded"] == \
         ["succeeded", "succeeded"]
@@ -99,13 +108,15 @@ def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_work
     assert len(Path(logs["COMP_LOG"]).read_text().split()) == 2
 
 
-def test_resume_waits_for_live_orphan(workrun, write_workflow, slow_project, logs):
+def test_resume_waits_for_live_orphan(workrun, write_workflow, slow_project, logs, journal_backend):
     """SPEC §10: a live orphaned process group is waited for before its outcome is decided."""
-    wf = two_node_workflow(write_workflow, slow_project, sleep=2.5)
+    # on a shared journal the App must outlive the killed runner's lease too
+    wf = two_node_workflow(write_workflow, slow_project, sleep=2.5 if journal_backend == "sqlite" else 6)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    lease_passes(journal_backend)
     res = workrun("resume", "--json", env=logs)  # starts while the App still runs
     assert res.code == 0, res
     view = workrun("runs", "show", view["run_id"], "--json").json()

@@ -13,7 +13,8 @@ from workrun.cli.output import CliReporter, console, print_json, run_table
 from workrun.lock import SchedulerLock
 from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "run_claim", "scheduling",
+           "shared_journal"]
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
@@ -53,7 +54,10 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
         SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
     """
     svc = Services(reporter=CliReporter(quiet=json_mode))
-    lock = SchedulerLock(svc.data_dir, wait=wait).acquire()
+    shared = shared_journal()
+    if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
+        resume_first = False
+    lock = None if shared else SchedulerLock(svc.data_dir, wait=wait).acquire()
     previous: dict[int, Any] = {}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -78,7 +82,8 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        lock.release()
+        if lock is not None:
+            lock.release()
         svc.close()
 
 
@@ -102,3 +107,31 @@ def finish_run(svc: Services, run_id: str, json_mode: bool) -> int:
                               f"`workrun tickets resume {t['ticket_id']}` or `workrun tickets terminate "
                               f"{t['ticket_id']}`")
     return EXIT.get(view["status"], 1)
+
+
+def shared_journal() -> bool:
+    """True when the journal is shared by workers (``WORKRUN_JOURNAL=postgresql://…``, R-S1).
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_JOURNAL`` (exit 2).
+    """
+    from workrun.journal import journal_url
+
+    return journal_url() is not None
+
+
+@contextmanager
+def run_claim(svc: Services, run_id: str, wait: bool) -> Iterator[None]:
+    """Hold the run's claim while a command schedules it on a shared journal (no-op on SQLite, whose
+    file lock already makes this command the only scheduler).
+
+    Raises:
+        SchedulerBusyError: a live worker holds the run and ``wait`` is False (exit 3).
+    """
+    if not shared_journal():
+        yield
+        return
+    from workrun.workers import holding
+
+    with holding(svc, run_id, wait=wait):
+        yield

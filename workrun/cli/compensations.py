@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
+from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling
 from workrun.cli.output import compensation_table, console, print_json, styled
 from workrun.errors import UsageError
 from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
@@ -101,10 +101,11 @@ def retry(compensation_id: str = IdArg,
     from workrun import operator
 
     with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
-        ro.journal.compensation(compensation_id)
+        run_id = ro.journal.compensation(compensation_id)["run_id"]
     with scheduling(json_mode, wait) as svc:
         t0 = svc.now()
-        c = operator.retry(svc, compensation_id, accept_code_change=accept_code_change)
+        with run_claim(svc, run_id, wait):
+            c = operator.retry(svc, compensation_id, accept_code_change=accept_code_change)
         handled = [_full(svc.journal, x) for x in svc.journal.compensations(c["run_id"])
                    if x["compensation_id"] == c["compensation_id"] or x["updated_at"] >= t0
                    or any(a["started_at"] >= t0 for a in svc.journal.attempts(x["compensation_id"]))]

@@ -27,7 +27,7 @@ from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
-from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, scheduling
+from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, run_claim, scheduling, shared_journal
 from workrun.cli.output import console, print_error, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
@@ -82,7 +82,8 @@ def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run
         if rerun_of:
             _audit_run(svc, rerun_of, "rerun", {"new_run": run_id})
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
-        drive(svc, run_id, executors)
+        with run_claim(svc, run_id, wait=True):  # shared journal: driven here, as a worker would (R-S3)
+            drive(svc, run_id, executors)
         code = finish_run(svc, run_id, json_mode)
         return 130 if svc.stopping() else code
 
@@ -93,16 +94,20 @@ def run(
     input: List[str] = typer.Option([], "--input", "-i", help="Run input KEY=VALUE (repeatable)."),
     eval_run: bool = typer.Option(False, "--eval", help="Evaluation run: never compensated (R-W6)."),
     yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
+    submit: bool = typer.Option(False, "--submit", help="Only record the run for workers (`workrun worker`) and "
+                                "print its id; needs WORKRUN_JOURNAL=postgresql://… (R-S3)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
-    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130."""
+    """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130 (0 with --submit)."""
     from workrun.nodes import default_executors
     from workrun.templates import parse_inputs
     from workrun.workflow import load_workflow
 
     executors = default_executors()
     spec, inputs = load_workflow(workflow, parse_inputs(input), executors)
+    if submit:
+        _submit(spec, inputs, eval_run, json_mode)
     raise typer.Exit(_start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=eval_run,
                                 rerun_of=None, note=" (evaluation run)" if eval_run else "", executors=executors))
 
@@ -158,7 +163,7 @@ def stop(
             raise typer.Exit(0)
         svc.journal.request_stop(rid)
         _audit_run(svc, rid, "stop", {})
-        lock = SchedulerLock(svc.data_dir)
+        lock = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(svc.data_dir)
         try:
             lock.acquire()
         except WorkrunError:
@@ -178,13 +183,43 @@ def stop(
     raise typer.Exit(0)
 
 
+class _StopClaim:
+    """``stop`` on a shared journal: the run's claim plays the scheduler lock's part (R-S2)."""
+
+    def __init__(self, svc, run_id: str) -> None:
+        from workrun.workers import Heartbeat, lease_seconds
+
+        self.svc, self.run_id = svc, run_id
+        self.beat = Heartbeat(svc.data_dir, lease_seconds())
+
+    def acquire(self) -> None:
+        from workrun.errors import SchedulerBusyError
+
+        self.beat.start()
+        if not self.beat.claim(self.svc.journal, self.run_id):
+            self.beat.stop()
+            raise SchedulerBusyError("held by a worker")
+
+    def holder(self) -> dict:
+        return self.svc.journal.run_claim(self.run_id) or {}
+
+    def release(self) -> None:
+        self.beat.release(self.svc.journal, self.run_id)
+        self.beat.stop()
+
+
 @app.command()
 def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Continue every unfinished run and compensation in the data dir (R-R1); exit 0 if all ended well."""
     from workrun.recovery import resume_all
 
     with scheduling(json_mode, wait, resume_first=False) as svc:
-        handled = resume_all(svc)
+        if shared_journal():  # claim runs one by one, like a worker that ends when nothing is left (R-S2)
+            from workrun.workers import resume_shared
+
+            handled = resume_shared(svc)
+        else:
+            handled = resume_all(svc)
         views = [run_view(svc.journal, r) for r in handled]
         # SPEC §10: 0 when every compensation it handled ended succeeded or skipped
         ok = all(op["compensation"]["status"] in COMPENSATION_DONE
@@ -228,7 +263,8 @@ def compensate(
             svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
                                                    "action": "compensate", "args": {}})
             svc.say(rid, None, "info", f"compensation of {run['status']} run {rid} requested by {actor()}")
-        compensate_now(svc, rid)
+        with run_claim(svc, rid, wait):
+            compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
         ok = all(c["status"] in COMPENSATION_DONE for c in comps)
@@ -249,6 +285,60 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what woul
         removed, kept = snapshots_gc(svc, dry_run=dry_run)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
     raise typer.Exit(0)
+
+
+def _submit(spec, inputs: dict, eval_run: bool, json_mode: bool) -> None:
+    """``run --submit``: record the run for workers, print its id, exit 0 (R-S3)."""
+    from workrun.engine import create_run
+    from workrun.workers import needs_workers
+
+    with reading(json_mode) as svc:
+        needs_workers(svc)
+        run_id = create_run(svc, spec, inputs, eval_run=eval_run)
+        svc.journal.add_message(run_id, None, "info", f"run {run_id} of {spec.name} submitted for workers")
+    if json_mode:
+        print_json({"run_id": run_id, "workflow": spec.name, "status": "running"})
+    else:
+        console.print(run_id)
+    raise typer.Exit(0)
+
+
+@app.command()
+def worker(
+    concurrency: int = typer.Option(2, "--concurrency", "-c", min=1, max=64, help="Runs driven at once."),
+    idle_exit: Optional[float] = typer.Option(None, "--idle-exit", min=0,
+                                              help="End after this many seconds with nothing to claim."),
+) -> None:
+    """Claim and drive runs from a shared journal (WORKRUN_JOURNAL=postgresql://…) until stopped (R-S2).
+
+    Ctrl-C or SIGTERM: claim nothing new and end after the runs in hand; a second one ends at once
+    (claims then pass to other workers when the lease, WORKRUN_LEASE seconds, has passed).
+    """
+    import os
+    import signal
+
+    from workrun.cli.output import CliReporter
+    from workrun.workers import Worker, lease_seconds, needs_workers
+
+    lease = lease_seconds()
+    with reading() as svc:
+        needs_workers(svc)
+        data_dir = svc.data_dir
+    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False),
+               idle_exit=idle_exit)
+
+    def on_signal(signum: int, frame: object) -> None:
+        if w.draining.is_set():
+            os._exit(130)
+        console.print(f"worker {w.worker_id}: ending after the runs in hand (again to end now)")
+        w.draining.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    console.print(f"worker {w.worker_id} (concurrency {concurrency}, lease {lease:g} s) on the shared journal")
+    code = w.run()
+    console.print(f"worker {w.worker_id}: drove {w.driven} run(s)")
+    raise typer.Exit(code)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -1,10 +1,52 @@
-"""The journal: durable record of runs, operations and compensations (R-J1..R-J4).
+"""The journal: durable record of runs, operations and compensations (R-J1..R-J4, R-S1).
 
 :class:`Journal` is the contract (``base.py``); :class:`SqliteJournal` the SQLite backend
-that holds all of its SQL (``sqlite.py``); ``migrations.py`` its schema steps.
+that holds all of its SQL (``sqlite.py``); :class:`~workrun.journal.postgres.PostgresJournal`
+the shared backend on PostgreSQL (``postgres.py``, R-S1); ``migrations.py`` their schema
+steps. :func:`open_journal` picks one from ``WORKRUN_JOURNAL``.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from workrun import errors, settings
 from workrun.journal.base import FAULT_POINTS, Journal
+from workrun.journal.postgres import PostgresJournal  # cheap: psycopg itself is imported only when used
 from workrun.journal.sqlite import SqliteJournal
 
-__all__ = ["FAULT_POINTS", "Journal", "SqliteJournal"]
+__all__ = ["FAULT_POINTS", "Journal", "PostgresJournal", "SqliteJournal", "journal_url", "open_journal"]
+
+
+def journal_url() -> str | None:
+    """The PostgreSQL URL from ``WORKRUN_JOURNAL``, or None for the embedded SQLite journal (R-S1).
+
+    Checked by :mod:`workrun.settings` with every other ``WORKRUN_*`` setting.
+
+    Raises:
+        ConfigError: the variable is set to something else than ``sqlite`` or a ``postgresql://`` URL (exit 2).
+    """
+    return settings.current().journal_url
+
+
+def open_journal(data_dir: Path, *, check: bool = True, read_only: bool = False) -> Journal:
+    """Open (and migrate) the journal ``WORKRUN_JOURNAL`` selects: SQLite in ``data_dir`` or PostgreSQL.
+
+    Args:
+        data_dir: the data directory (holds the SQLite file).
+        check: run SQLite's integrity check on open.
+        read_only: open the SQLite journal read-only (a data directory this user cannot write).
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_JOURNAL``, or a PostgreSQL URL without psycopg installed (exit 2).
+        JournalError, JournalVersionError: as the backend's constructor.
+    """
+    url = journal_url()
+    if url is None:
+        return SqliteJournal(data_dir / "journal.sqlite3", check=check, read_only=read_only)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise errors.ConfigError("a PostgreSQL journal needs psycopg 3: pip install 'workrun[postgres]'",
+                          field="WORKRUN_JOURNAL") from None
+    return PostgresJournal(url)

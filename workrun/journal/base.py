@@ -22,10 +22,10 @@ Column sets of the rows are those of ``workrun/journal/migrations.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["FAULT_POINTS", "Journal", "Row"]
+__all__ = ["FAULT_POINTS", "Journal", "Row", "SharedJournal"]
 
 Row = dict[str, Any]
 
@@ -398,3 +398,48 @@ class Journal(Protocol):
     def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[Row], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
         oldest first within a status; at most ``limit`` rows, and how many match in all."""
+
+
+class SharedJournal(Journal, Protocol):
+    """A journal many workers share (PostgreSQL, R-S1..R-S4): run claims with leases, and code snapshots.
+
+    A claim is one run: ``claim_run`` picks, with ``SELECT … FOR UPDATE SKIP LOCKED``, the oldest run that
+    needs work and has no live claim (or the given run), records ``(worker_id, lease_until)`` and returns
+    ``{run_id, previous_worker, previous_host, takeover}``; of racing claimers exactly one wins. A live
+    claim is never claimed again, not even by its holder. Times are epoch seconds; ``lease`` is seconds.
+    """
+
+    supports_workers: bool
+
+    def register_worker(self, worker_id: str, host: str, pid: int, lease: float, now: float) -> None:
+        """Record a worker before it claims anything."""
+
+    def heartbeat(self, worker_id: str, now: float, lease: float, run_ids: Iterable[str]) -> set[str]:
+        """Renew the worker's heartbeat and its claims on ``run_ids``; return those still its own."""
+
+    def worker_stopped(self, worker_id: str, now: float) -> None:
+        """Mark a worker gone and free its claims."""
+
+    def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None) -> Row | None:
+        """Claim a run that needs work (or ``run_id``); None when there is none to claim."""
+
+    def run_needs_work(self, run_id: str) -> bool:
+        """True when the run has nodes to run, compensations to attempt or plan, or a remote cancel owed."""
+
+    def release_run(self, run_id: str, worker_id: str, not_before: float) -> None:
+        """Give a run back; nobody claims it before ``not_before``."""
+
+    def run_claim(self, run_id: str) -> Row | None:
+        """The run's claim (``worker_id``, ``lease_until``, ``takeovers``, the worker's ``host`` and ``pid``)."""
+
+    def put_snapshot(self, snapshot: str, manifest: Row, read: Callable[[str], bytes], now: float) -> None:
+        """Store a code snapshot's manifest and missing objects (``read(digest) -> bytes``) at once (R-S4)."""
+
+    def has_snapshot(self, snapshot: str) -> bool:
+        """True when the database holds the snapshot."""
+
+    def snapshot_manifest(self, snapshot: str) -> Row | None:
+        """The snapshot's manifest ``{files: {path: sha256}, project}``, or None."""
+
+    def snapshot_object(self, digest: str) -> bytes:
+        """One stored file's bytes; raises KeyError when missing."""

@@ -1,7 +1,10 @@
 """Journal schema migrations: an append-only list whose position is the version (R-J3).
 
-Never edit a released step; append a new one. ``PRAGMA user_version`` holds the
-number of steps applied. A journal newer than this list is refused.
+Never edit a released step; append a new one. ``PRAGMA user_version`` (SQLite) or
+``workrun_schema.version`` (PostgreSQL) holds the number of steps applied. A journal
+newer than this list is refused. The steps are written in SQLite's dialect and kept
+to what :func:`workrun.journal.postgres.to_postgres` translates (REAL, BLOB,
+AUTOINCREMENT), so both backends share one list and one version number (R-S1).
 """
 
 from __future__ import annotations
@@ -255,5 +258,34 @@ MIGRATIONS: list[str] = [
         updated_at REAL NOT NULL
     );
     CREATE INDEX notifications_status ON notifications(status);
+    """,
+    # 7: workers sharing a PostgreSQL journal (R-S2) and code snapshots kept in the database (R-S4)
+    """
+    CREATE TABLE workers (
+        worker_id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        lease REAL NOT NULL,
+        started_at REAL NOT NULL,
+        heartbeat_at REAL NOT NULL,
+        stopped_at REAL
+    );
+    CREATE TABLE run_claims (
+        run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
+        worker_id TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        claimed_at REAL NOT NULL,
+        takeovers INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX run_claims_worker ON run_claims(worker_id);
+    CREATE TABLE snapshots (
+        snapshot TEXT PRIMARY KEY,
+        manifest TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE snapshot_objects (
+        digest TEXT PRIMARY KEY,
+        data BLOB NOT NULL
+    );
     """,
 ]

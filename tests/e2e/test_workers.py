@@ -1,0 +1,276 @@
+"""Workers sharing one PostgreSQL journal (R-S1..R-S4), with real ``workrun worker`` processes.
+
+``TEST_FLEET_RUNS`` sets how many runs the fleet test submits (default 40 here,
+to keep the suite fast on a loaded 2-core machine; ``bench/bench_workers.py``
+uses 200 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from _kit import fleet
+
+
+@pytest.fixture
+def shared(pg_url, monkeypatch, tmp_path):
+    """A shared journal on the test server, a 3 s lease, the marker log, and a journal handle to look with."""
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    monkeypatch.setenv("WORKRUN_LEASE", "3")
+    log = tmp_path / "markers.jsonl"
+    monkeypatch.setenv("TEST_LOG", str(log))
+    journal = open_journal(tmp_path)
+    yield {"journal": journal, "log": log, "url": pg_url}
+    journal.close()
+
+
+def _stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _cli(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "workrun", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def test_four_workers_compensate_every_run_once_in_reverse_order(shared, tmp_path):
+    """R-S2: 4 workers, N runs (chains and diamonds) that finally fail: every run ends, every compensation
+    runs exactly once (marker counts), in reverse dependency order (marker timestamps)."""
+    count = int(os.environ.get("TEST_FLEET_RUNS", "40"))
+    project = fleet.make_project(tmp_path)
+    workflows = {s: fleet.write_workflow(tmp_path, s, project) for s in fleet.SHAPES}
+    via_cli = _cli("run", workflows["chain"], "--submit", "--input", "run=cli")
+    assert via_cli.returncode == 0 and via_cli.stdout.strip().startswith("run_"), via_cli
+    run_ids = [via_cli.stdout.strip(), *fleet.submit(workflows, count - 1)]
+    procs = [fleet.start_worker(tmp_path / f"home{i}", tmp_path, f"w{i}") for i in range(4)]
+    try:
+        fleet.wait_all_ended(shared["journal"], run_ids, timeout=600, procs=procs)
+    finally:
+        _stop(procs)
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [(tmp_path / f"w{i}.out").read_text()[-2000:]
+                                                           for i in range(4)]
+    got = fleet.check_runs(shared["journal"], run_ids, shared["log"])
+    # the CLI's chain, then chains and diamonds alternating: 3 and 4 compensations each
+    assert got["compensations"] == 3 + sum(3 if i % 2 == 0 else 4 for i in range(count - 1))
+    claimers = {c["worker_id"] for c in shared["journal"]._query("SELECT worker_id FROM run_claims")}
+    assert len(claimers) >= 2, claimers  # the work was shared
+
+
+def _attempt_running(journal, node):
+    rows = journal._query("SELECT a.compensation_id, a.pid, a.status FROM attempts a JOIN compensations c "
+                          "USING (compensation_id) WHERE c.node_key = ? AND a.status = 'running'", (node,))
+    return rows[0] if rows else None
+
+
+def _wait(predicate, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("case", ["exit-record", "no-exit-record", "other-machine"])
+def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_path, case):
+    """R-S2 + R-R3: worker A is killed with SIGKILL while a compensation attempt runs. After A's lease,
+    worker B takes the run over and decides the attempt from its exit record (the App outlived A), or
+    marks it ``unknown`` when no exit record can be reached (the App's group was killed too, or A was on
+    another machine) — never re-sending it; compensations whose success was saved never run again."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"b": 2.5})
+    [run_id] = fleet.submit({"chain": wf}, 1)
+    a = fleet.start_worker(tmp_path / "homeA", tmp_path, "A", concurrency=1)
+    try:
+        attempt = _wait(lambda: _attempt_running(journal, "b"), 120, "b's compensation attempt to run")
+        started = Path(str(shared["log"]) + ".started.b")
+        _wait(started.exists, 60, "b's compensate script to start")  # past its imports: truly mid-attempt
+    except AssertionError:
+        a.kill()
+        raise AssertionError((tmp_path / "A.out").read_text()[-3000:]) from None
+    a_claim = journal.run_claim(run_id)
+    os.kill(a.pid, signal.SIGKILL)
+    a.wait()
+    if case == "no-exit-record":
+        os.killpg(attempt["pid"], signal.SIGKILL)  # the App and its supervisor die too: no exit record
+    if case == "other-machine":  # A's host and data directory are out of B's reach
+        journal._exec("UPDATE workers SET host = 'another-machine' WHERE worker_id = %s", (a_claim["worker_id"],))
+        (tmp_path / "homeA").rename(tmp_path / "homeA-on-another-machine")
+    done_before = {m["name"] for m in fleet.markers(shared["log"])}
+    assert done_before == {"c"}  # c was undone (and saved) before b started
+    b = fleet.start_worker(tmp_path / "homeB", tmp_path, "B", concurrency=1, idle_exit=8)  # > the lease
+    try:
+        b.wait(timeout=180)
+    finally:
+        if b.poll() is None:
+            b.kill()
+    out = (tmp_path / "B.out").read_text()
+    assert b.returncode == 0, out[-3000:]
+    claim = journal.run_claim(run_id)
+    assert claim["worker_id"] != a_claim["worker_id"] and claim["takeovers"] == 1
+    comps = {c["node_key"]: c for c in journal.compensations(run_id)}
+    attempts_b = journal.attempts(comps["b"]["compensation_id"])
+    assert len(attempts_b) == 1  # never re-sent
+    time.sleep(3.0 if case != "no-exit-record" else 0)  # an App B did not wait for ends by itself
+    names = [m["name"] for m in fleet.markers(shared["log"])]
+    assert names.count("c") == 1  # saved success: never run again (R-R2)
+    if case == "exit-record":
+        assert comps["b"]["status"] == "succeeded" and attempts_b[0]["status"] == "succeeded"
+        assert comps["a"]["status"] == "succeeded"  # released, and undone after b (R-C3)
+        assert names == ["c", "b", "a"]
+    else:
+        assert comps["b"]["status"] == "unknown" and attempts_b[0]["status"] == "unknown", comps["b"]
+        assert comps["a"]["status"] == "blocked"  # upstream of an unknown one waits for an operator
+        assert "a" not in names
+        assert names.count("b") == (0 if case == "no-exit-record" else 1)
+    messages = [m["text"] for m in journal.messages(run_id)]
+    assert any("stopped renewing its lease; taking the run over" in t for t in messages)
+
+
+def test_submit_needs_a_shared_journal(tmp_path, make_project, write_workflow, monkeypatch):
+    """R-S3: --submit and `worker` on the embedded SQLite journal are a config error (exit 2, one line)."""
+    monkeypatch.delenv("WORKRUN_JOURNAL", raising=False)
+    wf = write_workflow("w", """
+        [nodes.a]
+        kind = "remote_agent"
+        url = "http://127.0.0.1:9/"
+        message = "hi"
+    """)
+    for args in (("run", wf, "--submit"), ("worker",)):
+        res = _cli(*args)
+        assert res.returncode == 2, res
+        assert res.stderr.count("\n") == 1 and "WORKRUN_JOURNAL" in res.stderr and "postgresql://" in res.stderr
+
+
+@pytest.mark.parametrize("value, message", [("mysql://x", "accepts `sqlite`"), ("0", "accepts a number")])
+def test_bad_journal_or_lease_is_exit_2(tmp_path, monkeypatch, value, message):
+    var = "WORKRUN_JOURNAL" if "://" in value else "WORKRUN_LEASE"
+    if var == "WORKRUN_LEASE":
+        monkeypatch.setenv("WORKRUN_JOURNAL", "postgresql://nobody@127.0.0.1:1/none")
+    res = _cli("worker", env={var: value})
+    assert res.returncode == 2, res
+    assert res.stderr.startswith(f"error: {var}: {message}") and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_missing_psycopg_is_one_line_config_error(tmp_path):
+    """A PostgreSQL URL without psycopg installed: exit 2, one line naming the extra."""
+    shim = tmp_path / "shim"
+    (shim / "psycopg").mkdir(parents=True)
+    (shim / "psycopg" / "__init__.py").write_text("raise ImportError('no psycopg here')\n")
+    res = _cli("runs", "list", env={"WORKRUN_JOURNAL": "postgresql://nobody@127.0.0.1:1/none",
+                                    "PYTHONPATH": str(shim)})
+    assert res.returncode == 2, res
+    assert res.stderr == "error: WORKRUN_JOURNAL: a PostgreSQL journal needs psycopg 3: pip install " \
+                         "'workrun[postgres]'\n"
+
+
+SNAP_APP = """
+[tool.workrun.apps.snap]
+kind = "process"
+entry = "main.py"
+timeout = 60
+compensation = { entry = "compensate.py", code = "snapshot", max_retries = 0 }
+"""
+
+SNAP_MAIN = """
+from workrun_sdk import process
+data = process.input()
+if data.get("fail"):
+    raise SystemExit(3)
+process.result({"name": data["name"]})
+"""
+
+SNAP_COMPENSATE = """
+import os
+from workrun_sdk import compensation
+if os.environ.get("FAIL_COMP"):
+    raise SystemExit(4)
+with open(os.environ["TEST_LOG"], "a") as fh:
+    fh.write("undone by the original code\\n")
+compensation.result({"undone": True})
+"""
+
+
+def test_snapshot_lives_in_the_database_for_another_machine(shared, tmp_path, make_project, write_workflow):
+    """R-S4: a `code = "snapshot"` App's code is stored in the shared journal; a runner with another data
+    directory (another machine) materialises it from there and compensates with the original code."""
+    project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
+    wf = write_workflow("snap", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "a" }}
+        [nodes.boom]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "boom", fail = true }}
+        needs = ["a"]
+    """)
+    home_a, home_b = tmp_path / "machine-a", tmp_path / "machine-b"
+    first = _cli("run", wf, "--json", env={"WORKRUN_HOME": str(home_a), "FAIL_COMP": "1"})
+    assert first.returncode == 1, first
+    view = json.loads(first.stdout)
+    comp = next(o["compensation"] for o in view["operations"] if o["node_key"] == "a")
+    assert comp["status"] == "failed"
+    stored = shared["journal"]._query("SELECT snapshot FROM snapshots")
+    assert len(stored) == 1
+    (project / "compensate.py").write_text("raise SystemExit('today\\'s code must not run')\n")  # code changed since
+    retried = _cli("compensations", "retry", comp["compensation_id"], "--json", env={"WORKRUN_HOME": str(home_b)})
+    assert retried.returncode == 0, retried
+    assert json.loads(retried.stdout)["status"] == "succeeded"
+    assert shared["log"].read_text() == "undone by the original code\n"
+    assert (home_b / "snapshot-trees" / stored[0]["snapshot"] / "compensate.py").read_text() == \
+        textwrap.dedent(SNAP_COMPENSATE)
+
+
+def test_stop_reaches_the_worker_driving_the_run(shared, tmp_path):
+    """R-C9 on a shared journal: `workrun stop` from anywhere sets the run's stop flag; the worker holding
+    the run ends its App processes and marks it stopped; nothing is compensated."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "chain", project)
+    text = wf.read_text().replace('name = "b", run', 'name = "b", sleep = 30, run')
+    (tmp_path / "slow.toml").write_text(text)
+    (project / "main.py").write_text(textwrap.dedent("""
+        import time
+        from workrun_sdk import process
+        data = process.input()
+        time.sleep(float(data.get("sleep", 0)))
+        if data.get("fail"):
+            raise SystemExit(3)
+        process.result({"name": data["name"]})
+    """))
+    submitted = _cli("run", tmp_path / "slow.toml", "--submit", "--json")
+    assert submitted.returncode == 0, submitted
+    run_id = json.loads(submitted.stdout)["run_id"]
+    w = fleet.start_worker(tmp_path / "home", tmp_path, "w", concurrency=1)
+    try:
+        _wait(lambda: [o for o in journal.operations(run_id, "b") if o["status"] == "running"], 120, "b to run")
+        stopped = _cli("stop", run_id, env={"WORKRUN_HOME": str(tmp_path / "elsewhere")})
+        assert stopped.returncode == 0, stopped
+        assert journal.run(run_id)["status"] == "stopped"
+    finally:
+        _stop([w])
+    assert w.returncode == 0, (tmp_path / "w.out").read_text()[-3000:]
+    assert journal.compensations(run_id) == []
+    assert [n["status"] for n in journal.nodes(run_id)] == ["succeeded", "stopped", "skipped", "skipped"]

@@ -1,0 +1,223 @@
+"""The journal's rules on both backends (R-J1, R-J3, R-S1): same schema version, state machine,
+conditional writes, lookups and ordering on SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def journal(journal_backend, tmp_path):
+    from workrun.journal import open_journal
+
+    j = open_journal(tmp_path)
+    yield j
+    j.close()
+
+
+def _run(j, run_id="run_aaa111", created=0.0, nodes=("a",)):
+    j.create_run({"run_id": run_id, "workflow": "w", "workflow_path": "/w", "spec": {"k": [1, 2]},
+                  "inputs": {"note": "héllo %s ?"}, "status": "running", "created_at": created}, list(nodes))
+
+
+def test_same_schema_version_and_reopen_is_a_no_op(journal, tmp_path):
+    from workrun.journal import open_journal
+    from workrun.journal.migrations import MIGRATIONS
+
+    assert journal.schema_version == len(MIGRATIONS)
+    _run(journal)
+    again = open_journal(tmp_path)
+    assert again.schema_version == len(MIGRATIONS) and again.run("run_aaa111")["inputs"] == {"note": "héllo %s ?"}
+    again.close()
+
+
+def test_state_machine_enforced(journal):
+    from workrun.errors import InvalidTransitionError
+
+    _run(journal)
+    journal.end_run("run_aaa111", "failed", at=1.0, reason="x")
+    assert journal.nodes("run_aaa111")[0]["status"] == "skipped"
+    with pytest.raises(InvalidTransitionError, match="failed -> succeeded"):
+        journal.end_run("run_aaa111", "succeeded", at=2.0)
+    _run(journal, "run_bbb222")
+    with pytest.raises(InvalidTransitionError):  # pending -> succeeded skips running
+        journal.finish_node("run_bbb222", "a", status="succeeded", handled=False, result=None, at=1.0)
+    assert journal.run("run_aaa111")["status"] == "failed"
+    assert journal.nodes("run_bbb222")[0]["status"] == "pending"  # the refused transaction wrote nothing
+
+
+def _op(journal, op_id="op_1", run_id="run_aaa111"):
+    journal.start_operation({"operation_id": op_id, "run_id": run_id, "node_key": "a", "app": "mark",
+                             "project": "/p", "kind": "process", "config": {"name": "mark"}, "input": {"x": 1},
+                             "fingerprint": "f", "fingerprint_files": {"main.py": "d"}, "depends_on": [],
+                             "status": "starting", "call_dir": "/c", "created_at": 1.5, "standalone": 0})
+
+
+def test_conditional_write_refused_when_status_moved(journal):
+    from workrun.errors import JournalError, StaleStatusError
+
+    _run(journal)
+    _op(journal)
+    journal.finish_operation("op_1", status="succeeded", result={"ok": 1}, at=1.0)
+    journal.plan_compensations([{"compensation_id": "cmp_1", "operation_id": "op_1", "run_id": "run_aaa111",
+                                 "node_key": "a", "status": "pending", "max_attempts": 2, "timeout": 1.0,
+                                 "backoff": 0.0, "created_at": 1.0, "updated_at": 1.0}])
+    journal.set_compensation_status("cmp_1", "blocked", reason="code changed", at=2.0)
+    with pytest.raises(StaleStatusError, match="changed from pending to blocked meanwhile") as err:
+        journal.start_attempt("cmp_1", 1, trigger="auto", call_dir="/c1", seen="pending", at=3.0)
+    assert isinstance(err.value, JournalError)
+    assert journal.attempts("cmp_1") == [] and journal.compensation("cmp_1")["status"] == "blocked"
+    journal.start_attempt("cmp_1", 1, trigger="auto", call_dir="/c1", seen="blocked", at=3.0)
+    assert journal.compensation("cmp_1")["status"] == "running"
+    assert [a["number"] for a in journal.attempts_in_flight("run_aaa111")] == [1]
+    journal.finish_attempt("cmp_1", 1, status="failed", failure="exited", error="exited with code 1", result=None,
+                           at=4.0, exit_code=1, compensation_status="pending", reason="retry", next_attempt_at=5.0)
+    assert journal.attempts("cmp_1")[0]["failure"] == "exited"
+    assert journal.compensation("cmp_1")["next_attempt_at"] == 5.0
+
+
+def test_lookups_prefixes_and_order(journal):
+    from workrun.errors import NotFoundError
+
+    _run(journal, "run_abc001", 1.0)
+    _run(journal, "run_abc002", 2.0)
+    _run(journal, "run_x%_03", 3.0)
+    assert [r["run_id"] for r in journal.runs()] == ["run_x%_03", "run_abc002", "run_abc001"]
+    assert journal.run("run_abc001")["spec"] == {"k": [1, 2]}
+    with pytest.raises(NotFoundError, match="matches several"):
+        journal.run("run_abc")
+    with pytest.raises(NotFoundError):
+        journal.run("run_x_")  # `_` is not a wildcard
+    assert journal.run("run_x%")["run_id"] == "run_x%_03"
+    assert journal.run("run_abc002")["created_at"] == 2.0
+    assert [r["run_id"] for r in journal.runs_with_status("running")] == ["run_abc001", "run_abc002", "run_x%_03"]
+
+
+def test_operations_round_trip_and_owed_compensation(journal):
+    _run(journal)
+    _op(journal)
+    journal.operation_running("op_1", pid=123, proc_start="77", started_at=1.6, deadline=61.6)
+    assert [o["operation_id"] for o in journal.operations_in_flight("run_aaa111")] == ["op_1"]
+    journal.finish_operation("op_1", status="succeeded", result={"name": "a"}, at=2.0, exit_code=0)
+    got = journal.operation("op_1")
+    assert got["result"] == {"name": "a"} and got["deadline"] == 61.6 and got["pid"] == 123
+    journal.start_node("run_aaa111", "a", at=1.0)
+    journal.finish_node("run_aaa111", "a", status="failed", handled=False, result=None, at=2.5)
+    journal.end_run("run_aaa111", "failed", at=3.0, reason="node 'a' failed")
+    assert journal.runs_with_open_compensation() == ["run_aaa111"]  # owed, not planned yet
+    journal.add_message("run_aaa111", "a", "info", "100% done?")
+    assert [m["text"] for m in journal.messages("run_aaa111")] == ["100% done?"]
+
+
+def test_remote_task_intent_is_an_upsert(journal):
+    _run(journal)
+    journal.start_remote_task("run_aaa111", "a", "http://127.0.0.1:1/", at=1.0)
+    journal.remote_task_state("run_aaa111", "a", state="working", at=2.0, task_id="t1")
+    journal.remote_cancel("run_aaa111", "a", status="sending", at=3.0)
+    journal.start_remote_task("run_aaa111", "a", "http://127.0.0.1:1/", at=4.0)  # the node is sent again
+    tasks = journal.remote_tasks("run_aaa111")
+    assert len(tasks) == 1 and tasks[0]["state"] == "sending" and tasks[0]["task_id"] is None
+    assert tasks[0]["cancel_status"] is None
+
+
+def test_newer_schema_is_refused(journal, journal_backend, tmp_path):
+    from workrun.errors import JournalVersionError
+    from workrun.journal import open_journal
+    from workrun.journal.migrations import MIGRATIONS
+
+    if journal_backend == "sqlite":
+        journal._db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    else:
+        journal._exec("UPDATE workrun_schema SET version = %s", (len(MIGRATIONS) + 1,))
+    with pytest.raises(JournalVersionError, match=f"version {len(MIGRATIONS) + 1} is newer"):
+        open_journal(tmp_path)
+
+
+# -- claims (R-S2): PostgreSQL only -------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg(pg_url, monkeypatch, tmp_path):
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    journals = [open_journal(tmp_path) for _ in range(2)]
+    for j, name in zip(journals, ("wkr_a", "wkr_b")):
+        j.register_worker(name, "host-1", 1, 10.0, 0.0)
+    yield journals
+    for j in journals:
+        j.close()
+
+
+def test_a_live_claim_is_exclusive_even_for_its_holder(pg):
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    _run(a, "run_2", 2.0)
+    first = a.claim_run("wkr_a", 100.0, 10.0)
+    assert first == {"run_id": "run_1", "previous_worker": None, "previous_host": None, "takeover": False}
+    assert b.claim_run("wkr_b", 101.0, 10.0)["run_id"] == "run_2"  # oldest unclaimed
+    assert a.claim_run("wkr_a", 102.0, 10.0) is None  # its own live claim is not claimable again
+    assert b.claim_run("wkr_b", 102.0, 10.0, "run_1") is None  # a live claim holds against a named claim
+
+
+def test_expired_lease_is_taken_over_and_the_loser_finds_out(pg):
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    a.claim_run("wkr_a", 100.0, 10.0)
+    assert a.heartbeat("wkr_a", 105.0, 10.0, ["run_1"]) == {"run_1"}  # renewed until 115
+    assert b.claim_run("wkr_b", 114.0, 10.0) is None
+    got = b.claim_run("wkr_b", 116.0, 10.0)
+    assert got == {"run_id": "run_1", "previous_worker": "wkr_a", "previous_host": "host-1", "takeover": True}
+    assert a.heartbeat("wkr_a", 117.0, 10.0, ["run_1"]) == set()  # lost: the worker must stop driving it
+    assert b.run_claim("run_1")["takeovers"] == 1
+
+
+def test_released_run_is_not_a_takeover_and_waits_for_not_before(pg):
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    a.claim_run("wkr_a", 100.0, 10.0)
+    a.release_run("run_1", "wkr_a", 103.0)
+    assert b.claim_run("wkr_b", 102.0, 10.0) is None
+    got = b.claim_run("wkr_b", 104.0, 10.0)
+    assert got["run_id"] == "run_1" and got["takeover"] is False
+
+
+def test_finished_runs_are_not_claimed(pg):
+    a, _ = pg
+    _run(a, "run_1", 1.0)
+    assert a.run_needs_work("run_1")
+    a.end_run("run_1", "succeeded", at=2.0)
+    assert not a.run_needs_work("run_1")
+    assert a.claim_run("wkr_a", 100.0, 10.0) is None
+    assert a.claim_run("wkr_a", 100.0, 10.0, "run_1")["run_id"] == "run_1"  # an operator's command may
+
+
+def test_racing_claims_hand_each_run_to_exactly_one_worker(pg_url, monkeypatch, tmp_path):
+    import threading
+
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    setup = open_journal(tmp_path)
+    for i in range(30):
+        _run(setup, f"run_{i:03d}", float(i))
+    won: dict[str, list[str]] = {}
+
+    def claimer(name: str) -> None:
+        j = open_journal(tmp_path)
+        j.register_worker(name, "h", 1, 60.0, 0.0)
+        while True:
+            got = j.claim_run(name, 100.0, 60.0)
+            if got is None:
+                break
+            won.setdefault(got["run_id"], []).append(name)
+        j.close()
+
+    threads = [threading.Thread(target=claimer, args=(f"wkr_{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    setup.close()
+    assert sorted(won) == [f"run_{i:03d}" for i in range(30)]
+    assert all(len(v) == 1 for v in won.values()), won

@@ -1,0 +1,366 @@
+"""The PostgreSQL journal (R-S1, R-S2, R-S4): the same journal on a database many workers share.
+
+Implements :class:`workrun.journal.base.Journal`. Selected by
+``WORKRUN_JOURNAL=postgresql://…`` (see :func:`workrun.journal.open_journal`);
+needs psycopg 3 (``pip install 'workrun[postgres]'``).
+
+What it shares with the SQLite journal, and how:
+
+- **Statements.** The SQLite journal's intent-named methods are written in
+  portable SQL with ``?`` placeholders; this class inherits them and runs each
+  statement through :func:`to_pg` (``?`` -> ``%s``). Only what is not portable
+  is written here: connecting, transactions, migrations, and the worker claims
+  and snapshot store that only a shared journal has
+  (:class:`workrun.journal.base.SharedJournal`).
+- **Schema.** One migration list (``migrations.py``) for both backends, one
+  version number; :func:`to_postgres` translates the DDL (``REAL`` -> ``DOUBLE
+  PRECISION``, ``BLOB`` -> ``BYTEA``, ``AUTOINCREMENT`` -> ``BIGSERIAL``) and gives
+  each table a ``rowid BIGSERIAL`` so "insertion order" means the same on both.
+  Migrating takes an advisory lock: several workers may start at once.
+- **State machine.** Every status write is checked against
+  :mod:`workrun.states` inside its transaction, after ``SELECT … FOR UPDATE``
+  on the row, so two workers can never both move a row from the same status.
+
+Claims (R-S2), after DBOS's queue (``SELECT … FOR UPDATE SKIP LOCKED``, an
+executor id per claimant): the unit of claim is a **run** — one scheduler per
+run at a time, so hold-back and reverse order (R-C3, R-C4) are decided by one
+planner — and a claim is a row of ``run_claims`` with the worker's id and a
+lease (``lease_until``, epoch seconds) that the worker's heartbeat renews. A
+claim whose lease has passed may be taken over; the taker then settles the
+run's in-flight calls by R-R3 before doing anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from workrun import faults
+from workrun.errors import JournalError, JournalVersionError, StaleStatusError
+from workrun.journal.migrations import MIGRATIONS
+from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal
+from workrun.states import check
+
+__all__ = ["PostgresJournal", "to_pg", "to_postgres"]
+
+_MIGRATION_LOCK = 0x776F726B72756E  # advisory lock key ("workrun"): one migrator at a time
+
+
+@lru_cache(maxsize=512)
+def to_pg(sql: str) -> str:
+    """Translate a portable statement with ``?`` placeholders to psycopg's ``%s`` style."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def to_postgres(ddl: str) -> str:
+    """Translate one migration statement from SQLite's dialect to PostgreSQL's (see module doc)."""
+    out = re.sub(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b", "BIGSERIAL PRIMARY KEY", ddl)
+    out = re.sub(r"\bREAL\b", "DOUBLE PRECISION", out)
+    out = re.sub(r"\bBLOB\b", "BYTEA", out)
+    out = re.sub(r"\bCREATE TABLE (\w+) \(", r"CREATE TABLE \1 (rowid BIGSERIAL, ", out)
+    return out
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = [c.name for c in cursor.description] if cursor.description else []
+
+    def make(values: Iterable[Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in zip(names, values, strict=True):
+            if name == "rowid":
+                continue
+            if name in _JSON_COLUMNS and isinstance(value, str):
+                value = json.loads(value)
+            out[name] = value
+        return out
+
+    return make
+
+
+class PostgresJournal(SqliteJournal):
+    """The journal on PostgreSQL (see module doc). Thread-safe: one connection, one lock.
+
+    Args:
+        url: a ``postgresql://`` (or ``postgres://``) connection URL.
+
+    Raises (from the constructor):
+        ConfigError: psycopg is not installed (raised by :func:`workrun.journal.open_journal`).
+        JournalVersionError: the database's schema is newer than this Workrun.
+        JournalError: the database cannot be reached or migrated.
+    """
+
+    supports_workers = True
+
+    def __init__(self, url: str) -> None:  # noqa: D107 - documented on the class
+        import psycopg
+
+        self._psycopg = psycopg
+        self.url = url
+        self.path = Path(_redact(url))  # for messages: never the password
+        self._lock = threading.RLock()
+        self._pg: Any = None  # psycopg.Connection; the SQLite parent's ``_db`` is never used here
+        try:
+            self._pg = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+            self._migrate()
+        except psycopg.Error as exc:
+            raise JournalError(f"cannot open the journal: {_first_line(exc)}", file=_redact(url)) from None
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _version(self) -> int:
+        self._pg.execute("CREATE TABLE IF NOT EXISTS workrun_schema (version INTEGER NOT NULL)")
+        row = self._pg.execute("SELECT version FROM workrun_schema").fetchone()
+        return int(row["version"]) if row else 0
+
+    def _migrate(self) -> None:
+        with self._lock:
+            version = self._version_quiet()
+            if version is not None and version > len(MIGRATIONS):
+                raise self._too_new(version)
+            if version == len(MIGRATIONS):
+                return
+            with self._pg.transaction():
+                self._pg.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                version = self._version()  # re-read under the lock: another worker may have migrated
+                if version > len(MIGRATIONS):
+                    raise self._too_new(version)
+                for number in range(version, len(MIGRATIONS)):
+                    for statement in MIGRATIONS[number].split(";"):
+                        if statement.strip():
+                            self._pg.execute(to_postgres(statement))
+                self._pg.execute("DELETE FROM workrun_schema")
+                self._pg.execute("INSERT INTO workrun_schema (version) VALUES (%s)", (len(MIGRATIONS),))
+
+    def _version_quiet(self) -> int | None:
+        row = self._pg.execute("SELECT to_regclass('workrun_schema') AS t").fetchone()
+        if row["t"] is None:
+            return 0
+        got = self._pg.execute("SELECT version FROM workrun_schema").fetchone()
+        return int(got["version"]) if got else 0
+
+    def _too_new(self, version: int) -> JournalVersionError:
+        return JournalVersionError(f"journal schema version {version} is newer than this Workrun knows "
+                                   f"({len(MIGRATIONS)}); upgrade Workrun", file=str(self.path))
+
+    @property
+    def schema_version(self) -> int:
+        """The applied schema version (number of migrations)."""
+        with self._lock:
+            return self._version_quiet() or 0
+
+    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None,
+            checks: Iterable[tuple[str, tuple[Any, ...], str, str | None]] = ()) -> None:
+        """One transaction: the state-machine checks on ``SELECT … FOR UPDATE``-locked rows, then the
+        statements; then the fault point (as :meth:`SqliteJournal._tx`)."""
+        psycopg = self._psycopg
+        with self._lock:
+            try:
+                with self._pg.transaction():
+                    for table, key, new, seen in checks:  # the state machine, on the locked row
+                        where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
+                        row = self._pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE",
+                                               key).fetchone()
+                        if row is None:
+                            continue
+                        if seen is not None and row["status"] != seen:
+                            raise StaleStatusError(
+                                f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
+                                "nothing was written: look again and retry the action", file=str(self.path))
+                        check(table, key, row["status"], new)
+                    for sql, params in statements:
+                        self._pg.execute(to_pg(sql), params)
+            except psycopg.Error as exc:
+                raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
+                                   "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        if fault:
+            faults.hit(fault)
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        psycopg = self._psycopg
+        with self._lock:
+            try:
+                return self._pg.execute(to_pg(sql), params).fetchall()
+            except psycopg.Error as exc:
+                raise JournalError(f"journal read failed: {_first_line(exc)}", file=str(self.path)) from None
+
+    def _exec(self, sql: str, params: dict[str, Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
+        """Run one native statement (``%s`` / ``%(name)s``) in its own transaction; return its rows."""
+        psycopg = self._psycopg
+        with self._lock:
+            try:
+                with self._pg.transaction():
+                    cur = self._pg.execute(sql, params)
+                    return cur.fetchall() if cur.description else []
+            except psycopg.Error as exc:
+                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._pg.close()
+
+    # -- workers and run claims (R-S2) ---------------------------------------
+
+    def register_worker(self, worker_id: str, host: str, pid: int, lease: float, now: float) -> None:
+        """Record a worker (its id, host and pid) before it claims anything."""
+        self._exec("INSERT INTO workers (worker_id, host, pid, lease, started_at, heartbeat_at) "
+                   "VALUES (%s, %s, %s, %s, %s, %s)", (worker_id, host, pid, lease, now, now))
+
+    def worker(self, worker_id: str) -> dict[str, Any] | None:
+        """One worker's row, or None."""
+        rows = self._query("SELECT * FROM workers WHERE worker_id = ?", (worker_id,))
+        return rows[0] if rows else None
+
+    def workers(self) -> list[dict[str, Any]]:
+        """All workers ever registered, oldest first."""
+        return self._query("SELECT * FROM workers ORDER BY started_at")
+
+    def heartbeat(self, worker_id: str, now: float, lease: float, run_ids: Iterable[str]) -> set[str]:
+        """Renew the worker's heartbeat and the leases of ``run_ids`` it holds; return those still its own.
+
+        A run missing from the answer was taken over by another worker (its lease had passed): the
+        worker lost it. A late renewal of a claim nobody took is still a renewal.
+        """
+        with self._lock:
+            self._exec("UPDATE workers SET heartbeat_at = %s WHERE worker_id = %s", (now, worker_id))
+            rows = self._exec("UPDATE run_claims SET lease_until = %s WHERE worker_id = %s AND run_id = ANY(%s) "
+                              "RETURNING run_id", (now + lease, worker_id, list(run_ids)))
+        return {r["run_id"] for r in rows}
+
+    def worker_stopped(self, worker_id: str, now: float) -> None:
+        """Mark a worker gone (a clean exit) and free its claims at once."""
+        with self._lock:
+            self._exec("UPDATE workers SET stopped_at = %s WHERE worker_id = %s", (now, worker_id))
+            self._exec("UPDATE run_claims SET lease_until = %s, claimed_at = %s WHERE worker_id = %s "
+                       "AND lease_until > %s", (now, now, worker_id, now))
+
+    _NEEDS_WORK = """(
+        r.status = 'running'
+        OR EXISTS (SELECT 1 FROM compensations c WHERE c.run_id = r.run_id AND c.status IN ('pending', 'running'))
+        OR (r.eval = 0 AND (r.status = 'failed' OR (r.status = 'stopped' AND r.compensate_requested = 1))
+            AND EXISTS (SELECT 1 FROM operations o WHERE o.run_id = r.run_id AND o.status = 'succeeded'
+                        AND NOT EXISTS (SELECT 1 FROM compensations c2 WHERE c2.operation_id = o.operation_id)))
+        OR (r.status IN ('failed', 'stopped') AND EXISTS (
+            SELECT 1 FROM remote_tasks t WHERE t.run_id = r.run_id AND (t.cancel_status = 'sending'
+              OR (t.cancel_status IS NULL AND t.task_id IS NOT NULL
+                  AND COALESCE(t.state, '') NOT IN ('completed', 'failed', 'canceled', 'rejected')))))
+    )"""
+
+    def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None) -> dict[str, Any] | None:
+        """Claim one run that needs work (oldest first), or the given one; return the claim or None.
+
+        ``SELECT … FOR UPDATE SKIP LOCKED`` picks a run no other worker is claiming right now and
+        whose claim is absent or expired; the upsert re-checks the lease on the latest row, so of
+        two workers racing for one run exactly one wins. A run under a live claim is never claimed,
+        not even by its holder (so one worker never drives one run twice). A given ``run_id`` is
+        claimed whatever work it needs (an operator's command), unless a live claim holds it.
+
+        Returns:
+            ``{run_id, previous_worker, previous_host, takeover}`` — ``takeover`` is True when an
+            expired claim of another worker was taken (its in-flight calls must be settled, R-R3).
+        """
+        psycopg = self._psycopg
+        cond = "r.run_id = %(run_id)s" if run_id else self._NEEDS_WORK
+        with self._lock:
+            try:
+                with self._pg.transaction():
+                    rows = self._pg.execute(
+                        f"SELECT r.run_id FROM runs r WHERE {cond} AND NOT EXISTS (SELECT 1 FROM run_claims k "
+                        "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) "
+                        "ORDER BY r.created_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
+                        {"run_id": run_id, "now": now, "me": worker_id}).fetchall()
+                    if not rows:
+                        return None
+                    rid = rows[0]["run_id"]
+                    before = self._pg.execute(
+                        "SELECT k.worker_id, k.lease_until, k.claimed_at, w.host FROM run_claims k LEFT JOIN workers w "
+                        "USING (worker_id) WHERE k.run_id = %s FOR UPDATE OF k", (rid,)).fetchone()
+                    got = self._pg.execute(
+                        "INSERT INTO run_claims (run_id, worker_id, lease_until, claimed_at) "
+                        "VALUES (%(rid)s, %(me)s, %(until)s, %(now)s) ON CONFLICT (run_id) DO UPDATE SET "
+                        "worker_id = EXCLUDED.worker_id, lease_until = EXCLUDED.lease_until, "
+                        "claimed_at = EXCLUDED.claimed_at, takeovers = run_claims.takeovers + "
+                        "CASE WHEN run_claims.worker_id <> EXCLUDED.worker_id "
+                        "AND run_claims.lease_until > run_claims.claimed_at THEN 1 ELSE 0 END "
+                        "WHERE run_claims.lease_until < %(now)s RETURNING run_id",
+                        {"rid": rid, "me": worker_id, "until": now + lease, "now": now}).fetchall()
+                    if not got:
+                        return None
+            except psycopg.Error as exc:
+                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+        faults.hit("run.claimed")
+        # a released claim has lease_until == claimed_at; one whose holder never released it (killed, or
+        # alive but too slow to renew) is taken over: its in-flight calls must be settled (R-R3)
+        takeover = bool(before and before["worker_id"] != worker_id and before["lease_until"] > before["claimed_at"])
+        return {"run_id": rid, "previous_worker": before["worker_id"] if before else None,
+                "previous_host": before["host"] if before else None, "takeover": takeover}
+
+    def run_needs_work(self, run_id: str) -> bool:
+        """True when the run has nodes to run, compensations to attempt or plan, or a remote cancel owed."""
+        return bool(self._query(f"SELECT 1 AS x FROM runs r WHERE r.run_id = ? AND {self._NEEDS_WORK}", (run_id,)))
+
+    def release_run(self, run_id: str, worker_id: str, not_before: float) -> None:
+        """Give a run back: nobody (this worker included) claims it before ``not_before`` (epoch seconds)."""
+        self._exec("UPDATE run_claims SET lease_until = %s, claimed_at = %s WHERE run_id = %s AND worker_id = %s",
+                   (not_before, not_before, run_id, worker_id))
+
+    def run_claim(self, run_id: str) -> dict[str, Any] | None:
+        """The run's claim row (``worker_id``, ``lease_until``, ``takeovers``) joined with its worker, or None."""
+        rows = self._query("SELECT k.*, w.host, w.pid FROM run_claims k LEFT JOIN workers w USING (worker_id) "
+                           "WHERE k.run_id = ?", (run_id,))
+        return rows[0] if rows else None
+
+    # -- code snapshots in the database (R-S4) -------------------------------
+
+    def put_snapshot(self, snapshot: str, manifest: dict[str, Any], read: Any, now: float) -> None:
+        """Store a snapshot's manifest and each missing object (``read(digest) -> bytes``), in one transaction."""
+        psycopg = self._psycopg
+        with self._lock:
+            try:
+                with self._pg.transaction():
+                    have = {r["digest"] for r in self._pg.execute(
+                        "SELECT digest FROM snapshot_objects WHERE digest = ANY(%s)",
+                        (list(manifest["files"].values()),)).fetchall()}
+                    for digest in dict.fromkeys(manifest["files"].values()):
+                        if digest not in have:
+                            self._pg.execute("INSERT INTO snapshot_objects (digest, data) VALUES (%s, %s) "
+                                             "ON CONFLICT DO NOTHING", (digest, read(digest)))
+                    self._pg.execute("INSERT INTO snapshots (snapshot, manifest, created_at) VALUES (%s, %s, %s) "
+                                     "ON CONFLICT DO NOTHING", (snapshot, json.dumps(manifest), now))
+            except psycopg.Error as exc:
+                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+
+    def has_snapshot(self, snapshot: str) -> bool:
+        """True when the database holds the snapshot's manifest."""
+        return bool(self._query("SELECT 1 AS x FROM snapshots WHERE snapshot = ?", (snapshot,)))
+
+    def snapshot_manifest(self, snapshot: str) -> dict[str, Any] | None:
+        """The snapshot's manifest ``{files: {path: sha256}, project}``, or None."""
+        rows = self._query("SELECT manifest FROM snapshots WHERE snapshot = ?", (snapshot,))
+        return json.loads(rows[0]["manifest"]) if rows else None
+
+    def snapshot_object(self, digest: str) -> bytes:
+        """One stored file's bytes.
+
+        Raises:
+            KeyError: the object is not in the database.
+        """
+        rows = self._query("SELECT data FROM snapshot_objects WHERE digest = ?", (digest,))
+        if not rows:
+            raise KeyError(digest)
+        return bytes(rows[0]["data"])
+
+
+def _redact(url: str) -> str:
+    """The URL without its password (for messages)."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
