@@ -136,6 +136,93 @@ def test_newer_schema_is_refused(journal, journal_backend, tmp_path):
 # -- claims (R-S2): PostgreSQL only -------------------------------------------------------------------
 
 
+def _ticket(journal, run_id="run_aaa111", ticket_id="tkt_abc123"):
+    """A run waiting on node a: its ticket with an action job and a notification, as the engine opens them."""
+    _run(journal, run_id)
+    journal.start_node(run_id, "a", at=1.0)
+    opened = {"ticket_id": ticket_id, "run_id": run_id, "at": 2.0, "actor": "workrun", "action": "open",
+              "args": {"policy": "notify"}, "text": "boom"}
+    journal.open_ticket(
+        {"ticket_id": ticket_id, "run_id": run_id, "node_key": "a", "policy": "notify", "status": "pending",
+         "error": "boom", "result": None, "created_at": 2.0, "updated_at": 2.0},
+        node_status="waiting", handled=False, at=2.0, events=[opened],
+        action={"ticket_id": ticket_id, "run_id": run_id, "status": "pending", "request": {"url": "http://x/%s?"},
+                "max_attempts": 2, "timeout": 5.0, "backoff": 0.0, "idempotent": True, "next_attempt_at": None,
+                "created_at": 2.0, "updated_at": 2.0},
+        notification={"notification_id": "ntf_1", "subject": f"ticket:{ticket_id}", "run_id": run_id,
+                      "ticket_id": ticket_id, "compensation_id": None, "message": "needs a person",
+                      "request": {"url": "http://hook"}, "status": "pending", "created_at": 2.0, "updated_at": 2.0})
+    journal.pause_run(run_id, reason="waiting for a person", at=2.0)
+
+
+def test_tickets_actions_and_notifications(journal):
+    """Migration 6's tables on both backends: one-transaction ticket opening, the action job's state machine
+    and conditional writes, notifications never twice, resuming past the node (R-M1..R-M8)."""
+    from workrun.errors import StaleStatusError
+
+    _ticket(journal)
+    assert journal.run("run_aaa111")["status"] == "waiting"
+    assert journal.nodes("run_aaa111")[0]["status"] == "waiting"
+    t = journal.ticket("tkt_ab")  # a unique prefix
+    assert (t["ticket_id"], t["status"], t["result"]) == ("tkt_abc123", "pending", None)
+    assert [x["ticket_id"] for x in journal.list_tickets(status="pending")] == ["tkt_abc123"]
+    action = journal.ticket_action("tkt_abc123")
+    assert action["request"] == {"url": "http://x/%s?"} and action["idempotent"] == 1
+    assert [a["ticket_id"] for a in journal.open_ticket_actions("run_aaa111")] == ["tkt_abc123"]
+    assert journal.runs_with_open_tickets_work() == ["run_aaa111"]
+
+    journal.start_action_attempt("tkt_abc123", 1, trigger="auto", seen="pending", at=3.0)
+    with pytest.raises(StaleStatusError):  # the action is running now, not pending
+        journal.start_action_attempt("tkt_abc123", 2, trigger="auto", seen="pending", at=3.0)
+    journal.action_sending("tkt_abc123", 1)
+    journal.finish_action_attempt("tkt_abc123", 1, {"status": "failed", "ended_at": 4.0, "http_status": 502,
+                                                    "response_tail": "bad", "failure": "http", "error": "HTTP 502"},
+                                  {"status": "failed", "result": None, "reason": "exhausted",
+                                   "next_attempt_at": None, "updated_at": 4.0})
+    assert [(a["number"], a["status"], a["http_status"]) for a in journal.ticket_attempts("tkt_abc123")] == \
+        [(1, "failed", 502)]
+
+    assert journal.add_notification({"notification_id": "ntf_1b", "subject": "ticket:tkt_abc123",
+                                     "run_id": "run_aaa111", "message": "again", "request": {},
+                                     "status": "pending", "created_at": 5.0, "updated_at": 5.0}) is False
+    journal.notification_sending("ntf_1", at=5.0)
+    journal.finish_notification("ntf_1", "sent", at=6.0, http_status=200, error=None)
+    assert [n["status"] for n in journal.notifications("run_aaa111")] == ["sent"]
+
+    journal.record_ticket_event({"ticket_id": "tkt_abc123", "run_id": "run_aaa111", "at": 6.5, "actor": "me",
+                                 "action": "note", "args": {}, "text": "paid by hand"})
+    journal.resume_ticket("tkt_abc123", {"ref": "bank-42"}, {"ticket_id": "tkt_abc123", "run_id": "run_aaa111",
+                                                             "at": 7.0, "actor": "me", "action": "resume",
+                                                             "args": {"result": {"ref": "bank-42"}}}, at=7.0)
+    assert journal.run("run_aaa111")["status"] == "running"
+    node = journal.nodes("run_aaa111")[0]
+    assert (node["status"], node["handled"], node["result"]) == ("succeeded", 1, {"ref": "bank-42"})
+    assert journal.ticket("tkt_abc123")["status"] == "resolved"
+    assert [e["action"] for e in journal.ticket_events("tkt_abc123")] == ["open", "note", "resume"]
+    with pytest.raises(StaleStatusError):  # resolved is final: a second resume writes nothing
+        journal.resolve_ticket("tkt_abc123", {"ticket_id": "tkt_abc123", "run_id": "run_aaa111", "at": 8.0,
+                                              "actor": "me", "action": "resolve", "args": {}}, at=8.0)
+
+
+def test_owner_adoption_app_calls_and_dashboard_reads(journal):
+    """Migration 4's owner columns (an ``IS`` comparison with NULL), the dashboard's grouped reads."""
+    _run(journal)
+    _op(journal)
+    assert journal.adopt_operation("op_1", owner_pid=10, owner_start="s10", seen_pid=None, seen_start=None)
+    assert not journal.adopt_operation("op_1", owner_pid=11, owner_start="s11", seen_pid=None, seen_start=None)
+    assert journal.adopt_operation("op_1", owner_pid=11, owner_start="s11", seen_pid=10, seen_start="s10")
+    journal.start_operation({"operation_id": "op_2", "run_id": "run_aaa111", "node_key": "a", "app": "mark",
+                             "project": "/p", "kind": "process", "config": {"name": "newer"}, "input": {},
+                             "fingerprint": "g", "fingerprint_files": {}, "depends_on": [], "status": "starting",
+                             "call_dir": "/c2", "created_at": 2.5, "standalone": 0})
+    [calls] = journal.latest_app_calls()
+    assert (calls["project"], calls["app"], calls["calls"], calls["fingerprint"]) == ("/p", "mark", 2, "g")
+    assert calls["config"] == {"name": "newer"}
+    _run(journal, "run_bbb222", created=5.0)
+    assert [r["run_id"] for r in journal.run_summaries(limit=1)] == ["run_bbb222"]
+    assert journal.count_runs(status="running", workflow="w") == 2 and journal.workflow_names() == ["w"]
+
+
 @pytest.fixture
 def pg(pg_url, monkeypatch, tmp_path):
     from workrun.journal import open_journal
@@ -221,3 +308,23 @@ def test_racing_claims_hand_each_run_to_exactly_one_worker(pg_url, monkeypatch, 
     setup.close()
     assert sorted(won) == [f"run_{i:03d}" for i in range(30)]
     assert all(len(v) == 1 for v in won.values()), won
+
+
+def test_a_waiting_run_with_an_action_owed_is_claimed(pg):
+    """A waiting run's ticket action is work a worker claims (R-M3 on a shared journal, R-S2); once the
+    action has ended, the waiting run needs nobody until an operator acts."""
+    a, _ = pg
+    _ticket(a, "run_wait01")
+    assert a.run_needs_work("run_wait01")
+    assert a.claim_run("wkr_a", 1.0, 10.0)["run_id"] == "run_wait01"
+    a.release_run("run_wait01", "wkr_a", 1.0)
+    a.start_action_attempt("tkt_abc123", 1, trigger="auto", seen="pending", at=3.0)
+    a.action_sending("tkt_abc123", 1)
+    a.finish_action_attempt("tkt_abc123", 1, {"status": "succeeded", "ended_at": 4.0, "http_status": 200,
+                                              "response_tail": "ok", "failure": None, "error": None},
+                            {"status": "succeeded", "result": {"ok": True}, "reason": None,
+                             "next_attempt_at": None, "updated_at": 4.0})
+    a.notification_sending("ntf_1", at=5.0)
+    a.finish_notification("ntf_1", "sent", at=6.0, http_status=200, error=None)
+    assert not a.run_needs_work("run_wait01")
+    assert a.claim_run("wkr_b", 20.0, 10.0) is None

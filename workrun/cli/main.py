@@ -152,7 +152,7 @@ def stop(
         run = svc.journal.run(run_id)
         rid = run["run_id"]
         if run["status"] == "waiting":  # nobody drives a waiting run: end it here, under the lock (R-M7)
-            with SchedulerLock(svc.data_dir, wait=True):
+            with run_claim(svc, rid, wait=True) if shared_journal() else SchedulerLock(svc.data_dir, wait=True):
                 if svc.journal.run(rid)["status"] == "waiting":
                     stop_orphaned_run(svc, rid)
             console.print(f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
@@ -292,7 +292,7 @@ def _submit(spec, inputs: dict, eval_run: bool, json_mode: bool) -> None:
     from workrun.engine import create_run
     from workrun.workers import needs_workers
 
-    with reading(json_mode) as svc:
+    with reading(json_mode, writable=True) as svc:
         needs_workers(svc)
         run_id = create_run(svc, spec, inputs, eval_run=eval_run)
         svc.journal.add_message(run_id, None, "info", f"run {run_id} of {spec.name} submitted for workers")

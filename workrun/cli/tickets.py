@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from workrun.cli.common import JsonOpt, WaitOpt, finish_run, reading, scheduling
+from workrun.cli.common import JsonOpt, WaitOpt, finish_run, reading, run_claim, scheduling
 from workrun.cli.output import console, print_json, styled
 from workrun.errors import UsageError
 
@@ -111,7 +111,7 @@ def resume(ticket_id: str = IdArg,
     value = tickets.parse_result(result)
     with reading(json_mode) as ro:  # refusals change nothing: checked before the lock and any resuming
         t = tickets.check(ro, ticket_id, "resume", result=value)
-    with scheduling(json_mode, wait) as svc:
+    with scheduling(json_mode, wait) as svc, run_claim(svc, t["run_id"], wait):
         tickets.resume(svc, t["ticket_id"], value)
         code = _run_outcome(svc, t["run_id"], json_mode)
     raise typer.Exit(code)
@@ -127,7 +127,7 @@ def terminate(ticket_id: str = IdArg,
 
     with reading(json_mode) as ro:
         t = tickets.check(ro, ticket_id, "terminate")
-    with scheduling(json_mode, wait) as svc:
+    with scheduling(json_mode, wait) as svc, run_claim(svc, t["run_id"], wait):
         tickets.terminate(svc, t["ticket_id"], compensate=not no_compensate)
         code = _run_outcome(svc, t["run_id"], json_mode)
     raise typer.Exit(code)
@@ -141,7 +141,7 @@ def retry(ticket_id: str = IdArg, json_mode: bool = JsonOpt, wait: bool = WaitOp
 
     with reading(json_mode) as ro:
         t = tickets.check(ro, ticket_id, "retry")
-    with scheduling(json_mode, wait) as svc:
+    with scheduling(json_mode, wait) as svc, run_claim(svc, t["run_id"], wait):
         row = tickets.retry(svc, t["ticket_id"])
         view = ticket_view(svc.journal, svc.journal.ticket(t["ticket_id"]))
     if json_mode:

@@ -173,7 +173,7 @@ class PostgresJournal(SqliteJournal):
                                 "nothing was written: look again and retry the action", file=str(self.path))
                         check(table, key, row["status"], new)
                     for sql, params in statements:
-                        self._pg.execute(to_pg(sql), params)
+                        self._pg.execute(to_pg(sql), _flags(params))
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
                                    "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
@@ -184,7 +184,7 @@ class PostgresJournal(SqliteJournal):
         psycopg = self._psycopg
         with self._lock:
             try:
-                return self._pg.execute(to_pg(sql), params).fetchall()
+                return self._pg.execute(to_pg(sql), _flags(params)).fetchall()
             except psycopg.Error as exc:
                 raise JournalError(f"journal read failed: {_first_line(exc)}", file=str(self.path)) from None
 
@@ -198,6 +198,24 @@ class PostgresJournal(SqliteJournal):
                     return cur.fetchall() if cur.description else []
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+
+    # -- the few inherited statements that are not portable -----------------
+
+    def adopt_operation(self, operation_id: str, *, owner_pid: int, owner_start: str | None,
+                        seen_pid: int | None, seen_start: str | None) -> bool:
+        """See :meth:`workrun.journal.base.Journal.adopt_operation` (``IS NOT DISTINCT FROM`` for SQLite's ``IS``)."""
+        rows = self._exec("UPDATE operations SET owner_pid = %s, owner_start = %s WHERE operation_id = %s "
+                          "AND status IN ('starting', 'running') AND owner_pid IS NOT DISTINCT FROM %s "
+                          "AND owner_start IS NOT DISTINCT FROM %s RETURNING operation_id",
+                          (owner_pid, owner_start, operation_id, seen_pid, seen_start))
+        return len(rows) == 1
+
+    def latest_app_calls(self) -> list[dict[str, Any]]:
+        """As :meth:`SqliteJournal.latest_app_calls` (``DISTINCT ON`` for SQLite's bare columns with ``MAX``)."""
+        return self._query(
+            "SELECT DISTINCT ON (o.project, o.app) o.project, o.app, o.kind, o.config, o.fingerprint, "
+            "o.fingerprint_files, o.created_at, COUNT(*) OVER (PARTITION BY o.project, o.app) AS calls "
+            "FROM operations o ORDER BY o.project, o.app, o.created_at DESC, o.rowid DESC")
 
     def close(self) -> None:
         """Close the connection."""
@@ -242,7 +260,10 @@ class PostgresJournal(SqliteJournal):
     _NEEDS_WORK = """(
         r.status = 'running'
         OR EXISTS (SELECT 1 FROM compensations c WHERE c.run_id = r.run_id AND c.status IN ('pending', 'running'))
-        OR (r.eval = 0 AND (r.status = 'failed' OR (r.status = 'stopped' AND r.compensate_requested = 1))
+        OR EXISTS (SELECT 1 FROM ticket_actions x WHERE x.run_id = r.run_id AND x.status IN ('pending', 'running'))
+        OR EXISTS (SELECT 1 FROM notifications n WHERE n.run_id = r.run_id AND n.status IN ('pending', 'sending'))
+        OR (r.eval = 0 AND (r.status = 'failed'
+                            OR (r.status IN ('stopped', 'terminated') AND r.compensate_requested = 1))
             AND EXISTS (SELECT 1 FROM operations o WHERE o.run_id = r.run_id AND o.status = 'succeeded'
                         AND NOT EXISTS (SELECT 1 FROM compensations c2 WHERE c2.operation_id = o.operation_id)))
         OR (r.status IN ('failed', 'stopped') AND EXISTS (
@@ -354,6 +375,13 @@ class PostgresJournal(SqliteJournal):
         if not rows:
             raise KeyError(digest)
         return bytes(rows[0]["data"])
+
+
+def _flags(params: Any) -> Any:
+    """Parameters with Python bools as 0/1: flags are INTEGER columns on both backends."""
+    if isinstance(params, tuple) and any(isinstance(p, bool) for p in params):
+        return tuple(int(p) if isinstance(p, bool) else p for p in params)
+    return params
 
 
 def _redact(url: str) -> str:
