@@ -63,7 +63,8 @@ def ticket_of(view):
     return t
 
 
-def test_notify_waits_then_resume_with_result_continues(workrun, write_workflow, ops, tmp_path, hook):
+def test_notify_waits_then_resume_with_result_continues(workrun, write_workflow, ops, tmp_path, hook,
+                                                        journal_backend):
     log = tmp_path / "comp.log"
     wf = payment_workflow(write_workflow, ops, log, server=hook)
     res = workrun("run", wf, env=ALLOW)
@@ -100,7 +101,8 @@ def test_notify_waits_then_resume_with_result_continues(workrun, write_workflow,
     assert len(hook.requests("POST", "/hook")) == 1
 
 
-def test_terminate_fails_the_run_and_compensates_in_reverse_order(workrun, write_workflow, ops, tmp_path):
+def test_terminate_fails_the_run_and_compensates_in_reverse_order(workrun, write_workflow, ops, tmp_path,
+                                                                  journal_backend):
     log = tmp_path / "comp.log"
     wf = write_workflow("term", node("a", ops, f'{{ name = "a", log = "{log}" }}')
                         + node("b", ops, f'{{ name = "b", log = "{log}" }}', 'needs = ["a"]')
@@ -152,7 +154,7 @@ def test_resolve_closes_without_advancing_and_stop_ends_the_wait(workrun, write_
     assert stopped["status"] == "stopped" and statuses(stopped)["charge"] == "stopped"
 
 
-def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, ops, tmp_path):
+def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, ops, tmp_path, journal_backend):
     view = workrun("run", payment_workflow(write_workflow, ops, tmp_path / "c.log"), "--json").json()
     assert workrun("stop", view["run_id"]).code == 0
     after = workrun("runs", "show", view["run_id"], "--json").json()
@@ -160,7 +162,8 @@ def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, o
     assert all(o["compensation"] is None for o in after["operations"])
 
 
-def test_compensate_policy_runs_its_action_once_while_the_run_waits(workrun, write_workflow, ops, tmp_path, hook):
+def test_compensate_policy_runs_its_action_once_while_the_run_waits(workrun, write_workflow, ops, tmp_path, hook,
+                                                                    journal_backend):
     policy = (f'{{ compensate = {{ method = "POST", url = "{hook.url}/refund/{{{{ nodes.order.result.name }}}}", '
               f'body = {{ order = "{{{{ nodes.order.result.value }}}}", run = "{{{{ run_id }}}}" }} }} }}')
     wf = payment_workflow(write_workflow, ops, tmp_path / "c.log", policy=policy)

@@ -162,7 +162,8 @@ def test_submit_needs_a_shared_journal(tmp_path, make_project, write_workflow, m
         assert res.stderr.count("\n") == 1 and "WORKRUN_JOURNAL" in res.stderr and "postgresql://" in res.stderr
 
 
-@pytest.mark.parametrize("value, message", [("mysql://x", "accepts `sqlite`"), ("0", "accepts a number")])
+@pytest.mark.parametrize("value, message", [("mysql://x", "must be 'sqlite' or a postgresql:// URL"),
+                                            ("0", "must be a number of seconds, at least 1")])
 def test_bad_journal_or_lease_is_exit_2(tmp_path, monkeypatch, value, message):
     var = "WORKRUN_JOURNAL" if "://" in value else "WORKRUN_LEASE"
     if var == "WORKRUN_LEASE":
