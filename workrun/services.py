@@ -7,7 +7,6 @@ journal.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from workrun import settings
-from workrun.journal import Journal, SqliteJournal
+from workrun.journal import Journal, open_journal
 from workrun.paths import data_dir as default_data_dir
 from workrun.paths import private_umask
 from workrun.runner import AppRunner, LocalRunner
@@ -89,9 +88,7 @@ class Services:
     def journal(self) -> Journal:
         """The journal, opened (and migrated) on first use."""
         if self._journal is None:
-            # a read command on a data dir this user cannot write still reads (SPEC §17)
-            read_only = not self._writable and not os.access(self.data_dir, os.W_OK | os.X_OK)
-            self._journal = SqliteJournal(self.data_dir / "journal.sqlite3", check=self._check, read_only=read_only)
+            self._journal = open_journal(self.data_dir, check=self._check, writable=self._writable)
         return self._journal
 
     def call_dir(self, name: str, *, replace: bool = False) -> Path:
