@@ -5,15 +5,17 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from workrun.cli.output import CliReporter, console, print_json, run_table
-from workrun.lock import SchedulerLock
-from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling"]
+if TYPE_CHECKING:
+    from workrun.journal import Journal
+    from workrun.services import Services
+
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling", "viewing"]
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
@@ -36,11 +38,37 @@ def reading(json_mode: bool = False, *, writable: bool = False) -> Iterator[Serv
     Args:
         writable: the command writes (a standalone call); else it may read a data dir it cannot write.
     """
+    from workrun.services import Services
+
     svc = Services(reporter=CliReporter(quiet=json_mode), check=False, writable=writable)
     try:
         yield svc
     finally:
         svc.close()
+
+
+@contextmanager
+def viewing() -> Iterator[Journal]:
+    """The journal alone, for a command that only reads it (R-P3: no App runner, no Services).
+
+    Opened as :func:`reading` opens it (no integrity check, read-only when the data dir is not
+    writable by this user); the same data directory and settings checks apply.
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
+    """
+    from workrun import settings
+    from workrun.journal import open_journal
+    from workrun.paths import data_dir, private_umask
+
+    settings.current()
+    path = data_dir(write=False)
+    private_umask()  # as Services: anything the journal writes in the data dir is private (SPEC §17)
+    journal = open_journal(path, check=False, writable=False)
+    try:
+        yield journal
+    finally:
+        journal.close()
 
 
 @contextmanager
@@ -52,6 +80,9 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     Raises:
         SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
     """
+    from workrun.lock import SchedulerLock
+    from workrun.services import Services
+
     svc = Services(reporter=CliReporter(quiet=json_mode))
     lock = SchedulerLock(svc.data_dir, wait=wait).acquire()
     previous: dict[int, Any] = {}

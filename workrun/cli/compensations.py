@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 
-from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
-from workrun.cli.output import compensation_table, console, print_json, styled
+from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling, viewing
+from workrun.cli.output import compensation_table, console, escape, print_json, styled
 from workrun.errors import UsageError
 from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
-from workrun.views import compensation_detail, compensations_list, iso
-from workrun.views import compensation_full as _full
 
 app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
 
@@ -35,10 +32,12 @@ def list_compensations(
     json_mode: bool = JsonOpt,
 ) -> None:
     """List compensations (all runs), oldest first."""
+    from workrun.views import compensations_list
+
     if status is not None and status not in STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(STATUSES)})", field="--status")
-    with reading(json_mode) as svc:
-        rows = compensations_list(svc.journal, status=status, run=run)
+    with viewing() as journal:
+        rows = compensations_list(journal, status=status, run=run)
     if json_mode:
         print_json(rows)
     else:
@@ -48,9 +47,11 @@ def list_compensations(
 @app.command("show")
 def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
     """Show a compensation's timeline: the original call, attempts, notes and operator actions."""
-    with reading(json_mode) as svc:
-        view = compensation_detail(svc.journal, compensation_id)
-        op = svc.journal.operation(view["operation_id"])
+    from workrun.views import compensation_detail, iso
+
+    with viewing() as journal:
+        view = compensation_detail(journal, compensation_id)
+        op = journal.operation(view["operation_id"])
     if json_mode:
         print_json(view)
         return
@@ -99,6 +100,7 @@ def retry(compensation_id: str = IdArg,
           json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Run a new attempt now (history kept); then run what it was holding back. Exit 0 if all succeeded."""
     from workrun import operator
+    from workrun.views import compensation_full as _full
 
     with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
         ro.journal.compensation(compensation_id)

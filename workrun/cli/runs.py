@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from workrun.cli.common import JsonOpt, reading
-from workrun.cli.output import console, print_json, run_table, styled
-from workrun.views import rollup_line, run_detail, runs_list
+from workrun.cli.common import JsonOpt, viewing
+from workrun.cli.output import console, escape, print_json, run_table, styled
 
 app = typer.Typer(no_args_is_help=True, help="List and show runs.")
 
@@ -16,11 +13,15 @@ app = typer.Typer(no_args_is_help=True, help="List and show runs.")
 @app.command("list")
 def list_runs(json_mode: bool = JsonOpt, limit: int = typer.Option(50, help="Show at most this many runs.")) -> None:
     """List runs, newest first."""
-    with reading(json_mode) as svc:
-        rows = runs_list(svc.journal, limit=None if json_mode else limit)
+    from workrun.views import rollup_line, runs_list
+
+    with viewing() as journal:
+        rows = runs_list(journal, limit=None if json_mode else limit)
     if json_mode:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table()
     table.add_column("run", no_wrap=True)
     table.add_column("workflow", overflow="fold")
@@ -37,8 +38,10 @@ def list_runs(json_mode: bool = JsonOpt, limit: int = typer.Option(50, help="Sho
 def show(run_id: str = typer.Argument(..., metavar="RUN", help="Run id or unique prefix."),
          json_mode: bool = JsonOpt) -> None:
     """Show a run: nodes with their messages, calls, and each call's compensation."""
-    with reading(json_mode) as svc:
-        view = run_detail(svc.journal, run_id)
+    from workrun.views import rollup_line, run_detail
+
+    with viewing() as journal:
+        view = run_detail(journal, run_id)
     if json_mode:
         print_json(view)
         return
