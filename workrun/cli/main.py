@@ -1,5 +1,5 @@
 """The ``workrun`` command (typer): run, rerun, stop, resume, compensate, gc, and the groups
-``runs``, ``app``, ``compensations``.
+``runs``, ``app``, ``compensations``. The console script is :func:`workrun.cli.entry.main`.
 
 Exit codes (SPEC §9, §10): 0 done / run succeeded; 1 run failed or a handled
 compensation did not finish; 2 bad usage, config or input, unknown id;
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import typer
 
@@ -26,7 +26,7 @@ from workrun.cli.output import console, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
 
-__all__ = ["app", "main"]
+__all__ = ["app"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "
@@ -245,9 +245,3 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what woul
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
     raise typer.Exit(0)
 
-
-def main(argv: Optional[list[str]] = None) -> None:
-    """Console-script entry kept for installs that name ``workrun.cli.main:main``; see :mod:`workrun.cli.entry`."""
-    from workrun.cli.entry import main as entry_main
-
-    entry_main(argv)
