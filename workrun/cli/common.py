@@ -12,10 +12,9 @@ import typer
 from workrun.cli.output import CliReporter, console, print_json, run_table
 
 if TYPE_CHECKING:
-    from workrun.journal import Journal
     from workrun.services import Services
 
-__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling", "viewing"]
+__all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "scheduling"]
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
@@ -45,30 +44,6 @@ def reading(json_mode: bool = False, *, writable: bool = False) -> Iterator[Serv
         yield svc
     finally:
         svc.close()
-
-
-@contextmanager
-def viewing() -> Iterator[Journal]:
-    """The journal alone, for a command that only reads it (R-P3: no App runner, no Services).
-
-    Opened as :func:`reading` opens it (no integrity check, read-only when the data dir is not
-    writable by this user); the same data directory and settings checks apply.
-
-    Raises:
-        ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
-    """
-    from workrun import settings
-    from workrun.journal import open_journal
-    from workrun.paths import data_dir, private_umask
-
-    settings.current()
-    path = data_dir(write=False)
-    private_umask()  # as Services: anything the journal writes in the data dir is private (SPEC §17)
-    journal = open_journal(path, check=False, writable=False)
-    try:
-        yield journal
-    finally:
-        journal.close()
 
 
 @contextmanager

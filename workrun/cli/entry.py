@@ -40,9 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _quick(args: list[str]) -> int | None:
-    """Run a plain read command without typer's parsing (:mod:`workrun.cli.quick`); None: not one."""
-    import typer
-
+    """Run a plain read command without typer (:mod:`workrun.cli.quick`); its exit code, or None: not one."""
     from workrun.cli.quick import match
 
     found = match(args)
@@ -52,18 +50,17 @@ def _quick(args: list[str]) -> int | None:
     from workrun import settings
 
     settings.current()  # what the root callback checks first (SPEC §17)
-    try:
-        command(**kwargs)
-    except typer.Exit as exc:  # as typer's app(standalone_mode=False) returns it
-        return exc.exit_code
+    command(**kwargs)
     return 0
 
 
-def run(args: list[str]) -> int:
-    """Run one command line and return its exit code (SPEC §10); errors become one line on stderr.
+def _failed(exc: BaseException, debug: bool) -> int:
+    """Report an error that ended a command as one line on stderr; return its exit code (SPEC §10).
 
-    Args:
-        args: the arguments after the program name.
+    Called inside the ``except`` block, so ``--debug`` can print the traceback.
+
+    Raises:
+        BaseException: ``exc`` again when it is none of the errors mapped here.
     """
     import traceback
 
@@ -77,35 +74,45 @@ def run(args: list[str]) -> int:
     from workrun.cli.output import print_error
     from workrun.errors import WorkrunError
 
-    debug = "--debug" in args
+    if isinstance(exc, WorkrunError):
+        if debug:  # the traceback first, then the same one line and exit code as without --debug
+            traceback.print_exc()
+        print_error(exc.line())
+        return exc.exit_code
+    if isinstance(exc, click_exceptions.NoArgsIsHelpError):  # help was printed already
+        return 2
+    if isinstance(exc, click_exceptions.UsageError):
+        if debug:
+            traceback.print_exc()
+        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+        print_error(where + exc.format_message())
+        return 2
+    if isinstance(exc, typer.Abort):  # typer >= 0.20 vendors click without an Abort in typer._click.exceptions
+        print_error("aborted")
+        return 130
+    if isinstance(exc, KeyboardInterrupt):
+        print_error("interrupted")
+        return 130
+    if not isinstance(exc, Exception):
+        raise exc
+    if debug:  # never a traceback without --debug
+        traceback.print_exc()
+    print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+    return 1
+
+
+def run(args: list[str]) -> int:
+    """Run one command line and return its exit code (SPEC §10); errors become one line on stderr.
+
+    Args:
+        args: the arguments after the program name.
+    """
     try:
         code = _quick(args)
         if code is None:
             from workrun.cli.main import app
 
             code = app(args=args, standalone_mode=False, prog_name="workrun")
-    except WorkrunError as exc:
-        if debug:  # the traceback first, then the same one line and exit code as without --debug
-            traceback.print_exc()
-        print_error(exc.line())
-        code = exc.exit_code
-    except click_exceptions.NoArgsIsHelpError:  # help was printed already
-        code = 2
-    except click_exceptions.UsageError as exc:
-        if debug:
-            traceback.print_exc()
-        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
-        print_error(where + exc.format_message())
-        code = 2
-    except typer.Abort:  # typer >= 0.20 vendors click without an Abort in typer._click.exceptions
-        print_error("aborted")
-        code = 130
-    except KeyboardInterrupt:
-        print_error("interrupted")
-        code = 130
-    except Exception as exc:  # never a traceback without --debug
-        if debug:
-            traceback.print_exc()
-        print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
-        code = 1
+    except (Exception, KeyboardInterrupt) as exc:
+        code = _failed(exc, "--debug" in args)
     return code if isinstance(code, int) else 0

@@ -4,8 +4,9 @@ typer converts every option value through a pydantic ``TypeAdapter``, so parsing
 command line imports pydantic and builds adapters (~50-150 ms). The read commands
 ``runs list``, ``runs show``, ``compensations list`` and ``compensations show`` take a
 handful of plain options; when a command line is one of those, written in the plain
-form below, :func:`match` names the command function and its arguments and the caller
-runs it directly, after the same settings check as the root callback. Every other
+form below, :func:`match` names the command's function in :mod:`workrun.cli.reads` and its
+arguments, and the caller runs it directly (typer is never imported), after the same settings
+check as the root callback. Every other
 command line (help, ``--opt=value``, ``--``, repeated or unknown options, a value
 that starts with ``-``, a ``--limit`` that is not digits) goes through typer unchanged,
 so usage errors and help stay exactly typer's.
@@ -78,8 +79,9 @@ def match(args: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
         args: the arguments after the program name.
 
     Returns:
-        ``(function, kwargs)`` to call as ``function(**kwargs)`` (it may raise ``typer.Exit`` or a
-        ``WorkrunError`` exactly as under typer), or None for any other command line.
+        ``(function, kwargs)``: a function of :mod:`workrun.cli.reads` (what the typer command calls)
+        to call as ``function(**kwargs)``; it may raise a ``WorkrunError`` exactly as under typer.
+        None for any other command line.
     """
     i = 0
     while i < len(args) and args[i] == "--debug":
@@ -94,10 +96,10 @@ def match(args: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
     if parsed is None:
         return None
     kwargs = {**_DEFAULTS[key], **parsed}
-    if key[0] == "runs":
-        from workrun.cli import runs as runs_cli
+    from workrun.cli import reads
 
-        return (runs_cli.list_runs if key[1] == "list" else runs_cli.show), kwargs
-    from workrun.cli import compensations as comp_cli
-
-    return (comp_cli.list_compensations if key[1] == "list" else comp_cli.show), kwargs
+    commands: dict[tuple[str, str], Callable[..., Any]] = {
+        ("runs", "list"): reads.list_runs, ("runs", "show"): reads.show_run,
+        ("compensations", "list"): reads.list_compensations, ("compensations", "show"): reads.show_compensation,
+    }
+    return commands[key], kwargs
