@@ -16,6 +16,7 @@ created the first time instead of creating another one. It prints its URL on sta
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -25,6 +26,7 @@ from typing import Any
 ORDERS: dict[int, dict[str, Any]] = {}
 BY_KEY: dict[str, int] = {}
 LOCK = threading.Lock()
+IDS = itertools.count(1)
 
 
 class Shop(BaseHTTPRequestHandler):
@@ -58,7 +60,7 @@ class Shop(BaseHTTPRequestHandler):
         with LOCK:
             if key and key in BY_KEY:
                 return self._send(201, ORDERS[BY_KEY[key]])
-            order_id = max(ORDERS, default=0) + 1
+            order_id = next(IDS)  # never reused, even after a delete (a late reverse action hits no other order)
             ORDERS[order_id] = {"id": order_id, **(data if isinstance(data, dict) else {"data": data})}
             if key:
                 BY_KEY[key] = order_id

@@ -1,5 +1,5 @@
 """``python -m workrun`` is the ``workrun`` command."""
 
-from workrun.cli.main import main
+from workrun.cli.entry import main
 
 main()

@@ -124,6 +124,18 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
 
 
+def _process_call_dir(row: dict[str, Any]) -> Path:
+    """The call directory of a process call or attempt.
+
+    Raises:
+        ValueError: the row has none (an HTTP request): ``Path("")`` is the working directory, which must
+            never be collected, fenced or removed.
+    """
+    if not row.get("call_dir"):
+        raise ValueError(f"{row.get('operation_id') or row.get('compensation_id')} is not a process call")
+    return Path(row["call_dir"])
+
+
 def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, failure: Failure) -> dict[str, Any]:
     """Journal a call that failed before its process started (the directory is fenced first, so no
     late start is possible); return the operation row."""
@@ -141,7 +153,7 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
     non-zero exit, signal, timeout or stop = ``failed``; gone without an exit
     record = ``unknown`` (R-R3); never started = ``failed`` with ``not started``.
     """
-    call_dir = Path(op["call_dir"])
+    call_dir = _process_call_dir(op)
     config = AppSpec.model_validate(op["config"])
     got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     fields: dict[str, Any] = {"exit_code": outcome.exit_code, "signal": outcome.signal}
@@ -208,7 +220,7 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
         if op["kind"] == "http":  # an HTTP request: no process to look at
             row = settle_request(svc, op)
         else:
-            outcome = svc.runner.recover(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
+            outcome = svc.runner.recover(op["pid"], op["proc_start"], _process_call_dir(op), op["deadline"])
             row = finish_operation(svc, op, outcome)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
@@ -337,7 +349,7 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     """
     cid = comp["compensation_id"]
     number = attempt["number"]
-    call_dir = Path(attempt["call_dir"])
+    call_dir = _process_call_dir(attempt)
     got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     now = svc.now()
     previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]

@@ -7,7 +7,6 @@ journal.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -89,9 +88,7 @@ class Services:
     def journal(self) -> Journal:
         """The journal, opened (and migrated) on first use."""
         if self._journal is None:
-            # a read command on a data dir this user cannot write still reads (SPEC §17)
-            read_only = not self._writable and not os.access(self.data_dir, os.W_OK | os.X_OK)
-            self._journal = open_journal(self.data_dir, check=self._check, read_only=read_only)
+            self._journal = open_journal(self.data_dir, check=self._check, writable=self._writable)
         return self._journal
 
     def call_dir(self, name: str, *, replace: bool = False) -> Path:

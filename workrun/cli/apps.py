@@ -6,16 +6,16 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from workrun.cli.common import JsonOpt, reading
-from workrun.cli.output import console, print_json, styled
+from workrun.cli.output import console, escape, print_json, styled
 from workrun.errors import ConfigError, UsageError
-from workrun.models import AppSpec
+
+if TYPE_CHECKING:
+    from workrun.models import AppSpec
 
 app = typer.Typer(no_args_is_help=True, help="Create, run and list Apps.")
 
@@ -150,6 +150,8 @@ def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="T
     if json_mode:
         print_json(rows)
         return
+    from rich.table import Table
+
     table = Table()
     for col in ("app", "kind", "entry", "compensation", "output", "tools"):
         table.add_column(col, overflow="fold")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from workrun.cli.output import CliReporter, console, print_json, run_table
-from workrun.lock import SchedulerLock
-from workrun.services import Services
+
+if TYPE_CHECKING:
+    from workrun.services import Services
 
 __all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "run_claim", "scheduling",
            "shared_journal"]
@@ -37,6 +38,8 @@ def reading(json_mode: bool = False, *, writable: bool = False) -> Iterator[Serv
     Args:
         writable: the command writes (a standalone call); else it may read a data dir it cannot write.
     """
+    from workrun.services import Services
+
     svc = Services(reporter=CliReporter(quiet=json_mode), check=False, writable=writable)
     try:
         yield svc
@@ -53,6 +56,9 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     Raises:
         SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
     """
+    from workrun.lock import SchedulerLock
+    from workrun.services import Services
+
     svc = Services(reporter=CliReporter(quiet=json_mode))
     shared = shared_journal()
     if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 
+from workrun.cli import reads
 from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling
-from workrun.cli.output import compensation_table, console, print_json, styled
+from workrun.cli.output import compensation_table, console, escape, print_json, styled
 from workrun.errors import UsageError
 from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
-from workrun.views import compensation_detail, compensations_list, iso
-from workrun.views import compensation_full as _full
 
 app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
 
@@ -35,61 +32,13 @@ def list_compensations(
     json_mode: bool = JsonOpt,
 ) -> None:
     """List compensations (all runs), oldest first."""
-    if status is not None and status not in STATUSES:
-        raise UsageError(f"unknown status {status!r} (one of: {', '.join(STATUSES)})", field="--status")
-    with reading(json_mode) as svc:
-        rows = compensations_list(svc.journal, status=status, run=run)
-    if json_mode:
-        print_json(rows)
-    else:
-        console.print(compensation_table(rows) if rows else "no compensations")
+    reads.list_compensations(status, run, json_mode)
 
 
 @app.command("show")
 def show(compensation_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
     """Show a compensation's timeline: the original call, attempts, notes and operator actions."""
-    with reading(json_mode) as svc:
-        view = compensation_detail(svc.journal, compensation_id)
-        op = svc.journal.operation(view["operation_id"])
-    if json_mode:
-        print_json(view)
-        return
-    console.print(f"[bold]compensation {view['compensation_id']}[/] {styled(view['status'])}  "
-                  f"run {view['run_id']} node {escape(view['node_key'] or '-')}")
-    if view["reason"]:
-        console.print(f"reason: {escape(view['reason'])}")
-    what = f"http node {op['node_key']}" if op["kind"] == "http" else f"App {op['app']} ({op['project']})"
-    console.print(f"original operation {op['operation_id']} of {what}: {op['status']}, ended {iso(op['ended_at'])}")
-    action = (view["context"] or {}).get("reverse_action")
-    if action:
-        console.print(f"  reverse action: {escape(action['method'])} {escape(action['url'])}")
-    console.print(f"  input:  {escape(json.dumps(op['input'], ensure_ascii=False))}\n"
-                  f"  result: {escape(json.dumps(op['result'], ensure_ascii=False))}")
-    timeline: list[tuple[str, str]] = []
-    for a in view["attempts"]:
-        text = (f"attempt {a['number']} ({a['trigger']}): {styled(a['status'])}"
-                + (f", exit {a['exit_code']}" if a["exit_code"] is not None else "")
-                + (f", signal {a['signal']}" if a["signal"] else "")
-                + (f", HTTP {a['http_status']}" if a.get("http_status") is not None else "")
-                + (f" — {escape(a['error'])}" if a["error"] else ""))
-        timeline.append((a["started_at"], text))
-        tail = (a["stderr_tail"] or "").strip().splitlines()[-3:]
-        for line in tail:
-            timeline.append((a["started_at"], f"    stderr: {escape(line)}"))
-        for line in (a.get("response_tail") or "").strip().splitlines()[:3]:  # a reverse action's answer (R-H7)
-            timeline.append((a["started_at"], f"    response: {escape(line[:200])}"))
-    for e in view["events"]:
-        args = ", ".join(f"{k}={v}" for k, v in (e["args"] or {}).items() if v is not None)
-        timeline.append((e["at"], f"{e['action']}" + (f" ({escape(args)})" if args else "")
-                         + f" by {escape(e['actor'])}"
-                         + (f": {escape(e['text'])}" if e["text"] else "")
-                         + (f" \\[attachment {escape(e['attachment'])}]" if e["attachment"] else "")))
-    for at, text in sorted(timeline, key=lambda t: t[0] or ""):
-        console.print(f"  [dim]{at}[/] {text}")
-    auto = sum(1 for a in view["attempts"] if a["trigger"] == "auto")
-    operator_made = len(view["attempts"]) - auto
-    console.print(f"attempts: {auto} automatic of at most {view['max_attempts']}"
-                  + (f", {operator_made} by an operator" if operator_made else ""))
+    reads.show_compensation(compensation_id, json_mode)
 
 
 @app.command("retry")
@@ -99,6 +48,7 @@ def retry(compensation_id: str = IdArg,
           json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Run a new attempt now (history kept); then run what it was holding back. Exit 0 if all succeeded."""
     from workrun import operator
+    from workrun.views import compensation_full as _full
 
     with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
         run_id = ro.journal.compensation(compensation_id)["run_id"]

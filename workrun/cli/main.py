@@ -1,5 +1,5 @@
 """The ``workrun`` command (typer): run, rerun, stop, resume, compensate, gc, and the groups
-``runs``, ``app``, ``compensations``.
+``runs``, ``app``, ``compensations``. The console script is :func:`workrun.cli.entry.main`.
 
 Exit codes (SPEC §9, §10): 0 done / run succeeded; 1 run failed or a handled
 compensation did not finish; 2 bad usage, config or input, unknown id;
@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-
-try:  # typer >= 0.20 vendors click as typer._click
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # pragma: no cover - older typer depends on click
-    from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
 from workrun import __version__
 from workrun.cli import apps as apps_cli
@@ -28,12 +22,11 @@ from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
 from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, run_claim, scheduling, shared_journal
-from workrun.cli.output import console, print_error, print_json, run_table
+from workrun.cli.output import console, print_json, run_table
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
-from workrun.views import run_view
 
-__all__ = ["app", "main"]
+__all__ = ["app"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "
@@ -212,6 +205,7 @@ class _StopClaim:
 def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Continue every unfinished run and compensation in the data dir (R-R1); exit 0 if all ended well."""
     from workrun.recovery import resume_all
+    from workrun.views import run_view
 
     with scheduling(json_mode, wait, resume_first=False) as svc:
         if shared_journal():  # claim runs one by one, like a worker that ends when nothing is left (R-S2)
@@ -244,6 +238,7 @@ def compensate(
     """Explicitly compensate a run the user stopped (R-C9), or finish a failed run's compensation."""
     from workrun.operator import actor
     from workrun.recovery import compensate_now
+    from workrun.views import run_view
 
     with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
         ro.journal.run(run_id)
@@ -340,35 +335,3 @@ def worker(
     console.print(f"worker {w.worker_id}: drove {w.driven} run(s)")
     raise typer.Exit(code)
 
-
-def main(argv: Optional[list[str]] = None) -> None:
-    """Console-script entry: run the typer app, map errors to one line and an exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
-    try:
-        code = app(args=args, standalone_mode=False, prog_name="workrun")
-    except WorkrunError as exc:
-        if debug:  # the traceback first, then the same one line and exit code as without --debug
-            traceback.print_exc()
-        print_error(exc.line())
-        code = exc.exit_code
-    except click_exceptions.NoArgsIsHelpError:  # help was printed already
-        code = 2
-    except click_exceptions.UsageError as exc:
-        if debug:
-            traceback.print_exc()
-        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
-        print_error(where + exc.format_message())
-        code = 2
-    except typer.Abort:  # typer >= 0.20 vendors click without an Abort in typer._click.exceptions
-        print_error("aborted")
-        code = 130
-    except KeyboardInterrupt:
-        print_error("interrupted")
-        code = 130
-    except Exception as exc:  # never a traceback without --debug
-        if debug:
-            traceback.print_exc()
-        print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
-        code = 1
-    sys.exit(code if isinstance(code, int) else 0)

@@ -2,6 +2,9 @@
 
 Errors are one line on stderr, ``error: FILE: FIELD: message``, never wrapped (SPEC §10).
 ``NO_COLOR`` is honoured by rich.
+
+rich is imported on first use (``console``, :func:`escape`, the tables), not at import, so a
+command that prints only JSON never loads it (R-P3).
 """
 
 from __future__ import annotations
@@ -10,17 +13,46 @@ import json
 import os
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console, Group
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
 
-__all__ = ["CliReporter", "console", "print_error", "print_json", "run_table", "compensation_table", "STATUS_STYLE"]
+__all__ = ["CliReporter", "console", "escape", "print_error", "print_json", "run_table", "compensation_table",
+           "STATUS_STYLE"]
 
-# NO_COLOR (no-color.org): no colour; with color_system=None rich writes no escape codes at all
-console = Console(highlight=False, soft_wrap=True, color_system=None if os.environ.get("NO_COLOR") else "auto")
+_console: Console | None = None
+
+
+def get_console() -> Console:
+    """The one rich console for people, made on first use."""
+    global _console
+    if _console is None:
+        from rich.console import Console
+
+        # NO_COLOR (no-color.org): no colour; with color_system=None rich writes no escape codes at all
+        _console = Console(highlight=False, soft_wrap=True,
+                           color_system=None if os.environ.get("NO_COLOR") else "auto")
+    return _console
+
+
+class _LazyConsole:
+    """Stands for the rich console until first used, so importing this module does not import rich."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(get_console(), name)
+
+
+console: Console = cast("Console", _LazyConsole())
+
+
+def escape(text: str) -> str:
+    """Escape rich markup in ``text`` (rich's ``escape``, imported on first use)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
 
 STATUS_STYLE = {
     "succeeded": "green", "failed": "red", "unknown": "magenta", "blocked": "yellow", "running": "cyan",
@@ -72,6 +104,9 @@ class CliReporter:
 
 def run_table(view: dict[str, Any]) -> Group:
     """The run's nodes, each call and each call's compensation, one line per call (fits any width)."""
+    from rich.console import Group
+    from rich.text import Text
+
     lines: list[Text | str] = [Text.from_markup(
         f"[bold]run {view['run_id']}[/] ({escape(view['workflow'])}): {styled(view['status'])}")]
     ops_by_node: dict[str, list[dict[str, Any]]] = {}
@@ -97,6 +132,8 @@ def run_table(view: dict[str, Any]) -> Group:
 
 def compensation_table(rows: list[dict[str, Any]]) -> Table:
     """A table of compensations (``compensations list``)."""
+    from rich.table import Table
+
     table = Table()
     for col in ("compensation", "run", "node", "status", "attempts"):  # ids stay whole: people copy them
         table.add_column(col, no_wrap=True)

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.markup import escape
 
 from workrun.cli.common import JsonOpt, WaitOpt, finish_run, reading, run_claim, scheduling
-from workrun.cli.output import console, print_json, styled
+from workrun.cli.output import console, escape, print_json, styled
 from workrun.errors import UsageError
 
 __all__ = ["app"]

@@ -8,6 +8,7 @@ steps. :func:`open_journal` picks one from ``WORKRUN_JOURNAL``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from workrun import errors, settings
@@ -29,24 +30,28 @@ def journal_url() -> str | None:
     return settings.current().journal_url
 
 
-def open_journal(data_dir: Path, *, check: bool = True, read_only: bool = False) -> Journal:
-    """Open (and migrate) the journal ``WORKRUN_JOURNAL`` selects: SQLite in ``data_dir`` or PostgreSQL.
+def open_journal(data_dir: Path, *, check: bool = True, writable: bool = True) -> Journal:
+    """Open (and migrate) the journal of a data directory: the one place that picks the backend, the
+    SQLite file ``data_dir / "journal.sqlite3"`` or the PostgreSQL database ``WORKRUN_JOURNAL`` names.
 
     Args:
         data_dir: the data directory (holds the SQLite file).
-        check: run SQLite's integrity check on open.
-        read_only: open the SQLite journal read-only (a data directory this user cannot write).
+        check: run the integrity check on open (SQLite).
+        writable: the command writes; when False and this user cannot write the data dir, the
+            SQLite journal is opened read-only (a read command still reads it; SPEC §17).
 
     Raises:
         ConfigError: a bad ``WORKRUN_JOURNAL``, or a PostgreSQL URL without psycopg installed (exit 2).
-        JournalError, JournalVersionError: as the backend's constructor.
+        JournalError: the journal cannot be opened; JournalVersionError: it is newer than this
+            Workrun (both exit 2).
     """
     url = journal_url()
     if url is None:
+        read_only = not writable and not os.access(data_dir, os.W_OK | os.X_OK)
         return SqliteJournal(data_dir / "journal.sqlite3", check=check, read_only=read_only)
     try:
         import psycopg  # noqa: F401
     except ImportError:
         raise errors.ConfigError("a PostgreSQL journal needs psycopg 3: pip install 'workrun[postgres]'",
-                          field="WORKRUN_JOURNAL") from None
+                                 field="WORKRUN_JOURNAL") from None
     return PostgresJournal(url)

@@ -1,0 +1,104 @@
+"""R-P3: fast CLI start-up. ``--version`` imports no typer; plain read commands import no typer or pydantic and
+print exactly what the typer path prints (same bytes, same exit code). Timings live in bench/bench_cli.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from workrun.cli import quick
+
+
+def _imported(*args: str) -> set[str]:
+    """Top-level package names a ``python -m workrun ARGS`` process imported (``-X importtime``)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "workrun", *args], capture_output=True,
+                          text=True, timeout=120)
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    assert "workrun" in names, proc.stderr[-2000:]
+    return names
+
+
+def test_version_imports_no_typer_rich_or_pydantic():
+    names = _imported("--version")
+    assert not names & {"typer", "rich", "pydantic", "click"}, names
+
+
+@pytest.mark.parametrize("args", [["runs", "list", "--json"], ["runs", "list"], ["compensations", "list"]])
+def test_read_commands_import_no_typer_pydantic_nor_the_engine(args):
+    names = _imported(*args)
+    assert not names & {"typer", "click", "pydantic"}, names
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "workrun", *args], capture_output=True,
+                          text=True, timeout=120)
+    modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert not modules & {"workrun.engine", "workrun.nodes", "workrun.models", "workrun.runner", "workrun.services"}
+
+
+def test_version_output_is_the_typer_apps(workrun):
+    fast = workrun("--version")
+    slow = workrun("--version", "runs")  # not the quick shape: typer's eager --version prints it
+    assert (fast.code, fast.out, fast.err) == (slow.code, slow.out, slow.err) == (0, fast.out, "")
+    assert fast.out.startswith("workrun ") and fast.out.endswith("\n")
+
+
+def test_quick_match_takes_only_plain_read_command_lines():
+    list_runs, kwargs = quick.match(["runs", "list"])
+    assert (list_runs.__module__, list_runs.__name__) == ("workrun.cli.reads", "list_runs")
+    assert kwargs == {"json_mode": False, "limit": 50}
+    assert quick.match(["--debug", "runs", "list", "--limit", "7", "--json"])[1] == {"json_mode": True, "limit": 7}
+    assert quick.match(["runs", "show", "run_1", "--json"])[1] == {"json_mode": True, "run_id": "run_1"}
+    assert quick.match(["compensations", "list", "--run", "r", "--status", "failed"])[1] == {
+        "json_mode": False, "status": "failed", "run": "r"}
+    assert quick.match(["compensations", "show", "cmp_1"])[1] == {"json_mode": False, "compensation_id": "cmp_1"}
+    for args in (["runs", "list", "--limit=3"], ["runs", "list", "--limit", "x"], ["runs", "list", "--limit", "-1"],
+                 ["runs", "list", "--json", "--json"], ["runs", "list", "--help"], ["runs", "show"],
+                 ["runs", "show", "a", "b"], ["runs", "show", "--", "a"], ["runs", "list", "extra"],
+                 ["compensations", "list", "--run"], ["compensations", "retry", "c"], ["run", "wf.toml"],
+                 ["runs"], [], ["--version"], ["runs", "list", "--debug"], ["runs", "show", ""]):
+        assert quick.match(args) is None, args
+
+
+def test_quick_path_prints_what_typer_prints(workrun, write_workflow, make_project, marker_project, tmp_path):
+    boom = make_project("boom", '[tool.workrun.apps.boom]\nentry = "main.py"\n',
+                        {"main.py": "raise SystemExit(3)\n"})
+    wf = write_workflow("fails", f"""
+        [nodes.a]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "a" }}
+        [nodes.b]
+        project = "{boom}"
+        app = "boom"
+        needs = ["a"]
+    """)
+    run = workrun("run", wf, "--json", env={"TEST_LOG": str(tmp_path / "log.jsonl")})
+    assert run.code == 1, run
+    rid = run.json()["run_id"]
+    comps = workrun("compensations", "list", "--json")
+    assert comps.code == 0 and len(comps.json()) == 1, comps
+    cid = comps.json()[0]["compensation_id"]
+    # left: the quick path; right: the same command in a form only typer parses (--opt=value, --)
+    pairs = [
+        (["runs", "list"], ["runs", "list", "--limit=50"]),
+        (["runs", "list", "--json"], ["runs", "list", "--json", "--limit=50"]),
+        (["runs", "show", rid], ["runs", "show", "--", rid]),
+        (["runs", "show", rid[:8], "--json"], ["runs", "show", "--json", "--", rid[:8]]),
+        (["runs", "show", "run_nope"], ["runs", "show", "--", "run_nope"]),
+        (["compensations", "list"], ["compensations", "list", f"--run={rid}"]),
+        (["compensations", "list", "--json", "--status", "succeeded"], ["compensations", "list", "--json",
+                                                                        "--status=succeeded"]),
+        (["compensations", "list", "--status", "bogus"], ["compensations", "list", "--status=bogus"]),
+        (["compensations", "show", cid], ["compensations", "show", "--", cid]),
+        (["compensations", "show", cid, "--json"], ["compensations", "show", "--json", "--", cid]),
+    ]
+    for fast_args, typer_args in pairs:
+        fast, slow = workrun(*fast_args), workrun(*typer_args)
+        assert (fast.code, fast.out, fast.err) == (slow.code, slow.out, slow.err), (fast_args, fast, slow)
+    assert workrun("runs", "show", "run_nope").code == 2
+    assert workrun("compensations", "list", "--status", "bogus").err.startswith("error: --status: ")
+    bad = workrun("runs", "list", env={"WORKRUN_CONCURRENCY": "zero"})  # the root callback's settings check
+    assert bad.code == 2 and bad.err.startswith("error: ") and bad.out == "", bad

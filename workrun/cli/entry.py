@@ -1,0 +1,118 @@
+"""The ``workrun`` console script and ``python -m workrun`` (R-P3: fast start-up).
+
+:func:`main` answers ``workrun --version`` without importing typer, rich or the engine.
+Any other command line goes to :func:`run`: a plain read command runs through
+:mod:`workrun.cli.quick` (no typer parsing, so no pydantic), everything else through the
+typer app of :mod:`workrun.cli.main`, imported only then; the command modules import what
+a command needs inside it.
+
+Exit codes (SPEC §10): a ``WorkrunError`` prints ``error: FILE: FIELD: message`` and exits with its
+code; a usage error exits 2; Ctrl-C 130; anything else is one ``internal error`` line and exit 1
+(the traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main", "run"]
+
+_FAST_VERSION = frozenset({"--version", "--debug"})  # root options that cannot change what --version prints
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry: ``--version`` at once, anything else through :func:`run`.
+
+    Args:
+        argv: the arguments after the program name; ``sys.argv[1:]`` when None.
+
+    Raises:
+        SystemExit: always, with the command's exit code (SPEC §10).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if "--version" in args and set(args) <= _FAST_VERSION:
+        from workrun import __version__
+
+        sys.stdout.write(f"workrun {__version__}\n")  # what the typer app's eager --version prints
+        sys.stdout.flush()
+        sys.exit(0)
+    sys.exit(run(args))
+
+
+def _quick(args: list[str]) -> int | None:
+    """Run a plain read command without typer (:mod:`workrun.cli.quick`); its exit code, or None: not one."""
+    from workrun.cli.quick import match
+
+    found = match(args)
+    if found is None:
+        return None
+    command, kwargs = found
+    from workrun import settings
+
+    settings.current()  # what the root callback checks first (SPEC §17)
+    command(**kwargs)
+    return 0
+
+
+def _failed(exc: BaseException, debug: bool) -> int:
+    """Report an error that ended a command as one line on stderr; return its exit code (SPEC §10).
+
+    Called inside the ``except`` block, so ``--debug`` can print the traceback.
+
+    Raises:
+        BaseException: ``exc`` again when it is none of the errors mapped here.
+    """
+    import traceback
+
+    import typer
+
+    try:  # typer >= 0.20 vendors click as typer._click
+        from typer._click import exceptions as click_exceptions
+    except ImportError:  # pragma: no cover - older typer depends on click
+        from click import exceptions as click_exceptions  # type: ignore[no-redef]
+
+    from workrun.cli.output import print_error
+    from workrun.errors import WorkrunError
+
+    if isinstance(exc, WorkrunError):
+        if debug:  # the traceback first, then the same one line and exit code as without --debug
+            traceback.print_exc()
+        print_error(exc.line())
+        return exc.exit_code
+    if isinstance(exc, click_exceptions.NoArgsIsHelpError):  # help was printed already
+        return 2
+    if isinstance(exc, click_exceptions.UsageError):
+        if debug:
+            traceback.print_exc()
+        where = f"{exc.ctx.command_path}: " if exc.ctx else ""
+        print_error(where + exc.format_message())
+        return 2
+    if isinstance(exc, typer.Abort):  # typer >= 0.20 vendors click without an Abort in typer._click.exceptions
+        print_error("aborted")
+        return 130
+    if isinstance(exc, KeyboardInterrupt):
+        print_error("interrupted")
+        return 130
+    if not isinstance(exc, Exception):
+        raise exc
+    if debug:  # never a traceback without --debug
+        traceback.print_exc()
+    print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
+    return 1
+
+
+def run(args: list[str]) -> int:
+    """Run one command line and return its exit code (SPEC §10); errors become one line on stderr.
+
+    Args:
+        args: the arguments after the program name.
+    """
+    try:
+        code = _quick(args)
+        if code is None:
+            from workrun.cli.main import app
+
+            code = app(args=args, standalone_mode=False, prog_name="workrun")
+    except (Exception, KeyboardInterrupt) as exc:
+        code = _failed(exc, "--debug" in args)
+    return code if isinstance(code, int) else 0

@@ -1,0 +1,105 @@
+"""Read commands without typer's argument parsing, for start-up speed (R-P3).
+
+typer converts every option value through a pydantic ``TypeAdapter``, so parsing any
+command line imports pydantic and builds adapters (~50-150 ms). The read commands
+``runs list``, ``runs show``, ``compensations list`` and ``compensations show`` take a
+handful of plain options; when a command line is one of those, written in the plain
+form below, :func:`match` names the command's function in :mod:`workrun.cli.reads` and its
+arguments, and the caller runs it directly (typer is never imported), after the same settings
+check as the root callback. Every other
+command line (help, ``--opt=value``, ``--``, repeated or unknown options, a value
+that starts with ``-``, a ``--limit`` that is not digits) goes through typer unchanged,
+so usage errors and help stay exactly typer's.
+
+Shapes (options in any order after the subcommand; a leading ``--debug`` is allowed)::
+
+    runs list [--json] [--limit DIGITS]
+    runs show RUN [--json]
+    compensations list [--json] [--status S] [--run R]
+    compensations show ID [--json]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["match"]
+
+# (group, command) -> (positional parameter or None, {flag: parameter}, {option taking a value: parameter})
+_SHAPES: dict[tuple[str, str], tuple[str | None, dict[str, str], dict[str, str]]] = {
+    ("runs", "list"): (None, {"--json": "json_mode"}, {"--limit": "limit"}),
+    ("runs", "show"): ("run_id", {"--json": "json_mode"}, {}),
+    ("compensations", "list"): (None, {"--json": "json_mode"}, {"--status": "status", "--run": "run"}),
+    ("compensations", "show"): ("compensation_id", {"--json": "json_mode"}, {}),
+}
+# the typer defaults of the options above (every parameter is passed explicitly)
+_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("runs", "list"): {"json_mode": False, "limit": 50},
+    ("runs", "show"): {"json_mode": False},
+    ("compensations", "list"): {"json_mode": False, "status": None, "run": None},
+    ("compensations", "show"): {"json_mode": False},
+}
+
+
+def _parse(shape: tuple[str | None, dict[str, str], dict[str, str]], rest: list[str]) -> dict[str, Any] | None:
+    positional, flags, valued = shape
+    kwargs: dict[str, Any] = {}
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token in flags:
+            if flags[token] in kwargs:
+                return None
+            kwargs[flags[token]] = True
+        elif token in valued:
+            name = valued[token]
+            if name in kwargs or i + 1 >= len(rest) or rest[i + 1].startswith("-") or not rest[i + 1]:
+                return None
+            i += 1
+            kwargs[name] = rest[i]
+        elif token.startswith("-") or positional is None or positional in kwargs or not token:
+            return None
+        else:
+            kwargs[positional] = token
+        i += 1
+    if positional is not None and positional not in kwargs:
+        return None
+    if "limit" in kwargs:
+        if not (kwargs["limit"].isascii() and kwargs["limit"].isdigit()):
+            return None
+        kwargs["limit"] = int(kwargs["limit"])
+    return kwargs
+
+
+def match(args: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
+    """The read command a command line names, with every parameter's value; None: let typer parse it.
+
+    Args:
+        args: the arguments after the program name.
+
+    Returns:
+        ``(function, kwargs)``: a function of :mod:`workrun.cli.reads` (what the typer command calls)
+        to call as ``function(**kwargs)``; it may raise a ``WorkrunError`` exactly as under typer.
+        None for any other command line.
+    """
+    i = 0
+    while i < len(args) and args[i] == "--debug":
+        i += 1
+    if len(args) < i + 2:
+        return None
+    key = (args[i], args[i + 1])
+    shape = _SHAPES.get(key)
+    if shape is None:
+        return None
+    parsed = _parse(shape, args[i + 2:])
+    if parsed is None:
+        return None
+    kwargs = {**_DEFAULTS[key], **parsed}
+    from workrun.cli import reads
+
+    commands: dict[tuple[str, str], Callable[..., Any]] = {
+        ("runs", "list"): reads.list_runs, ("runs", "show"): reads.show_run,
+        ("compensations", "list"): reads.list_compensations, ("compensations", "show"): reads.show_compensation,
+    }
+    return commands[key], kwargs

@@ -1,0 +1,179 @@
+"""The read commands' work, without typer (R-P3): ``runs list|show``, ``compensations list|show``.
+
+The typer commands in ``runs.py`` and ``compensations.py`` call these, and so does the quick path
+(:mod:`workrun.cli.quick`), which runs them without importing typer at all. They open only the
+journal (:func:`viewing`): no App runner, no engine, no pydantic; rich only for text output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from workrun.cli.output import compensation_table, console, escape, print_json, run_table, styled
+from workrun.errors import UsageError
+from workrun.states import COMPENSATION_STATUSES
+
+if TYPE_CHECKING:
+    from workrun.journal import Journal
+
+__all__ = ["list_compensations", "list_runs", "show_compensation", "show_run", "viewing"]
+
+
+@contextmanager
+def viewing() -> Iterator[Journal]:
+    """The journal alone, for a command that only reads it (R-P3: no App runner, no Services).
+
+    Opened as :func:`workrun.cli.common.reading` opens it (no integrity check, read-only when the data dir is not
+    writable by this user); the same data directory and settings checks apply.
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
+    """
+    from workrun import settings
+    from workrun.journal import open_journal
+    from workrun.paths import data_dir, private_umask
+
+    settings.current()
+    path = data_dir(write=False)
+    private_umask()  # as Services: anything the journal writes in the data dir is private (SPEC §17)
+    journal = open_journal(path, check=False, writable=False)
+    try:
+        yield journal
+    finally:
+        journal.close()
+
+
+def list_runs(json_mode: bool, limit: int) -> None:
+    """``workrun runs list``: runs, newest first (at most ``limit`` in the table; all in JSON)."""
+    from workrun.views import rollup_line, runs_list
+
+    with viewing() as journal:
+        rows = runs_list(journal, limit=None if json_mode else limit)
+    if json_mode:
+        print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table()
+    table.add_column("run", no_wrap=True)
+    table.add_column("workflow", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("compensation", overflow="fold")
+    table.add_column("started (UTC)", no_wrap=True)
+    for r in rows:
+        started = (r["started_at"] or "-")[:19].replace("T", " ")
+        table.add_row(r["run_id"], escape(r["workflow"]), styled(r["status"]), rollup_line(r) or "-", started)
+    console.print(table if rows else "no runs yet")
+
+
+def show_run(run_id: str, json_mode: bool) -> None:
+    """``workrun runs show RUN``: nodes with their messages, calls, and each call's compensation.
+
+    Raises:
+        NotFoundError: no run matches ``run_id`` (exit 2).
+    """
+    from workrun.views import rollup_line, run_detail
+
+    with viewing() as journal:
+        view = run_detail(journal, run_id)
+    if json_mode:
+        print_json(view)
+        return
+    console.print(run_table(view))
+    if view["compensation"]:
+        console.print(rollup_line(view))
+    for m in view["messages"]:
+        console.print(f"[dim]{m['at']}[/] run: {escape(m['text'])}")
+    for node in view["nodes"]:
+        console.print(f"\n[bold]{escape(node['node_key'])}[/] {styled(node['status'])}")
+        for m in node["messages"]:
+            console.print(f"  [dim]{m['at']}[/] {escape(m['text'])}")
+    for t in view["remote_tasks"]:
+        console.print(f"\nremote task of {t['node_key']}: {t['task_id']} state {t['state']}; cancel: "
+                      f"{t['cancel_status'] or 'not sent'} {escape(t['cancel_answer'] or '')}")
+    for t in view.get("tickets", []):
+        action = t["action"]
+        console.print(f"\nticket {t['ticket_id']} {styled(t['status'])} node {escape(t['node_key'])} (on_failure = "
+                      f"{t['policy']}): {escape(t['error'] or '')}"
+                      + (f"; action {styled(action['status'])} ({len(action['attempts'])} attempt(s))"
+                         if action else ""))
+        if t["status"] == "pending":
+            console.print(f"  `workrun tickets resume {t['ticket_id']}` or "
+                          f"`workrun tickets terminate {t['ticket_id']}`")
+    if view["unfinished_compensations"]:
+        console.print(f"\n[yellow]compensation not finished[/] for {len(view['unfinished_compensations'])} call(s): "
+                      f"`workrun resume` continues pending ones; `workrun compensations list --run {view['run_id']}` "
+                      "and `workrun compensations show ID` for the rest")
+
+
+def list_compensations(status: str | None, run: str | None, json_mode: bool) -> None:
+    """``workrun compensations list``: compensations (all runs), oldest first.
+
+    Raises:
+        UsageError: ``status`` is not a compensation status (exit 2).
+    """
+    from workrun.views import compensations_list
+
+    if status is not None and status not in COMPENSATION_STATUSES:
+        raise UsageError(f"unknown status {status!r} (one of: {', '.join(COMPENSATION_STATUSES)})", field="--status")
+    with viewing() as journal:
+        rows = compensations_list(journal, status=status, run=run)
+    if json_mode:
+        print_json(rows)
+    else:
+        console.print(compensation_table(rows) if rows else "no compensations")
+
+
+def show_compensation(compensation_id: str, json_mode: bool) -> None:
+    """``workrun compensations show ID``: the original call, attempts, notes and operator actions, in time order.
+
+    Raises:
+        NotFoundError: no compensation matches ``compensation_id`` (exit 2).
+    """
+    from workrun.views import compensation_detail, iso
+
+    with viewing() as journal:
+        view = compensation_detail(journal, compensation_id)
+        op = journal.operation(view["operation_id"])
+    if json_mode:
+        print_json(view)
+        return
+    console.print(f"[bold]compensation {view['compensation_id']}[/] {styled(view['status'])}  "
+                  f"run {view['run_id']} node {escape(view['node_key'] or '-')}")
+    if view["reason"]:
+        console.print(f"reason: {escape(view['reason'])}")
+    what = f"http node {op['node_key']}" if op["kind"] == "http" else f"App {op['app']} ({op['project']})"
+    console.print(f"original operation {op['operation_id']} of {what}: {op['status']}, ended {iso(op['ended_at'])}")
+    action = (view["context"] or {}).get("reverse_action")
+    if action:
+        console.print(f"  reverse action: {escape(action['method'])} {escape(action['url'])}")
+    console.print(f"  input:  {escape(json.dumps(op['input'], ensure_ascii=False))}\n"
+                  f"  result: {escape(json.dumps(op['result'], ensure_ascii=False))}")
+    timeline: list[tuple[str, str]] = []
+    for a in view["attempts"]:
+        text = (f"attempt {a['number']} ({a['trigger']}): {styled(a['status'])}"
+                + (f", exit {a['exit_code']}" if a["exit_code"] is not None else "")
+                + (f", signal {a['signal']}" if a["signal"] else "")
+                + (f", HTTP {a['http_status']}" if a.get("http_status") is not None else "")
+                + (f" — {escape(a['error'])}" if a["error"] else ""))
+        timeline.append((a["started_at"], text))
+        tail = (a["stderr_tail"] or "").strip().splitlines()[-3:]
+        for line in tail:
+            timeline.append((a["started_at"], f"    stderr: {escape(line)}"))
+        for line in (a.get("response_tail") or "").strip().splitlines()[:3]:  # a reverse action's answer (R-H7)
+            timeline.append((a["started_at"], f"    response: {escape(line[:200])}"))
+    for e in view["events"]:
+        args = ", ".join(f"{k}={v}" for k, v in (e["args"] or {}).items() if v is not None)
+        timeline.append((e["at"], f"{e['action']}" + (f" ({escape(args)})" if args else "")
+                         + f" by {escape(e['actor'])}"
+                         + (f": {escape(e['text'])}" if e["text"] else "")
+                         + (f" \\[attachment {escape(e['attachment'])}]" if e["attachment"] else "")))
+    for at, text in sorted(timeline, key=lambda t: t[0] or ""):
+        console.print(f"  [dim]{at}[/] {text}")
+    auto = sum(1 for a in view["attempts"] if a["trigger"] == "auto")
+    operator_made = len(view["attempts"]) - auto
+    console.print(f"attempts: {auto} automatic of at most {view['max_attempts']}"
+                  + (f", {operator_made} by an operator" if operator_made else ""))
