@@ -32,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -40,6 +40,7 @@ from urllib.parse import quote
 from workrun import settings
 from workrun.errors import ConfigError
 from workrun.outcomes import Failure
+from workrun.templates import strings
 
 __all__ = [
     "ALLOW_ENV",
@@ -78,17 +79,6 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 # -- templates --------------------------------------------------------------------------------------------------------
-
-
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _strings(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _strings(v, f"{path}[{i}]")
 
 
 def _check_braces(text: str, file: str | None, field: str) -> None:
@@ -213,7 +203,7 @@ def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool
         ConfigError: unbalanced braces; ``{{ env.NAME }}`` outside a header value; an environment variable
             that is not set (``environment variable NAME is not set``); whatever ``check_ref`` raises.
     """
-    for where, text in _strings(value, field):
+    for where, text in strings(value, field):
         _check_braces(text, file, where)
         for m in _TEMPLATE.finditer(text):
             ref = m.group(1)

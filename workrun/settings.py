@@ -97,9 +97,9 @@ def _fault(raw: str) -> tuple[str, int]:
 
 
 def _launch(raw: str) -> str:
-    if raw.strip().lower() not in ("fork", "spawn"):
+    if raw not in ("fork", "spawn"):  # exactly as runner.forkserver.launch_mode accepts it
         raise ValueError
-    return raw.strip().lower()
+    return raw
 
 
 def _journal(raw: str) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 from workrun.errors import ConfigError
 
 __all__ = ["REFERENCE", "TemplateValueError", "check_template_braces", "node_dependencies", "parse_inputs", "render",
-           "template_refs"]
+           "strings", "template_refs"]
 
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 #: what a reference inside ``{{ }}`` may look like
@@ -25,20 +25,21 @@ class TemplateValueError(ConfigError):
         super().__init__(f"template {{{{ {reference} }}}} has no value")
 
 
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+def strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every string inside ``value`` (a JSON-like value) with its dotted path: ``(path, text)``."""
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from _strings(v, f"{path}.{k}")
+            yield from strings(v, f"{path}.{k}")
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _strings(v, f"{path}[{i}]")
+            yield from strings(v, f"{path}[{i}]")
 
 
 def template_refs(value: Any, path: str = "input") -> list[tuple[str, str]]:
     """Return ``[(field path, reference)]`` for every ``{{ ... }}`` in ``value``."""
-    return [(p, m.group(1)) for p, s in _strings(value, path) for m in _TEMPLATE.finditer(s)]
+    return [(p, m.group(1)) for p, s in strings(value, path) for m in _TEMPLATE.finditer(s)]
 
 
 def check_template_braces(value: Any, path: str, file: str) -> None:
@@ -52,7 +53,7 @@ def check_template_braces(value: Any, path: str, file: str) -> None:
     Raises:
         ConfigError: naming the string's field path.
     """
-    for where, text in _strings(value, path):
+    for where, text in strings(value, path):
         rest = _TEMPLATE.sub("", text)
         if "{{" in rest:
             raise ConfigError("unterminated template: '{{' without its '}}'", file=file, field=where)

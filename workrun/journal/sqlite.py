@@ -375,19 +375,27 @@ class SqliteJournal:
 
     # -- reads -------------------------------------------------------------------
 
+    def _one(self, table: str, column: str, given: str, noun: str, field: str) -> dict[str, Any]:
+        """The row of ``table`` whose ``column`` is ``given`` or starts with it (a unique prefix).
+
+        Raises:
+            NotFoundError: no row, or the prefix matches several (``noun`` names them, ``field`` the argument).
+        """
+        rows = self._query(f"SELECT * FROM {table} WHERE {column} = ?", (given,)) or \
+            self._query(f"SELECT * FROM {table} WHERE {column} LIKE ? || '%' ESCAPE '\\' LIMIT 3",
+                        (given.replace("%", "\\%").replace("_", "\\_"),))
+        if len(rows) != 1:
+            raise NotFoundError(f"no {noun} matches {given!r}" if not rows else f"{given!r} matches several {noun}s",
+                                field=field)
+        return rows[0]
+
     def run(self, run_id: str) -> dict[str, Any]:
         """Return one run by exact id or unique prefix.
 
         Raises:
             NotFoundError: no run, or the prefix matches several.
         """
-        rows = self._query("SELECT * FROM runs WHERE run_id = ?", (run_id,)) or \
-            self._query("SELECT * FROM runs WHERE run_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
-                        (run_id.replace("%", "\\%").replace("_", "\\_"),))
-        if len(rows) != 1:
-            raise NotFoundError(f"no run matches {run_id!r}" if not rows else f"{run_id!r} matches several runs",
-                                field="RUN")
-        return rows[0]
+        return self._one("runs", "run_id", run_id, "run", "RUN")
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """All runs, newest first."""
@@ -475,13 +483,7 @@ class SqliteJournal:
         Raises:
             NotFoundError: no compensation, or the prefix matches several.
         """
-        rows = self._query("SELECT * FROM compensations WHERE compensation_id = ?", (compensation_id,)) or \
-            self._query("SELECT * FROM compensations WHERE compensation_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
-                        (compensation_id.replace("%", "\\%").replace("_", "\\_"),))
-        if len(rows) != 1:
-            raise NotFoundError(f"no compensation matches {compensation_id!r}" if not rows
-                                else f"{compensation_id!r} matches several compensations", field="COMPENSATION_ID")
-        return rows[0]
+        return self._one("compensations", "compensation_id", compensation_id, "compensation", "COMPENSATION_ID")
 
     def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
         """Compensations filtered by status and run, oldest first."""
@@ -684,13 +686,7 @@ class SqliteJournal:
         Raises:
             NotFoundError: no ticket, or the prefix matches several.
         """
-        rows = self._query("SELECT * FROM tickets WHERE ticket_id = ?", (ticket_id,)) or \
-            self._query("SELECT * FROM tickets WHERE ticket_id LIKE ? || '%' ESCAPE '\\' LIMIT 3",
-                        (ticket_id.replace("%", "\\%").replace("_", "\\_"),))
-        if len(rows) != 1:
-            raise NotFoundError(f"no ticket matches {ticket_id!r}" if not rows
-                                else f"{ticket_id!r} matches several tickets", field="TICKET")
-        return rows[0]
+        return self._one("tickets", "ticket_id", ticket_id, "ticket", "TICKET")
 
     def tickets(self, run_id: str) -> list[dict[str, Any]]:
         """The run's tickets, oldest first."""
