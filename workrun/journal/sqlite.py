@@ -485,8 +485,8 @@ class SqliteJournal:
         """
         return self._one("compensations", "compensation_id", compensation_id, "compensation", "COMPENSATION_ID")
 
-    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Compensations filtered by status and run, oldest first."""
+    def _filtered(self, table: str, status: str | None, run_id: str | None) -> list[dict[str, Any]]:
+        """Rows of ``table`` with the given status and run (None: any), oldest first."""
         where, params = [], []
         if status:
             where.append("status = ?")
@@ -494,8 +494,12 @@ class SqliteJournal:
         if run_id:
             where.append("run_id = ?")
             params.append(run_id)
-        sql = "SELECT * FROM compensations" + (" WHERE " + " AND ".join(where) if where else "")
+        sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(where) if where else "")
         return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
+
+    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Compensations filtered by status and run, oldest first."""
+        return self._filtered("compensations", status, run_id)
 
     def attempts(self, compensation_id: str) -> list[dict[str, Any]]:
         """Attempts of a compensation, by number."""
@@ -694,15 +698,7 @@ class SqliteJournal:
 
     def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
         """Tickets filtered by status and run, oldest first."""
-        where, params = [], []
-        if status:
-            where.append("status = ?")
-            params.append(status)
-        if run_id:
-            where.append("run_id = ?")
-            params.append(run_id)
-        sql = "SELECT * FROM tickets" + (" WHERE " + " AND ".join(where) if where else "")
-        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
+        return self._filtered("tickets", status, run_id)
 
     def ticket_action(self, ticket_id: str) -> dict[str, Any] | None:
         """The ticket's action job, or None when its policy registered none."""
