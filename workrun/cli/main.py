@@ -167,13 +167,25 @@ def stop(
                 time.sleep(0.1)
         else:
             try:
-                stop_orphaned_run(svc, rid)
+                with _dispatching(svc, rid):  # shared journal: its calls are ended through their claims
+                    stop_orphaned_run(svc, rid)
             finally:
                 lock.release()
         status = svc.journal.run(rid)["status"]
         console.print(f"run {rid}: {status}" + (": side effects were NOT undone; `workrun compensate "
                                                f"{rid}` undoes them" if status == "stopped" else ""))
     raise typer.Exit(0)
+
+
+def _dispatching(svc, run_id: str):
+    """On a shared journal, the run's App processes are reached through their executors' claims (R-S2)."""
+    from contextlib import nullcontext
+
+    if not shared_journal():
+        return nullcontext()
+    from workrun.workers import dispatching
+
+    return dispatching(svc, run_id)
 
 
 class _StopClaim:
