@@ -5,7 +5,8 @@ decides what starts when — node order, reverse dependency order, hold-back
 (R-C3, R-C4). It hands each App process it decides to start — a node call or a
 compensation attempt — to the journal instead of starting it: the
 :class:`DispatchRunner` (an :class:`~workrun.runner.base.AppRunner`) writes a
-``queued`` row of ``dispatched_calls``. Any worker's :class:`Executors` claim
+``queued`` row of ``dispatched_calls`` where ``start`` would start a process,
+and gives it its timeout in ``wait``. Any worker's :class:`Executors` claim
 queued rows with ``SELECT … FOR UPDATE SKIP LOCKED`` (oldest first), each claim
 carrying the worker's id, host and a lease its heartbeat renews; they run the
 process with their own :class:`~workrun.runner.local.LocalRunner` in a call
@@ -22,9 +23,11 @@ restart, :meth:`LocalRunner.recover`, which also fences a call whose process
 never started); from another host the exit record decides if its directory is
 reachable (a shared path), else the outcome is ``unknown``. That decision is
 stored with a conditional write on the expired claim, so of a late executor and
-a scheduler only one outcome is ever stored. A queued row is fenced (a
-conditional write) before a restarted scheduler reports it ``not_started``, so
-it can never start late.
+a scheduler only one outcome is ever stored. Only a call whose process provably
+never started (its directory fenced, the launcher's claim file) is queued again
+for another executor. A call that was queued but not yet claimed when its
+scheduler died still runs once (as a locally started process would); ``stop``
+fences a queued row (a conditional write) so it can never start late.
 
 What is dispatched: App processes (``process`` and ``tool`` nodes, Agent tool
 calls and discovery, compensation scripts). **HTTP** requests (``http`` nodes,
@@ -100,28 +103,28 @@ class DispatchRunner:
 
     def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any], *,
               warm: str | None = None) -> Started:
-        """Describe the call; it is queued by :meth:`wait`, which knows its deadline (nothing starts here).
+        """Queue the call (claimable once :meth:`wait` gives it its timeout).
 
         The returned ``pid`` is this scheduler's own (with its start time): the App's pid and host are
         recorded on the dispatched call by the executor that starts it.
+
+        Raises:
+            OSError: the call was fenced (it can never start).
         """
         snapshot = project.name if project.parent.name == "snapshot-trees" else None
         call = {"project": str(project), "entry": str(Path(entry).relative_to(project)), "envelope": envelope,
                 "warm": warm, "snapshot": snapshot, "offline": bool(snapshot)}
+        if not self.journal.dispatch_call(call_dir.name, self.run_id, call, time.time()):
+            raise OSError(f"call {call_dir.name} was fenced: it can never start")
         me = os.getpid()
-        return Started(pid=me, proc_start=proc_start_time(me), handle=(call_dir.name, call))
+        return Started(pid=me, proc_start=proc_start_time(me), handle=call_dir.name)
 
     def wait(self, started: Started, deadline: float) -> Outcome:
-        """Queue the call (its timeout counted from the executor's start) and wait for its outcome."""
-        call_id, call = started.handle
-        if self._stopping.is_set():  # stopped before it was queued: it never starts (R-C9)
-            if self.journal.fence_call(call_id, self.run_id, time.time()):
-                return Outcome(stopped=True)
-        else:
-            self.journal.dispatch_call(call_id, self.run_id, call, max(0.0, deadline - time.time()), time.time())
-        return self._await(call_id, recovering=False)
+        """Let executors claim the call (its timeout counted from the process's start) and wait for its outcome."""
+        self.journal.set_call_timeout(started.handle, max(0.0, deadline - time.time()))
+        return self._await(started.handle, deadline)
 
-    def _await(self, call_id: str, *, recovering: bool, ending: bool = False) -> Outcome:
+    def _await(self, call_id: str, deadline: float | None, *, ending: bool = False) -> Outcome:
         pause = POLL_MIN
         asked_stop = False
         with self._mutex:
@@ -129,19 +132,22 @@ class DispatchRunner:
         try:
             while True:
                 row = self.journal.dispatched_call(call_id)
-                if row is None or (row["status"] == "queued" and (recovering or ending)):
+                if row is None:  # never queued: it can never be now
                     if self.journal.fence_call(call_id, self.run_id, time.time()):
                         return Outcome(not_started=True)
                     continue
-                if row["status"] == "done":
+                status = row["status"]
+                if status == "done":
                     return _outcome(row["outcome"])
-                if row["status"] == "fenced":
-                    return Outcome(stopped=True) if self._stopping.is_set() else Outcome(not_started=True)
-                if row["status"] == "queued" and self._stopping.is_set():
+                if status == "fenced":
+                    return Outcome(stopped=True) if self._stopping.is_set() or ending else Outcome(not_started=True)
+                if status == "queued" and (self._stopping.is_set() or ending):
                     if self.journal.fence_call(call_id, self.run_id, time.time()):
-                        return Outcome(stopped=True)
+                        return Outcome(stopped=True)  # stopped before it started: it never will (R-C9)
                     continue
-                if row["status"] == "claimed":
+                if status == "queued" and row["timeout"] is None:  # its scheduler died before handing it out
+                    self.journal.set_call_timeout(call_id, max(0.0, (deadline or time.time()) - time.time()))
+                if status == "claimed":
                     if row["lease_until"] + LEASE_SLACK < time.time():
                         got = self._settle(row, ending=ending)
                         if got is not None:
@@ -158,40 +164,48 @@ class DispatchRunner:
 
     def _settle(self, row: dict[str, Any], *, ending: bool) -> Outcome | None:
         """Decide a call whose executor's lease passed (R-R3) and store it on the expired claim; None when
-        the executor (or another scheduler) stored an outcome first."""
-        exec_dir = Path(row["exec_dir"]) if row.get("exec_dir") else None
-        if exec_dir is not None and row["host"] == self.host:  # its process and directory are on this machine
+        it was queued again (its process provably never started) or someone stored an outcome first."""
+        exec_dir = Path(row["exec_dir"])
+        if row["host"] == self.host:  # its process and directory are on this machine
             how = self.local.end if ending else self.local.recover
             outcome = how(row["pid"], row["proc_start"], exec_dir, row["deadline"])
-        elif exec_dir is not None and exec_dir.is_dir():  # another machine's directory, reachable here
-            outcome = calldir.read_exit(exec_dir) or Outcome(unknown=True)
+        elif exec_dir.is_dir():  # another machine's directory, reachable here (a shared path)
+            never = row["pid"] is None and calldir.read_claim(exec_dir) is None and calldir.fence(exec_dir)
+            outcome = Outcome(not_started=True) if never else calldir.read_exit(exec_dir) or Outcome(unknown=True)
         else:  # another machine's call: nothing to look at from here, never re-sent (R-R3)
             outcome = Outcome(unknown=True)
-        got = calldir.collect(exec_dir) if exec_dir is not None and exec_dir.is_dir() else Collected()
-        if not self.journal.settle_call(row["call_id"], row["worker_id"], asdict(outcome), asdict(got), time.time()):
+        now = time.time()
+        if outcome.not_started:  # fenced in the dead executor's directory: it never ran, any executor may
+            if ending:
+                outcome = Outcome(stopped=True)
+            elif self.journal.requeue_call(row["call_id"], row["worker_id"], now):
+                return None
+        got = calldir.collect(exec_dir) if exec_dir.is_dir() else Collected()
+        if not self.journal.settle_call(row["call_id"], row["worker_id"], asdict(outcome), asdict(got), now):
             return None
-        if exec_dir is not None and row["host"] == self.host and not outcome.not_started:  # a fence stays
+        if row["host"] == self.host and not outcome.not_started:
             shutil.rmtree(exec_dir, ignore_errors=True)
         return outcome
 
     def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
                 claim_wait: float = 2.0) -> Outcome:
-        """Settle a call a dead scheduler left: its stored outcome; a live executor's call is waited for; an
-        expired executor's is decided by R-R3; a queued (or never queued) one is fenced: ``not_started``."""
+        """Settle a call a dead scheduler left: its stored outcome; a queued or live executor's call is
+        waited for (it was handed out once, it runs once); an expired executor's is decided by R-R3; one
+        never queued is fenced: ``not_started``."""
         try:  # the outcome is collected from the row; the journaling code looks for the directory
             call_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass
-        return self._await(call_dir.name, recovering=True)
+        return self._await(call_dir.name, deadline)
 
     def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
-        """End a call now (``workrun stop`` of a run without its scheduler): a queued one is fenced, a
-        running one is ended by its executor (or here, when its lease passed on this host)."""
+        """End a call now (``workrun stop`` of a run without its scheduler): a queued one is fenced
+        (``stopped``), a running one is ended by its executor (or here, when its lease passed on this host)."""
         try:
             call_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass
-        return self._await(call_dir.name, recovering=True, ending=True)
+        return self._await(call_dir.name, deadline, ending=True)
 
     def fence(self, call_dir: Path) -> None:
         """Make the call unable to ever start (a ``fenced`` row)."""

@@ -14,6 +14,11 @@ CALL = {"project": "/p", "entry": "main.py", "envelope": {"kind": "process", "in
         "snapshot": None, "offline": False}
 
 
+def _queue(j, call_id, run_id="run_1", at=0.0, timeout=60.0):
+    assert j.dispatch_call(call_id, run_id, CALL, at)
+    j.set_call_timeout(call_id, timeout)
+
+
 @pytest.fixture
 def pg(pg_url, monkeypatch, tmp_path):
     from workrun.journal import open_journal
@@ -31,7 +36,7 @@ def test_racing_executors_never_get_the_same_call(pg_url, monkeypatch, tmp_path)
     monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
     setup = open_journal(tmp_path)
     for i in range(40):
-        assert setup.dispatch_call(f"op_{i:03d}", "run_1", CALL, 60.0, float(i))
+        _queue(setup, f"op_{i:03d}", at=float(i))
     won: dict[str, list[str]] = {}
     mutex = threading.Lock()
 
@@ -44,7 +49,7 @@ def test_racing_executors_never_get_the_same_call(pg_url, monkeypatch, tmp_path)
             with mutex:
                 for row in got:
                     won.setdefault(row["call_id"], []).append(name)
-                    assert row["exec_dir"] == "/x/exec-" + row["call_id"] and row["call"] == CALL
+                    assert row["exec_dir"] == "/x/exec-" + row["call_id"] + ".1" and row["call"] == CALL
         j.close()
 
     threads = [threading.Thread(target=executor, args=(f"wkr_{n}",)) for n in range(4)]
@@ -60,18 +65,20 @@ def test_racing_executors_never_get_the_same_call(pg_url, monkeypatch, tmp_path)
 
 def test_oldest_first_and_by_run(pg):
     a, _ = pg
-    a.dispatch_call("op_late", "run_2", CALL, 60.0, 5.0)
-    a.dispatch_call("op_early", "run_1", CALL, 60.0, 1.0)
+    _queue(a, "op_late", "run_2", 5.0)
+    _queue(a, "op_early", "run_1", 1.0)
     assert [r["call_id"] for r in a.claim_calls("wkr_a", "h", 10.0, 30.0, 1, "/x/", ["run_2"])] == ["op_late"]
-    a.dispatch_call("op_mid", "run_1", CALL, 60.0, 3.0)
+    _queue(a, "op_mid", "run_1", 3.0)
+    a.dispatch_call("op_no_timeout_yet", "run_1", CALL, 0.5)  # its scheduler has not handed it out yet
     assert [r["call_id"] for r in a.claim_calls("wkr_a", "h", 10.0, 30.0, 5, "/x/")] == ["op_early", "op_mid"]
+    assert a.dispatched_call("op_no_timeout_yet")["status"] == "queued"
 
 
 def test_an_expired_claim_is_not_run_again_and_its_loser_cannot_store(pg):
     """The executor's lease passes: no other executor claims the call again; only the scheduler's R-R3
     decision on the expired claim is stored, and the late executor's outcome is refused (fencing)."""
     a, b = pg
-    a.dispatch_call("op_1", "run_1", CALL, 60.0, 0.0)
+    _queue(a, "op_1")
     [row] = a.claim_calls("wkr_a", "host-a", 10.0, 5.0, 1, "/x/")
     assert a.call_started("op_1", "wkr_a", 4242, None, 70.0)
     assert a.renew_calls("wkr_a", 12.0, 5.0, ["op_1"]) == {"op_1": False}  # lease until 17
@@ -87,13 +94,13 @@ def test_an_expired_claim_is_not_run_again_and_its_loser_cannot_store(pg):
 
 def test_a_fenced_call_never_starts(pg):
     a, b = pg
-    a.dispatch_call("op_1", "run_1", CALL, 60.0, 0.0)
+    _queue(a, "op_1")
     assert b.fence_call("op_1", "run_1", 1.0) is True
     assert a.claim_calls("wkr_a", "h", 2.0, 5.0, 5, "/x/") == []
-    assert a.dispatch_call("op_1", "run_1", CALL, 60.0, 3.0) is False  # a late dispatch cannot revive it
+    assert a.dispatch_call("op_1", "run_1", CALL, 3.0) is False  # a late dispatch cannot revive it
     assert b.fence_call("op_2", "run_1", 4.0) is True  # fenced before it was ever queued
-    assert a.dispatch_call("op_2", "run_1", CALL, 60.0, 5.0) is False
-    a.dispatch_call("op_3", "run_1", CALL, 60.0, 6.0)
+    assert a.dispatch_call("op_2", "run_1", CALL, 5.0) is False
+    _queue(a, "op_3", at=6.0)
     a.claim_calls("wkr_a", "h", 7.0, 5.0, 5, "/x/")
     assert b.fence_call("op_3", "run_1", 8.0) is False  # claimed: too late to fence, it is decided by R-R3
     assert a.finish_call("op_3", "wkr_a", {"exit_code": 0}, {}, 9.0) is True
@@ -108,19 +115,21 @@ def _scheduler_runner(journal, tmp_path):
     return DispatchRunner(journal, LocalRunner(tmp_path / "sched"), "run_1")
 
 
-@pytest.mark.parametrize("case", ["same-host-exit-record", "same-host-never-started", "other-host", "queued"])
-def test_scheduler_recovery_decides_from_the_claim(pg, tmp_path, case):
-    """A restarted scheduler (``recover``) decides a call by R-R3 from its claim: a queued one is fenced
-    (``not_started``); an expired executor's on this host by its exit record (or fenced when its process
-    never started); on another host whose directory is out of reach: ``unknown``."""
+@pytest.mark.parametrize("case", ["same-host-exit-record", "same-host-never-started", "other-host", "stop-queued"])
+def test_scheduler_decides_an_expired_claim_by_r_r3(pg, tmp_path, case):
+    """A restarted scheduler (``recover``) decides a call from its claim: an expired executor's on this
+    host by its exit record; one whose process never started is fenced in the dead executor's directory
+    and queued again (another executor runs it, in a fresh directory); on another host whose directory is
+    out of reach: ``unknown``. ``stop`` (``end``) fences a queued call: it never starts."""
     from workrun.runner.base import Outcome
 
     a, b = pg
-    exec_dir = tmp_path / "exec" / "op_1"
-    a.dispatch_call("op_1", "run_1", CALL, 60.0, 0.0)
-    if case != "queued":
+    exec_root = str(tmp_path / "exec") + "/"
+    exec_dir = tmp_path / "exec" / "op_1.1"
+    _queue(a, "op_1")
+    if case != "stop-queued":
         host = socket.gethostname() if case.startswith("same-host") else "another-machine"
-        a.claim_calls("wkr_a", host, 1.0, 1.0, 1, str(exec_dir.parent) + "/")
+        a.claim_calls("wkr_a", host, 1.0, 1.0, 1, exec_root)
         exec_dir.mkdir(parents=True)
         if case != "same-host-never-started":
             (exec_dir / "claim").write_text("started 999999999\n")  # its supervisor, long gone
@@ -131,15 +140,32 @@ def test_scheduler_recovery_decides_from_the_claim(pg, tmp_path, case):
             exec_dir.rename(tmp_path / "out-of-reach")
     runner = _scheduler_runner(b, tmp_path)
     call_dir = tmp_path / "sched" / "calls" / "op_1"
-    got = runner.recover(None, None, call_dir, None, claim_wait=0.1)
-    expected = {"same-host-exit-record": Outcome(exit_code=0, signal=None),
-                "same-host-never-started": Outcome(not_started=True), "other-host": Outcome(unknown=True),
-                "queued": Outcome(not_started=True)}[case]
-    assert got == expected
+    if case == "stop-queued":
+        assert runner.end(None, None, call_dir, None) == Outcome(stopped=True)
+        assert b.dispatched_call("op_1")["status"] == "fenced"
+        assert a.claim_calls("wkr_a", "h", 2.0, 5.0, 5, exec_root) == []
+        return
+    got: list[Outcome] = []
+    waiter = threading.Thread(target=lambda: got.append(runner.recover(None, None, call_dir, None)))
+    waiter.start()
+    if case == "same-host-never-started":
+        again = []
+        for _ in range(200):
+            again = a.claim_calls("wkr_c", "h", 3.0, 60.0, 1, exec_root)
+            if again:
+                break
+            waiter.join(0.05)
+        assert again and again[0]["exec_dir"] == exec_root + "op_1.2"  # a fresh directory for a fresh claim
+        assert (exec_dir / "claim").read_text().startswith("abandoned")  # it can never start in the old one
+        assert a.finish_call("op_1", "wkr_c", {"exit_code": 0}, {"result": {"by": "c"}}, 4.0)
+    waiter.join(30)
+    expected = {"same-host-exit-record": Outcome(exit_code=0), "same-host-never-started": Outcome(exit_code=0),
+                "other-host": Outcome(unknown=True)}[case]
+    assert got == [expected]
     row = b.dispatched_call("op_1")
-    assert row["status"] == ("fenced" if case == "queued" else "done")
+    assert row["status"] == "done"
     if case == "same-host-exit-record":
         assert runner.collect(call_dir).result == {"done": True} and row["decided_by"] == "takeover"
         assert not exec_dir.exists()
     if case == "same-host-never-started":
-        assert (Path(exec_dir) / "claim").read_text().startswith("abandoned")  # it can never start late
+        assert runner.collect(call_dir).result == {"by": "c"} and row["claims"] == 2

@@ -340,27 +340,33 @@ class PostgresJournal(SqliteJournal):
 
     # -- claims of single calls: node calls and compensation attempts (R-S2) --------
 
-    def dispatch_call(self, call_id: str, run_id: str | None, call: dict[str, Any], timeout: float,
-                      now: float) -> bool:
+    def dispatch_call(self, call_id: str, run_id: str | None, call: dict[str, Any], now: float) -> bool:
         """Queue one App process for any worker's executor; False when a row already holds ``call_id``
-        (e.g. recovery fenced it first: the call can then never start).
+        (recovery fenced it first: the call can then never start). It is claimable once it has a timeout
+        (:meth:`set_call_timeout`).
 
         Args:
             call: ``{project, entry, envelope, warm, offline, snapshot}`` (JSON).
-            timeout: seconds the process may run, counted from its start by the executor.
         """
-        rows = self._exec("INSERT INTO dispatched_calls (call_id, run_id, status, call, timeout, queued_at) "
-                          "VALUES (%s, %s, 'queued', %s, %s, %s) ON CONFLICT (call_id) DO NOTHING RETURNING call_id",
-                          (call_id, run_id, json.dumps(call), timeout, now))
+        rows = self._exec("INSERT INTO dispatched_calls (call_id, run_id, status, call, queued_at) "
+                          "VALUES (%s, %s, 'queued', %s, %s) ON CONFLICT (call_id) DO NOTHING RETURNING call_id",
+                          (call_id, run_id, json.dumps(call), now))
+        return bool(rows)
+
+    def set_call_timeout(self, call_id: str, timeout: float) -> None:
+        """Give a queued call its timeout (seconds, counted by the executor from the process's start), once;
+        executors may claim it from now on."""
+        rows = self._exec("UPDATE dispatched_calls SET timeout = %s WHERE call_id = %s AND timeout IS NULL "
+                          "AND status = 'queued' RETURNING call_id", (timeout, call_id))
         if rows:
             self._exec("NOTIFY workrun_calls", ())
-        return bool(rows)
 
     def claim_calls(self, worker_id: str, host: str, now: float, lease: float, limit: int, exec_root: str,
                     run_ids: list[str] | None = None) -> list[dict[str, Any]]:
         """Claim up to ``limit`` queued calls, oldest first, with ``SELECT … FOR UPDATE SKIP LOCKED``: of
         racing executors each row goes to exactly one. Each claim records the worker, its host, the lease
-        (``now + lease``) and the directory it will run in (``exec_root`` + call id).
+        (``now + lease``) and the directory it will run in (``exec_root`` + call id + ``.`` + claim number:
+        a fresh one per claim).
 
         Args:
             run_ids: claim only calls of these runs (a lone ``workrun run`` executes its own), None: any.
@@ -371,8 +377,9 @@ class PostgresJournal(SqliteJournal):
         only = "AND run_id = ANY(%(runs)s) " if run_ids is not None else ""
         rows = self._exec(
             "UPDATE dispatched_calls SET status = 'claimed', worker_id = %(me)s, host = %(host)s, "
-            "lease_until = %(until)s, claimed_at = %(now)s, exec_dir = %(root)s || call_id "
-            "WHERE call_id IN (SELECT call_id FROM dispatched_calls WHERE status = 'queued' " + only +
+            "lease_until = %(until)s, claimed_at = %(now)s, claims = claims + 1, "
+            "exec_dir = %(root)s || call_id || '.' || (claims + 1) WHERE call_id IN (SELECT call_id "
+            "FROM dispatched_calls WHERE status = 'queued' AND timeout IS NOT NULL " + only +
             "ORDER BY queued_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING *",
             {"me": worker_id, "host": host, "until": now + lease, "now": now, "root": exec_root, "limit": limit,
              "runs": run_ids})
@@ -403,6 +410,17 @@ class PostgresJournal(SqliteJournal):
                           "decided_by = 'takeover' WHERE call_id = %s AND status = 'claimed' AND worker_id = %s "
                           "AND lease_until < %s RETURNING call_id",
                           (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id, now))
+        return bool(rows)
+
+    def requeue_call(self, call_id: str, worker_id: str, now: float) -> bool:
+        """Queue again a call whose executor (``worker_id``) let its lease pass before its process started
+        (the caller fenced that executor's directory first, so it can never start there); True when done."""
+        rows = self._exec("UPDATE dispatched_calls SET status = 'queued', worker_id = NULL, host = NULL, "
+                          "lease_until = NULL, exec_dir = NULL, pid = NULL, proc_start = NULL, deadline = NULL "
+                          "WHERE call_id = %s AND status = 'claimed' AND worker_id = %s AND lease_until < %s "
+                          "RETURNING call_id", (call_id, worker_id, now))
+        if rows:
+            self._exec("NOTIFY workrun_calls", ())
         return bool(rows)
 
     def fence_call(self, call_id: str, run_id: str | None, now: float) -> bool:
