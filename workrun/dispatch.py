@@ -259,7 +259,9 @@ class Executors:
         self._mutex = threading.Lock()
 
     def start(self) -> Executors:
-        """Open the journal connections and start claiming."""
+        """Open the journal connections and start claiming (nothing at all with no slots)."""
+        if self.slots == 0:  # a worker that only schedules
+            return self
         self._journal = open_journal(self.data_dir, check=False)
         self._listen = open_journal(self.data_dir, check=False)
         self._pool = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="workrun-executor")

@@ -18,7 +18,8 @@ id and a lease its heartbeat renews:
   actions are sent by the run's scheduler itself.
 
 ``workrun worker --concurrency N`` runs up to N schedulers (runs driven at once;
-they mostly wait) and N executor slots (App processes at once on this machine).
+they mostly wait on the journal) and N executor slots (App processes at once on
+this machine); ``--executors M`` sets the slots apart (0: schedule only).
 A command that schedules one run itself — ``run`` without ``--submit``,
 ``compensate``, ``compensations retry`` — holds that run's claim and runs
 executor slots (``WORKRUN_CONCURRENCY``) for that run's calls, so it needs no
@@ -263,17 +264,19 @@ class Worker:
 
     Args:
         data_dir: this worker's data directory (call directories, App environments).
-        concurrency: runs driven at once (each with its own journal connection), and as many executor
-            slots (App processes run at once for any run's scheduler, see the module doc).
+        concurrency: runs driven at once (each with its own journal connection).
+        executors: executor slots — App processes run at once for any run's scheduler (see the module
+            doc); None: as many as ``concurrency``; 0: this worker only schedules.
         lease: claim lease in seconds.
         reporter: where progress goes.
         idle_exit: stop after this many seconds with nothing to claim (None: run until stopped).
     """
 
     def __init__(self, data_dir: Path, *, concurrency: int, lease: float, reporter: Reporter | None = None,
-                 idle_exit: float | None = None) -> None:
+                 idle_exit: float | None = None, executors: int | None = None) -> None:
         self.data_dir = data_dir
         self.concurrency = concurrency
+        self.slots = concurrency if executors is None else executors
         self.beat = Heartbeat(data_dir, lease)
         self.reporter = reporter
         self.idle_exit = idle_exit
@@ -300,7 +303,7 @@ class Worker:
         """Claim and drive runs until :attr:`draining` is set (or idle for ``idle_exit``); return an exit code."""
         self.beat.start()
         journal = open_journal(self.data_dir, check=False)
-        executors = self.executors = Executors(self.data_dir, self.beat, self.concurrency).start()
+        executors = self.executors = Executors(self.data_dir, self.beat, self.slots).start()
         self.beat.executors = executors
         running: dict[Future[str], str] = {}
         idle_since = time.monotonic()
