@@ -274,22 +274,28 @@ class Executors:
         while not self._stop.is_set():
             with self._mutex:
                 for cid in [c for c, f in self._running.items() if f.done()]:
-                    self._running.pop(cid).result()  # a journal error ends the worker (its claims expire)
+                    failed = self._running.pop(cid).exception()
+                    if failed is not None:  # its claim is no longer renewed: its scheduler decides it (R-R3)
+                        print(f"workrun worker {self.beat.worker_id}: call {cid} failed in the executor: {failed}",
+                              file=sys.stderr)
                 free = self.slots - len(self._running)
-            rows = []
-            if free > 0:
-                runs = self.runs() if self.runs is not None else None
-                if runs is None or runs:
-                    rows = self._journal.claim_calls(self.beat.worker_id, self.beat.host, time.time(),
-                                                     self.beat.lease, free, root, runs)
-            for row in rows:
-                self.beat.hold_call(row["call_id"])
-                assert self._pool is not None
-                with self._mutex:
-                    self._running[row["call_id"]] = self._pool.submit(self._execute, row)
-            if rows:
-                continue
-            self._listen.wait_for_calls(0.05 if free <= 0 else 0.2)
+            try:
+                rows = []
+                if free > 0:
+                    runs = self.runs() if self.runs is not None else None
+                    if runs is None or runs:
+                        rows = self._journal.claim_calls(self.beat.worker_id, self.beat.host, time.time(),
+                                                         self.beat.lease, free, root, runs)
+                for row in rows:
+                    self.beat.hold_call(row["call_id"])
+                    assert self._pool is not None
+                    with self._mutex:
+                        self._running[row["call_id"]] = self._pool.submit(self._execute, row)
+                if not rows:
+                    self._listen.wait_for_calls(0.05 if free <= 0 else 0.2)
+            except Exception as exc:  # a database hiccup: try again shortly; held leases have slack
+                print(f"workrun worker {self.beat.worker_id}: claiming calls failed: {exc}", file=sys.stderr)
+                self._stop.wait(1.0)
 
     def stop_calls(self, call_ids: set[str]) -> None:
         """End the processes of these calls (their scheduler asked, R-C9); called by the heartbeat."""
@@ -312,15 +318,15 @@ class Executors:
             outcome, got = self._run(row, exec_dir, call)
             if not self._journal.finish_call(cid, me, asdict(outcome), asdict(got), time.time()):
                 print(f"workrun worker {me}: lost the claim on call {cid} (its lease passed and its scheduler "
-                      "decided it); its outcome is not stored", file=sys.stderr)
+                      "decides it from this directory); its outcome is not stored", file=sys.stderr)
             else:
                 self.executed += 1
+                shutil.rmtree(exec_dir, ignore_errors=True)
         finally:
             self.beat.drop_call(cid)
             with self._mutex:
                 self._pids.pop(cid, None)
                 self._stopping.discard(cid)
-            shutil.rmtree(exec_dir, ignore_errors=True)
 
     def _run(self, row: dict[str, Any], exec_dir: Path, call: dict[str, Any]) -> tuple[Outcome, Collected]:
         project = Path(call["project"])

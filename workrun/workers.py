@@ -149,6 +149,11 @@ class Heartbeat:
             if lost:
                 self.on_lost(lost)
 
+    def held_runs(self) -> list[str]:
+        """The runs this worker holds now."""
+        with self._mutex:
+            return sorted(self.held)
+
     def hold_call(self, call_id: str) -> None:
         """Renew the claim on a call this worker's executors run (until :meth:`drop_call`)."""
         with self._mutex:
@@ -345,7 +350,7 @@ def resume_shared(svc: Services) -> list[str]:
     one at a time, until none is left; return the run ids handled (R-R1, R-S2)."""
     beat = Heartbeat(svc.data_dir, lease_seconds()).start()
     handled: list[str] = []
-    executors = _own_executors(svc, beat, lambda: sorted(beat.held))
+    executors = _own_executors(svc, beat, beat.held_runs)
     try:
         while not svc.stopping():
             claim = beat.claim(svc.journal)
