@@ -28,6 +28,13 @@ planner — and a claim is a row of ``run_claims`` with the worker's id and a
 lease (``lease_until``, epoch seconds) that the worker's heartbeat renews. A
 claim whose lease has passed may be taken over; the taker then settles the
 run's in-flight calls by R-R3 before doing anything else.
+
+Under the run claim, each App process the scheduler starts is a row of
+``dispatched_calls`` (``queued`` -> ``claimed`` -> ``done``, or ``fenced``) that
+executors claim the same way (:meth:`PostgresJournal.claim_calls`); every write
+on it is conditional on the status and claimant it expects, so a call is
+claimed once, fenced calls never start, and an executor that lost its claim
+stores nothing (see :mod:`workrun.dispatch`).
 """
 
 from __future__ import annotations
