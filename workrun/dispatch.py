@@ -66,6 +66,7 @@ __all__ = ["DispatchRunner", "Executors"]
 POLL_MIN = 0.02  # seconds between looks at a dispatched call, growing to POLL_MAX while it runs
 POLL_MAX = 0.25
 LEASE_SLACK = 1.0  # seconds past an executor's lease before its call is decided by R-R3
+_STORED = threading.Condition()  # an executor of this process stored an outcome: waiting schedulers look at once
 
 
 def _outcome(data: dict[str, Any] | None) -> Outcome:
@@ -156,7 +157,8 @@ class DispatchRunner:
                     if (self._stopping.is_set() or ending) and not asked_stop:
                         self.journal.request_call_stop([call_id])
                         asked_stop = True
-                time.sleep(pause)
+                with _STORED:  # woken at once by this process's executors; others' outcomes are polled
+                    _STORED.wait(pause)
                 pause = min(POLL_MAX, pause * 1.5)
         finally:
             with self._mutex:
@@ -321,6 +323,8 @@ class Executors:
                       "decides it from this directory); its outcome is not stored", file=sys.stderr)
             else:
                 self.executed += 1
+                with _STORED:
+                    _STORED.notify_all()
                 shutil.rmtree(exec_dir, ignore_errors=True)
         finally:
             self.beat.drop_call(cid)

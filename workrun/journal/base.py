@@ -34,7 +34,7 @@ FAULT_POINTS = (
     "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
     "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
     "run.waiting", "run.terminated", "ticket.opened", "ticket.changed", "action.intent", "action.sending",
-    "action.finished", "notify.intent", "notify.sending", "notify.finished",
+    "action.finished", "notify.intent", "notify.sending", "notify.finished", "run.claimed", "call.claimed",
 )
 
 
