@@ -320,9 +320,10 @@ def worker(
                                             help="App processes run at once for any run (default: as many as "
                                             "--concurrency; 0: only schedule runs)."),
 ) -> None:
-    """Claim and drive runs from a shared journal (WORKRUN_JOURNAL=postgresql://…) until stopped (R-S2).
+    """Claim and drive runs, and run their App calls, from a shared journal (WORKRUN_JOURNAL=postgresql://…)
+    until stopped (R-S2).
 
-    Ctrl-C or SIGTERM: claim nothing new and end after the runs in hand; a second one ends at once
+    Ctrl-C or SIGTERM: claim nothing new and end after the runs and calls in hand; a second one ends at once
     (claims then pass to other workers when the lease, WORKRUN_LEASE seconds, has passed).
     """
     import os
