@@ -339,16 +339,14 @@ class Executors:
                 project = materialize(self.data_dir, call["snapshot"], self._journal)
             python = self.runner.prepare(project, offline=bool(call.get("offline")))
         except (EnvironmentUnavailableError, OSError, ValueError, KeyError) as exc:
-            self.runner.fence(exec_dir)
             text = exc.message if isinstance(exc, EnvironmentUnavailableError) else str(exc)
-            return Outcome(not_started=True), Collected(error=text, stderr_tail=text)
+            return self._not_run(exec_dir, f"environment unavailable on worker {self.beat.worker_id}: {text}")
         deadline = time.time() + float(row["timeout"])
         try:
             started = self.runner.start(python, project, project / call["entry"], exec_dir, call["envelope"],
                                         warm=call.get("warm"))
         except OSError as exc:
-            self.runner.fence(exec_dir)
-            return Outcome(not_started=True), Collected(error=str(exc), stderr_tail=str(exc))
+            return self._not_run(exec_dir, f"worker {self.beat.worker_id} cannot start the App process: {exc}")
         with self._mutex:
             self._pids[row["call_id"]] = started.pid
         self._journal.call_started(row["call_id"], self.beat.worker_id, started.pid, started.proc_start, deadline)
@@ -357,6 +355,16 @@ class Executors:
             if row["call_id"] in self._stopping and not outcome.timed_out:
                 outcome.stopped = True
         return outcome, self.runner.collect(exec_dir)
+
+    def _not_run(self, exec_dir: Path, why: str) -> tuple[Outcome, Collected]:
+        """The outcome of a call this executor could not start: a failed call (no exit code) saying why.
+
+        Not ``not_started``: its scheduler has journaled the call as running, and an attempt that was
+        running may only end succeeded, failed, stopped or unknown; a failed attempt is retried after
+        its backoff, on whichever executor claims it then.
+        """
+        self.runner.fence(exec_dir)
+        return Outcome(exit_code=None), Collected(stderr_tail=why)
 
     def drain(self) -> None:
         """Claim nothing more, wait for the calls in hand to end, close the connections."""

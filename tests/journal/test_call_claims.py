@@ -169,3 +169,44 @@ def test_scheduler_decides_an_expired_claim_by_r_r3(pg, tmp_path, case):
         assert not exec_dir.exists()
     if case == "same-host-never-started":
         assert runner.collect(call_dir).result == {"by": "c"} and row["claims"] == 2
+
+
+class _Beat:
+    """The heartbeat's part an executor uses (its id, host, lease and the claims it renews)."""
+
+    worker_id, host, lease = "wkr_x", socket.gethostname(), 30.0
+
+    def __init__(self):
+        self.calls: set[str] = set()
+
+    def hold_call(self, call_id):
+        self.calls.add(call_id)
+
+    def drop_call(self, call_id):
+        self.calls.discard(call_id)
+
+
+def test_an_executor_that_cannot_prepare_the_environment_stores_a_failure(pg, tmp_path):
+    """The call was journaled as running by its scheduler, so an executor that cannot start it reports a
+    failed call saying why (an attempt is then retried after its backoff), never ``not_started``."""
+    import time
+
+    from workrun.dispatch import Executors
+
+    a, _ = pg
+    a.dispatch_call("cmp_1-1", "run_1", {**CALL, "project": str(tmp_path / "no-such-project")}, 0.0)
+    a.set_call_timeout("cmp_1-1", 30.0)
+    beat = _Beat()
+    executors = Executors(tmp_path / "worker", beat, 1, lambda: ["run_1"]).start()
+    try:
+        for _ in range(300):
+            row = a.dispatched_call("cmp_1-1")
+            if row["status"] == "done":
+                break
+            time.sleep(0.1)
+    finally:
+        executors.drain()
+    assert row["status"] == "done" and row["worker_id"] == "wkr_x" and row["decided_by"] == "executor"
+    assert row["outcome"]["exit_code"] is None and not row["outcome"]["not_started"]
+    assert row["collected"]["stderr_tail"].startswith("environment unavailable on worker wkr_x")
+    assert beat.calls == set()
