@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from workrun.apps import load_project
 from workrun.errors import ConfigError
 from workrun.models import HttpNode
 from workrun.nodes import default_executors
@@ -76,6 +77,10 @@ def test_a_good_workflow_loads_with_dependencies_from_templates(tmp_path: Path) 
     ('qty = 1 }\n', 'qty = 1 }\nheaders2 = 1\n', "nodes.order.headers2", "unknown key"),
     ('headers = { Authorization', 'headers = { Host = "evil.example", Authorization', "nodes.order.headers.Host",
      "set by Workrun"),
+    ('body = { item = "{{ inputs.item }}", qty = 1 }', "body = 5", "nodes.order.body",
+     "must be a table or a string, not an integer"),
+    ('body = "{{ original.input.body.item }}"', "body = [1]", "nodes.order.compensation.body",
+     "must be a table or a string, not an array"),
 ])
 def test_mistakes_are_config_errors_naming_the_field(tmp_path: Path, old: str, new: str, field: str,
                                                      words: str) -> None:
@@ -91,3 +96,17 @@ def test_bad_workrun_http_allow_is_found_before_anything_runs(tmp_path: Path, mo
     with pytest.raises(ConfigError) as info:
         _load(tmp_path, GOOD)
     assert info.value.field == "WORKRUN_HTTP_ALLOW"
+
+
+@pytest.mark.parametrize("compensation", [
+    'entry = "undo.py", http = { method = "DELETE", url = "http://127.0.0.1:1/x" }',
+    "max_retries = 2",
+])
+def test_app_compensation_needs_exactly_one_of_entry_and_http(tmp_path: Path, compensation: str) -> None:
+    (tmp_path / "uv.lock").write_text("")
+    (tmp_path / "pyproject.toml").write_text(f"""[project]\nname = "p"\nversion = "0.1.0"\n
+[tool.workrun.apps.a]\nentry = "main.py"\ncompensation = {{ {compensation} }}\n""")
+    with pytest.raises(ConfigError) as info:
+        load_project(tmp_path)
+    assert info.value.field == "tool.workrun.apps.a.compensation"
+    assert info.value.message == "give exactly one of entry (a script) and http (a reverse action)"
