@@ -9,6 +9,7 @@ import getpass
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -420,6 +421,7 @@ def test_note_attachment_and_audit_rows(workrun, write_workflow, ops, files, tmp
     view, a_id, b_id = run_chain(workrun, write_workflow, ops, files)
     evidence = tmp_path / "screenshot.txt"
     evidence.write_text("bucket policy: read-only\n")
+    evidence.chmod(0o644)
     t0 = time.time()
     res = workrun("compensations", "note", b_id, "opened ticket OPS-7", "--attach", evidence)
     assert res.code == 0, res
@@ -442,6 +444,7 @@ def test_note_attachment_and_audit_rows(workrun, write_workflow, ops, files, tmp
     stored = Path(note["attachment"])
     assert stored.is_relative_to(isolated_env) and stored.parent.name == b_id
     assert stored.read_text() == "bucket policy: read-only\n"  # a copy, not a link
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (stored, stored.parent)] == [0o600, 0o700]  # SPEC §17
     assert retry["args"] == {"accept_code_change": False}
     assert shown["operation"]["input"]["name"] == "b" and shown["operation"]["status"] == "succeeded"
 
