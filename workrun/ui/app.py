@@ -307,8 +307,11 @@ def api_tickets(request: Request) -> Response:
     if builder is None:
         return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
     q = request.query_params
+    status = q.get("status") or None
+    if status is not None and status not in views.TICKET_STATUSES:  # refused as `tickets list --status` is
+        return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
     try:
-        return JSONResponse(builder(_dash(request).journal, status=q.get("status") or None, run=q.get("run") or None))
+        return JSONResponse(builder(_dash(request).journal, status=status, run=q.get("run") or None))
     except WorkrunError as exc:
         return _api_error(exc)
 
