@@ -138,11 +138,14 @@ def parse_url(text: str, *, file: str | None = None, field: str = "url") -> UrlT
 
     Raises:
         ConfigError: not ``http``/``https``; no host; a template in the scheme, host or port;
-            user info (``user:pass@``) in the URL; a bad port; unbalanced braces.
+            user info (``user:pass@``) in the URL; a bad port; unbalanced braces; a control character.
     """
     if not isinstance(text, str) or not text:
         raise ConfigError("must be a non-empty string", file=file, field=field)
     _check_braces(text, file, field)
+    if any(c < " " or c == "\x7f" for c in text):
+        raise ConfigError("holds a control character (a line break, a tab, …): write it percent-encoded",
+                          file=file, field=field)
     scheme, sep, after = text.partition("://")
     if not sep:
         raise ConfigError("must be an http:// or https:// URL", file=file, field=field)
@@ -239,7 +242,8 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
 
     Raises:
         ConfigError: naming the field (see :func:`parse_url` and :func:`check_templates`); a header name
-            that is not a token; a ``Host`` header (the host comes from the URL).
+            that is not a token; a header Workrun sets itself (``Host``, ``Content-Length``,
+            ``Idempotency-Key`` — R-H1); a header value whose text holds a line break or NUL.
     """
     url = parse_url(spec.url, file=file, field=f"{field}.url")
     check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
@@ -247,8 +251,10 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
         where = f"{field}.headers.{name}"
         if not _HEADER_NAME.match(name):
             raise ConfigError("is not a valid header name", file=file, field=where)
-        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "idempotency-key"):
             raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
+        if any(c in text for _, text in strings(value, where) for c in "\r\n\x00"):
+            raise ConfigError("holds a line break or NUL: a header value is one line", file=file, field=where)
         check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
     if spec.body is not None:
         check_templates(spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
