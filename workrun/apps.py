@@ -146,8 +146,14 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     """
     project = Path(project)
     pyproject, data = _read_pyproject(project)
-    apps_table = data.get("tool", {}).get("workrun", {}).get("apps")
     file = str(pyproject)
+    apps_table: Any = data
+    for depth, key in enumerate(("tool", "workrun", "apps")):
+        apps_table = apps_table.get(key)
+        if apps_table is None:
+            break
+        if depth < 2 and not isinstance(apps_table, dict):
+            raise ConfigError("must be a table", file=file, field=".".join(("tool", "workrun")[:depth + 1]))
     if apps_table is None:
         raise ConfigError("no Apps declared", file=file, field="tool.workrun.apps")
     if not isinstance(apps_table, dict):
