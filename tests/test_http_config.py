@@ -83,6 +83,8 @@ def test_a_good_workflow_loads_with_dependencies_from_templates(tmp_path: Path) 
      "nodes.order.url", "control character"),
     ('headers = { Authorization', 'headers = { X-Note = "one\\r\\nX-Evil: two", Authorization',
      "nodes.order.headers.X-Note", "line break"),
+    ('headers = { Authorization', 'headers = { X-Note = "caf\u00e9", Authorization', "nodes.order.headers.X-Note",
+     "not ASCII"),
     ('headers = { X-Run', 'headers = { Idempotency-Key = "mine", X-Run', "nodes.order.compensation.headers.Idempotency-Key",
      "set by Workrun"),
     ('headers = { Authorization', 'headers = { idempotency-key = "mine", Authorization',

@@ -217,6 +217,15 @@ def test_request_body_over_one_mib_is_refused_before_sending() -> None:
         _request("http://127.0.0.1:1/x", body="{{ big }}", values={"big": "a" * (1024 * 1024 + 1)})
 
 
+@pytest.mark.parametrize("value, says", [("one\r\nX-Evil: two", "line break"), ("caf\u00e9", "not ASCII"),
+                                         ("\u2603", "not ASCII")])
+def test_a_filled_header_value_that_cannot_be_sent_is_refused_before_sending(value: str, says: str) -> None:
+    from workrun.outbound import RequestError
+
+    with pytest.raises(RequestError, match=f"header X-Note: .*{says}"):
+        _request("http://127.0.0.1:1/x", headers={"X-Note": "{{ v }}"}, values={"v": value})
+
+
 def test_secret_goes_to_the_server_but_not_into_what_is_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHOP_TOKEN", "tok-VERY-SECRET-1")
     with TestServer() as server:

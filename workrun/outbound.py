@@ -243,7 +243,8 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
     Raises:
         ConfigError: naming the field (see :func:`parse_url` and :func:`check_templates`); a header name
             that is not a token; a header Workrun sets itself (``Host``, ``Content-Length``,
-            ``Idempotency-Key`` — R-H1); a header value whose text holds a line break or NUL.
+            ``Idempotency-Key`` — R-H1); a header value whose text holds a line break, NUL or a character
+            that is not ASCII.
     """
     url = parse_url(spec.url, file=file, field=f"{field}.url")
     check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
@@ -255,6 +256,9 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
             raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
         if any(c in text for _, text in strings(value, where) for c in "\r\n\x00"):
             raise ConfigError("holds a line break or NUL: a header value is one line", file=file, field=where)
+        if not all(text.isascii() for _, text in strings(value, where)):
+            raise ConfigError("holds a character that is not ASCII: header values are ASCII (send such text in "
+                              "the body)", file=file, field=where)
         check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
     if spec.body is not None:
         check_templates(spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
@@ -379,8 +383,8 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
 
     Raises:
         KeyError: a template has no value (the reference is the argument).
-        RequestError: an environment variable is not set, a header value holds a line break, the headers
-            exceed 64 KiB or the body 1 MiB.
+        RequestError: an environment variable is not set, a header value holds a line break or a character
+            that is not ASCII, the headers exceed 64 KiB or the body 1 MiB.
     """
     environ = os.environ if environ is None else environ
     target = _fill(url.rest.split("#", 1)[0], lookup, encode=True) or "/"
@@ -406,6 +410,8 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
         value = _fill(template, with_env, encode=False)
         if any(c in value for c in "\r\n\0"):
             raise RequestError(f"header {name}: the filled value holds a line break or NUL")
+        if not value.isascii():
+            raise RequestError(f"header {name}: the filled value holds a character that is not ASCII")
         sent[name] = value
         shown[name] = _fill(template, without_env, encode=False)
     shown_body = _fill_value(body, lookup) if body is not None else None
