@@ -122,3 +122,34 @@ def test_app_compensation_needs_exactly_one_of_entry_and_http(tmp_path: Path, co
         load_project(tmp_path)
     assert info.value.field == "tool.workrun.apps.a.compensation"
     assert info.value.message == "give exactly one of entry (a script) and http (a reverse action)"
+
+
+ACTION_USES = """
+[notify]
+http = { method = "POST", url = "https://hooks.example/{{ inputs.channel }}", body = { text = "{{ message }}" } }
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "https://shop.example/api/orders"
+compensation = { method = "DELETE", url = "https://shop.example/api/orders?reason={{ inputs.reason }}" }
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "https://shop.example/api/payments"
+needs = ["order"]
+on_failure = { compensate = { method = "POST", url = "https://shop.example/refund?desk={{ inputs.desk }}" } }
+"""
+
+
+@pytest.mark.parametrize("name", ["channel", "reason", "desk"])
+def test_an_input_used_only_by_an_action_is_a_known_input(tmp_path: Path, name: str) -> None:
+    """``--input NAME`` is refused only when nothing uses NAME (SPEC §17): [notify], a reverse action and an
+    on_failure action are uses too."""
+    others = {n: "x" for n in ("channel", "reason", "desk") if n != name}
+    path = tmp_path / "wf.toml"
+    path.write_text(ACTION_USES)
+    _, inputs = load_workflow(path, {**others, name: "given"}, default_executors())
+    assert inputs[name] == "given"
+    with pytest.raises(ConfigError) as info:
+        load_workflow(path, {**others, name: "given", "typo": "1"}, default_executors())
+    assert info.value.field == "--input" and "'typo'" in info.value.message and name in info.value.message
