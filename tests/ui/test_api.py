@@ -179,3 +179,22 @@ def test_api_refuses_an_unknown_status_as_the_cli_does(ui_server, workrun, path,
     assert workrun(*command).code == 2  # the CLI refuses it ...
     answer = ui_server().client().get(path)
     assert answer.status_code == 400 and "unknown status 'bogus'" in answer.json()["error"]  # ... and so does /api
+
+
+def test_apps_page_lists_apps_only_not_http_requests(ui_server, workrun, write_workflow) -> None:
+    """An http node's request is an operation of the journal, but no App project (R-U2)."""
+    from _kit.http_server import TestServer
+
+    with TestServer() as server:
+        server.route("GET", "/ok", status=200, json={})
+        wf = write_workflow("http", f"""
+            name = "http"
+            http_allow = ["127.0.0.1:{server.port}"]
+            [nodes.get]
+            kind = "http"
+            method = "GET"
+            url = "{server.url}/ok"
+        """)
+        assert workrun("run", wf).code == 0
+    page = ui_server().client().get("/apps").text
+    assert "not an App project" not in page and "no longer in pyproject.toml" not in page
