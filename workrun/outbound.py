@@ -254,9 +254,9 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
             raise ConfigError("is not a valid header name", file=file, field=where)
         if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "idempotency-key"):
             raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
-        if any(c in text for _, text in strings(value, where) for c in "\r\n\x00"):
+        if any(c in part for _, part in strings(value, where) for c in "\r\n\x00"):
             raise ConfigError("holds a line break or NUL: a header value is one line", file=file, field=where)
-        if not all(text.isascii() for _, text in strings(value, where)):
+        if not all(part.isascii() for _, part in strings(value, where)):
             raise ConfigError("holds a character that is not ASCII: header values are ASCII (send such text in "
                               "the body)", file=file, field=where)
         check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
