@@ -44,7 +44,7 @@ def test_a_chain_runs_in_dependency_order(tmp_path):
 
 def test_independent_nodes_run_at_the_same_time(tmp_path):
     svc = services(tmp_path)
-    both = threading.Barrier(2, timeout=5)
+    both = threading.Barrier(2, timeout=60)
 
     def meet(job):
         both.wait()  # only passes when the other node runs at the same time
@@ -57,7 +57,7 @@ def test_independent_nodes_run_at_the_same_time(tmp_path):
 
 def test_concurrency_is_bounded(tmp_path):
     svc = services(tmp_path, concurrency=2)
-    fake = FakeExecutor({k: hold(0.05) for k in "abcde"})
+    fake = FakeExecutor({k: hold(0.3) for k in "abcde"})  # long enough for two to overlap when loaded
     _, status = run(svc, workflow({k: {} for k in "abcde"}), {"process": fake})
     assert status == "succeeded" and sorted(fake.started) == list("abcde") and fake.most_at_once == 2
 

@@ -287,6 +287,7 @@ def _run_on_pty(args: list[str], answer: str, env: dict[str, str], timeout: floa
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
+            exited = proc.poll() is not None  # before the select: what it wrote before exiting is read below
             ready, _, _ = select.select([master], [], [], 0.2)
             if ready:
                 try:
@@ -299,7 +300,7 @@ def _run_on_pty(args: list[str], answer: str, env: dict[str, str], timeout: floa
             if not answered and b"[y/N]: " in out:
                 os.write(master, answer.encode() + b"\n")
                 answered = True
-            if proc.poll() is not None and not ready:
+            if exited and not ready:
                 break
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
