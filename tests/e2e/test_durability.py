@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from _kit.processes import current_view, op_running, spawn_cli, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
