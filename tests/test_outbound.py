@@ -195,11 +195,10 @@ def test_timeout_after_the_request_was_received_is_unknown() -> None:
 
 
 def test_connection_refused_is_failed_and_nothing_sent() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    got = send(_request(f"http://127.0.0.1:{port}/x"), parse_allow([f"127.0.0.1:{port}"]))
+    with socket.socket() as sock:  # bound but not listening: refused, and no other process can take the port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        got = send(_request(f"http://127.0.0.1:{port}/x"), parse_allow([f"127.0.0.1:{port}"]))
     assert (got.sent, got.failure) == (False, Failure.NOT_SENT)
 
 
