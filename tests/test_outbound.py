@@ -280,3 +280,26 @@ def test_https_connects_to_the_checked_address_with_the_hosts_tls_name(tmp_path)
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("where, outcome", [("before", (False, Failure.NOT_SENT)), ("after", (True, Failure.UNKNOWN))])
+def test_an_unexpected_error_is_an_outcome_not_a_crash(monkeypatch: pytest.MonkeyPatch, where: str,
+                                                       outcome: tuple[bool, Failure]) -> None:
+    """An error nobody foresaw still ends as data: before sending -> not sent; after -> unknown (never stuck)."""
+    import httpx
+
+    import workrun.outbound as outbound
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unforeseen")
+
+    if where == "before":
+        monkeypatch.setattr(httpx.Client, "build_request", boom)
+    else:
+        monkeypatch.setattr(outbound, "_read", boom)
+    with TestServer() as server:
+        server.route("POST", "/x", status=201, body="{}")
+        got = send(_request(server.url + "/x"), _allow(server))
+        assert (got.sent, got.failure) == outcome
+        assert got.error is not None and ("RuntimeError" in got.error or "unforeseen" in got.error)
+        assert server.count("POST", "/x") == (1 if where == "after" else 0)

@@ -776,6 +776,12 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
             if exchange.sent:
                 return _lost(request, exchange, str(address), exc)
             last_error = f"cannot connect to {url.authority} ({address}): {exc}"
+        except Exception as exc:  # anything else still ends as data: sent -> unknown, else not sent; never stuck running
+            if exchange.sent:
+                return _lost(request, exchange, str(address), exc)
+            return SendResult(False, failure=Failure.NOT_SENT, address=str(address),
+                              error=_scrub(f"request not sent to {url.authority}: {type(exc).__name__}: "
+                                           f"{_reason(exc)}", request.secrets))
         finally:
             timer.cancel()
     return SendResult(False, failure=Failure.NOT_SENT, error=_scrub(last_error, request.secrets))
