@@ -776,7 +776,7 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
             if exchange.sent:
                 return _lost(request, exchange, str(address), exc)
             last_error = f"cannot connect to {url.authority} ({address}): {exc}"
-        except Exception as exc:  # anything else still ends as data: sent -> unknown, else not sent; never stuck running
+        except Exception as exc:  # anything else ends as data too: sent -> unknown, else not sent
             if exchange.sent:
                 return _lost(request, exchange, str(address), exc)
             return SendResult(False, failure=Failure.NOT_SENT, address=str(address),
