@@ -111,6 +111,7 @@ def test_terminate_fails_the_run_and_compensates_in_reverse_order(workrun, write
     res = workrun("run", wf, "--json")
     assert res.code == 4, res
     tid = ticket_of(res.json())["ticket_id"]
+    assert f"workrun tickets resume {tid}" in res.err and f"workrun tickets terminate {tid}" in res.err
     res = workrun("tickets", "terminate", tid, "--json")
     assert res.code == 1, res
     view = res.json()
