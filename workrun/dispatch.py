@@ -147,7 +147,11 @@ class DispatchRunner:
                         return Outcome(stopped=True)  # stopped before it started: it never will (R-C9)
                     continue
                 if status == "queued" and row["timeout"] is None:  # its scheduler died before handing it out
-                    self.journal.set_call_timeout(call_id, max(0.0, (deadline or time.time()) - time.time()))
+                    if deadline is None:  # ... even before journaling it as running: it never started
+                        if self.journal.fence_call(call_id, self.run_id, time.time()):
+                            return Outcome(not_started=True)
+                        continue
+                    self.journal.set_call_timeout(call_id, max(0.0, deadline - time.time()))
                 if status == "claimed":
                     if row["lease_until"] + LEASE_SLACK < time.time():
                         got = self._settle(row, ending=ending)

@@ -141,6 +141,9 @@ def test_scheduler_decides_an_expired_claim_by_r_r3(pg, tmp_path, case):
     runner = _scheduler_runner(b, tmp_path)
     call_dir = tmp_path / "sched" / "calls" / "op_1"
     if case == "stop-queued":
+        b.dispatch_call("op_2", "run_1", CALL, 0.0)  # its scheduler died before journaling it as running
+        assert runner.recover(None, None, tmp_path / "sched" / "calls" / "op_2", None) == Outcome(not_started=True)
+        assert b.dispatched_call("op_2")["status"] == "fenced"
         assert runner.end(None, None, call_dir, None) == Outcome(stopped=True)
         assert b.dispatched_call("op_1")["status"] == "fenced"
         assert a.claim_calls("wkr_a", "h", 2.0, 5.0, 5, exec_root) == []
