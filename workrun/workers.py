@@ -62,6 +62,7 @@ from workrun.errors import ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
 from workrun.recovery import drive
+from workrun.runner.process import alive
 from workrun.services import Reporter, Services, new_id
 
 __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "dispatching", "drive_claimed", "holding", "lease_seconds",
@@ -352,10 +353,14 @@ def resume_shared(svc: Services) -> list[str]:
     handled: list[str] = []
     executors = _own_executors(svc, beat, beat.held_runs)
     try:
+        told: set[str] = set()
         while not svc.stopping():
             claim = beat.claim(svc.journal)
             if not claim:
-                break
+                if not _orphaned_claims(svc, beat.host, handled, told):
+                    break
+                time.sleep(IDLE_POLL)  # a dead runner's claim: taken over once its lease passes (R-R1)
+                continue
             svc.say(claim["run_id"], None, "info", f"resuming run {claim['run_id']}")
             try:
                 drive_claimed(svc, claim)
@@ -367,3 +372,24 @@ def resume_shared(svc: Services) -> list[str]:
         executors.drain()
         beat.stop()
     return handled
+
+
+def _orphaned_claims(svc: Services, host: str, handled: list[str], told: set[str]) -> bool:
+    """True when a run needing work is still held by a runner on this host that is gone (killed, so it
+    never released its claim): ``resume`` waits its lease out and takes it over rather than leaving it
+    (R-R1). Runs held by a live runner (or one on another host) are left to it, said once each."""
+    waiting = False
+    for row in shared(svc).held_runs_needing_work(time.time()):
+        rid = row["run_id"]
+        if rid in handled:
+            continue
+        gone = row["host"] == host and (row["pid"] is None or not alive(int(row["pid"]), None))
+        waiting = waiting or gone
+        if rid not in told:
+            told.add(rid)
+            left = max(0.0, float(row["lease_until"]) - time.time())
+            svc.say(rid, None, "info", f"run {rid}: its runner (worker {row['worker_id']}, pid {row['pid']}) is gone; "
+                    f"taking the run over when its lease passes (in {left:.0f} s)" if gone else
+                    f"run {rid} is driven by worker {row['worker_id']} (host {row['host']}, pid {row['pid']}); "
+                    "left to it")
+    return waiting

@@ -344,3 +344,27 @@ def test_stop_reaches_the_worker_driving_the_run(shared, tmp_path):
     assert w.returncode == 0, (tmp_path / "w.out").read_text()[-3000:]
     assert journal.compensations(run_id) == []
     assert [n["status"] for n in journal.nodes(run_id)] == ["succeeded", "stopped", "skipped", "skipped"]
+
+
+def test_resume_right_after_a_killed_run_waits_out_its_lease_and_finishes_it(shared, tmp_path):
+    """R-R1 on a shared journal: `workrun run` (no worker around) is killed with SIGKILL mid-compensation;
+    a `workrun resume` started at once, while the dead runner's claim is still within its lease, does not
+    say "nothing to resume": the claim's holder is gone (same host, dead pid), so resume waits the lease
+    out, takes the run over (R-R3 for b's attempt) and finishes it: every compensation once, in order."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"b": 2.5})
+    out = open(tmp_path / "run.out", "wb")
+    runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf), "--input", "run=k"],
+                              stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait(Path(str(shared["log"]) + ".started.b").exists, 120, "b's compensate script to start")
+    finally:
+        runner.kill()
+        runner.wait()
+    [run] = journal._query("SELECT run_id FROM runs")
+    assert journal.run_claim(run["run_id"])["lease_until"] > time.time()  # resume comes within the lease
+    resumed = _cli("resume", timeout=180)
+    assert resumed.returncode == 0, resumed
+    assert "nothing to resume" not in resumed.stdout
+    fleet.check_runs(journal, [run["run_id"]], shared["log"])

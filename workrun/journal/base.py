@@ -432,6 +432,10 @@ class SharedJournal(Journal, Protocol):
     def run_claim(self, run_id: str) -> Row | None:
         """The run's claim (``worker_id``, ``lease_until``, ``takeovers``, the worker's ``host`` and ``pid``)."""
 
+    def held_runs_needing_work(self, now: float) -> list[Row]:
+        """Runs needing work under a live, unreleased claim (``run_id``, ``worker_id``, ``lease_until``,
+        the worker's ``host`` and ``pid``)."""
+
     # -- claims of single calls (``dispatched_calls``): see workrun/dispatch.py --------------------
 
     def dispatch_call(self, call_id: str, run_id: str | None, call: Row, now: float) -> bool:

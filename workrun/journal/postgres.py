@@ -339,6 +339,14 @@ class PostgresJournal(SqliteJournal):
         self._exec("UPDATE run_claims SET lease_until = %s, claimed_at = %s WHERE run_id = %s AND worker_id = %s",
                    (not_before, not_before, run_id, worker_id))
 
+    def held_runs_needing_work(self, now: float) -> list[dict[str, Any]]:
+        """Runs that need work under a live claim its holder never released (``run_id``, ``worker_id``,
+        ``lease_until``, and the worker's ``host`` and ``pid``): what a ``resume`` cannot claim yet."""
+        return self._query(
+            "SELECT r.run_id, k.worker_id, k.lease_until, w.host, w.pid FROM runs r JOIN run_claims k USING (run_id) "
+            "LEFT JOIN workers w USING (worker_id) WHERE k.lease_until >= ? AND k.lease_until > k.claimed_at "
+            f"AND {self._NEEDS_WORK} ORDER BY r.created_at", (now,))
+
     def run_claim(self, run_id: str) -> dict[str, Any] | None:
         """The run's claim row (``worker_id``, ``lease_until``, ``takeovers``) joined with its worker, or None."""
         rows = self._query("SELECT k.*, w.host, w.pid FROM run_claims k LEFT JOIN workers w USING (worker_id) "
