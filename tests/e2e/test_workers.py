@@ -368,3 +368,41 @@ def test_resume_right_after_a_killed_run_waits_out_its_lease_and_finishes_it(sha
     assert resumed.returncode == 0, resumed
     assert "nothing to resume" not in resumed.stdout
     fleet.check_runs(journal, [run["run_id"]], shared["log"])
+
+
+def test_stop_of_a_run_whose_runner_was_killed_ends_it_once_the_lease_passes(shared, tmp_path):
+    """R-C9 on a shared journal with no worker around: `workrun run` is killed with SIGKILL while node b's
+    App runs; `workrun stop` started at once finds the dead runner's claim still within its lease. It must
+    not wait on a scheduler that is gone and leave the run running: once the lease passes it takes the
+    claim, ends b's App process (R-R3 on this host) and marks the run stopped; nothing is compensated."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "chain", project)
+    (tmp_path / "slow.toml").write_text(wf.read_text().replace('name = "b", run', 'name = "b", sleep = 60, run'))
+    (project / "main.py").write_text(textwrap.dedent("""
+        import os, time
+        from workrun_sdk import process
+        data = process.input()
+        if data.get("sleep"):
+            open(os.environ["TEST_LOG"] + ".pid", "w").write(str(os.getpid()))
+            time.sleep(float(data["sleep"]))
+        process.result({"name": data["name"]})
+    """))
+    out = open(tmp_path / "run.out", "wb")
+    runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(tmp_path / "slow.toml")],
+                              stdout=out, stderr=subprocess.STDOUT)
+    pid_file = Path(str(shared["log"]) + ".pid")
+    try:
+        _wait(lambda: pid_file.exists() and pid_file.read_text(), 120, "b's App to start")
+    finally:
+        runner.kill()
+        runner.wait()
+    [run] = journal._query("SELECT run_id FROM runs")
+    app_pid = int(pid_file.read_text())
+    stopped = _cli("stop", run["run_id"], "--timeout", "60", env={"WORKRUN_HOME": str(tmp_path / "elsewhere")})
+    assert stopped.returncode == 0, stopped
+    assert journal.run(run["run_id"])["status"] == "stopped", stopped.stdout
+    assert [n["status"] for n in journal.nodes(run["run_id"])] == ["succeeded", "stopped", "skipped", "skipped"]
+    assert journal.compensations(run["run_id"]) == []
+    _wait(lambda: not os.path.exists(f"/proc/{app_pid}") or "Z" in Path(f"/proc/{app_pid}/stat").read_text()
+          .split(")")[-1].split()[0], 30, "b's App process to end")

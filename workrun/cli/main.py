@@ -156,19 +156,30 @@ def stop(
             raise typer.Exit(0)
         svc.journal.request_stop(rid)
         _audit_run(svc, rid, "stop", {})
-        lock = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(svc.data_dir)
+        lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
+            svc.data_dir)
+        assert lock is not None
         try:
             lock.acquire()
         except WorkrunError:
             holder = lock.holder()
             console.print(f"stop requested; the scheduler (pid {holder.get('pid', '?')}) is ending run {rid}")
             end = time.monotonic() + timeout
+            lock = None
             while time.monotonic() < end and svc.journal.run(rid)["status"] == "running":
                 time.sleep(0.1)
-        else:
+                if shared_journal() and (_claim_of(svc, rid) or {}).get("lease_until", 0) < time.time():
+                    lock = _StopClaim(svc, rid)  # its scheduler died (its lease passed): end the run here
+                    try:
+                        lock.acquire()
+                        break
+                    except WorkrunError:
+                        lock = None
+        if lock is not None:
             try:
-                with _dispatching(svc, rid):  # shared journal: its calls are ended through their claims
-                    stop_orphaned_run(svc, rid)
+                if svc.journal.run(rid)["status"] == "running":
+                    with _dispatching(svc, rid):  # shared journal: its calls are ended through their claims
+                        stop_orphaned_run(svc, rid)
             finally:
                 lock.release()
         status = svc.journal.run(rid)["status"]
@@ -186,6 +197,13 @@ def _dispatching(svc, run_id: str):
     from workrun.workers import dispatching
 
     return dispatching(svc, run_id)
+
+
+def _claim_of(svc, run_id: str):
+    """The run's claim on a shared journal (its ``lease_until``), or None."""
+    from workrun.workers import shared
+
+    return shared(svc).run_claim(run_id)
 
 
 class _StopClaim:
