@@ -66,6 +66,7 @@ __all__ = ["DispatchRunner", "Executors"]
 POLL_MIN = 0.02  # seconds between looks at a dispatched call, growing to POLL_MAX while it runs
 POLL_MAX = 0.25
 LEASE_SLACK = 1.0  # seconds past an executor's lease before its call is decided by R-R3
+UNCLAIMED_SAY = 10.0  # seconds a handed-out call waits unclaimed before the run says why it waits
 _STORED = threading.Condition()  # an executor of this process stored an outcome: waiting schedulers look at once
 
 
@@ -97,6 +98,7 @@ class DispatchRunner:
         self._stopping = threading.Event()
         self._waiting: set[str] = set()
         self._mutex = threading.Lock()
+        self._said_unclaimed = False
 
     def prepare(self, project: Path, *, offline: bool = False) -> str:
         """Check (and prepare) the environment on this machine; the executor prepares its own (R-A8)."""
@@ -152,6 +154,8 @@ class DispatchRunner:
                             return Outcome(not_started=True)
                         continue
                     self.journal.set_call_timeout(call_id, max(0.0, deadline - time.time()))
+                if status == "queued" and deadline is not None:
+                    self._say_unclaimed(row)
                 if status == "claimed":
                     if row["lease_until"] + LEASE_SLACK < time.time():
                         got = self._settle(row, ending=ending)
@@ -167,6 +171,17 @@ class DispatchRunner:
         finally:
             with self._mutex:
                 self._waiting.discard(call_id)
+
+    def _say_unclaimed(self, row: dict[str, Any]) -> None:
+        """Once per scheduler: say on the run why it waits when a call stays queued (no executor claims it)."""
+        waited = time.time() - float(row["queued_at"])
+        if self._said_unclaimed or waited < UNCLAIMED_SAY or self.run_id is None:
+            return
+        self._said_unclaimed = True
+        self.journal.add_message(self.run_id, None, "warning",
+                                 f"call {row['call_id']} has waited {waited:.0f} s for an executor: every executor "
+                                 "slot is busy, or no worker with executor slots is running on this journal "
+                                 "(start `workrun worker`; `--executors 0` only schedules)")
 
     def _settle(self, row: dict[str, Any], *, ending: bool) -> Outcome | None:
         """Decide a call whose executor's lease passed (R-R3) and store it on the expired claim; None when

@@ -406,3 +406,23 @@ def test_stop_of_a_run_whose_runner_was_killed_ends_it_once_the_lease_passes(sha
     assert journal.compensations(run["run_id"]) == []
     _wait(lambda: not os.path.exists(f"/proc/{app_pid}") or "Z" in Path(f"/proc/{app_pid}/stat").read_text()
           .split(")")[-1].split()[0], 30, "b's App process to end")
+
+
+def test_a_scheduler_without_executors_says_why_the_run_waits(shared, tmp_path):
+    """A worker with ``--executors 0`` alone schedules a run whose calls nobody executes: the run waits,
+    and says why (a warning on the run naming the waiting call and the missing executor slots)."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    [run_id] = fleet.submit({"chain": fleet.write_workflow(tmp_path, "chain", project)}, 1)
+    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    try:
+        said = _wait(lambda: [m["text"] for m in journal.messages(run_id) if "waited" in m["text"]], 120,
+                     "the run to say why it waits")
+        shown = _cli("runs", "show", run_id)
+    finally:
+        s.send_signal(signal.SIGTERM)  # its run cannot end: the second signal ends the worker now
+        time.sleep(1)
+        _stop([s])
+    assert "executor" in said[0] and "--executors 0" in said[0], said
+    assert fleet.markers(shared["log"]) == []
+    assert shown.returncode == 0 and "waited" in shown.stdout, shown
