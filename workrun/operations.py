@@ -181,7 +181,7 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
     svc.journal.finish_operation(op["operation_id"], failure=failure, at=svc.now(), **fields)
-    shutil.rmtree(call_dir, ignore_errors=True)
+    svc.discard(call_dir)  # the outcome is journaled: the directory goes off the call's path
     return svc.journal.operation(op["operation_id"])
 
 

@@ -7,6 +7,9 @@ journal.
 
 from __future__ import annotations
 
+import os
+import queue
+import shutil
 import threading
 import time
 import uuid
@@ -47,6 +50,27 @@ class _Silent:
         pass
 
 
+class _Janitor:
+    """One daemon thread removing directories handed to it, in order."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="workrun-janitor", daemon=True)
+        self._thread.start()
+
+    def put(self, path: Path) -> None:
+        self._queue.put(path)
+
+    def _loop(self) -> None:
+        while (path := self._queue.get()) is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove what is queued, then end the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+
 class Services:
     """Everything a scheduling or reading command needs, created once per command.
 
@@ -83,6 +107,8 @@ class Services:
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.confirm: Confirm | None = confirm
+        self._janitor: _Janitor | None = None
+        self._janitor_lock = threading.Lock()
 
     @property
     def journal(self) -> Journal:
@@ -104,11 +130,37 @@ class Services:
         """
         path = self.data_dir / "calls" / name
         if replace and path.exists():
-            import shutil
-
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=False)
         return path
+
+    def discard(self, path: Path) -> None:
+        """Remove a finished call's directory, mostly off the caller's path (issue 14).
+
+        The directory is renamed at once into ``.trash`` beside it (its name is free again when this
+        returns) and removed by a background thread. Only for a directory whose outcome is journaled
+        and whose process has ended. :meth:`close` waits for every removal; what a runner killed
+        meanwhile leaves in ``.trash`` is removed by the next one that discards a directory there.
+        """
+        trash = path.parent / ".trash"
+        target = trash / f"{path.name}.{uuid.uuid4().hex[:8]}"
+        try:
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                if not path.exists():
+                    return
+                trash.mkdir(exist_ok=True)
+                os.rename(path, target)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        with self._janitor_lock:
+            if self._janitor is None:
+                self._janitor = _Janitor()
+                self._janitor.put(trash)  # leftovers of a runner that was killed (removed before new ones)
+                trash.mkdir(exist_ok=True)
+            self._janitor.put(target)
 
     def say(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """Record a node/run message in the journal and show it (R-C6: statuses on node messages)."""
@@ -133,6 +185,10 @@ class Services:
     def close(self) -> None:
         """End the runner's fork servers (calls in flight go on) and close the journal."""
         self.runner.close()
+        with self._janitor_lock:
+            janitor, self._janitor = self._janitor, None
+        if janitor is not None:
+            janitor.close()
         if self._journal is not None:
             self._journal.close()
             self._journal = None
