@@ -181,7 +181,9 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
     svc.journal.finish_operation(op["operation_id"], failure=failure, at=svc.now(), **fields)
-    svc.discard(call_dir)  # the outcome is journaled: the directory goes off the call's path
+    # the outcome is journaled: the directory goes, off the call's path; its files are reused when the
+    # supervisor recorded the App's exit (it ended every process of the call, SPEC §17)
+    svc.discard(call_dir, recycle=got is not None and outcome.failure is None and not outcome.unknown)
     return svc.journal.operation(op["operation_id"])
 
 

@@ -20,7 +20,7 @@ from workrun import settings
 from workrun.journal import Journal, open_journal
 from workrun.paths import data_dir as default_data_dir
 from workrun.paths import private_umask
-from workrun.runner import AppRunner, LocalRunner
+from workrun.runner import AppRunner, LocalRunner, calldir
 from workrun.runner.forkserver import launch_mode
 
 __all__ = ["Confirm", "Reporter", "Services", "new_id"]
@@ -54,15 +54,18 @@ class _Janitor:
     """One daemon thread removing directories handed to it, in order."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Path, Path | None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="workrun-janitor", daemon=True)
         self._thread.start()
 
-    def put(self, path: Path) -> None:
-        self._queue.put(path)
+    def put(self, path: Path, recycle_into: Path | None = None) -> None:
+        self._queue.put((path, recycle_into))
 
     def _loop(self) -> None:
-        while (path := self._queue.get()) is not None:
+        while (item := self._queue.get()) is not None:
+            path, calls = item
+            if calls is not None:
+                calldir.recycle(path, calls)
             shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
@@ -134,13 +137,18 @@ class Services:
         path.mkdir(parents=True, exist_ok=False)
         return path
 
-    def discard(self, path: Path) -> None:
+    def discard(self, path: Path, *, recycle: bool = False) -> None:
         """Remove a finished call's directory, mostly off the caller's path (issue 14).
 
         The directory is renamed at once into ``.trash`` beside it (its name is free again when this
         returns) and removed by a background thread. Only for a directory whose outcome is journaled
         and whose process has ended. :meth:`close` waits for every removal; what a runner killed
         meanwhile leaves in ``.trash`` is removed by the next one that discards a directory there.
+
+        Args:
+            recycle: the call's supervisor recorded the App's exit (so every process of the call has
+                ended): its output and input files are emptied and kept for later calls
+                (:func:`workrun.runner.calldir.recycle`).
         """
         trash = path.parent / ".trash"
         target = trash / f"{path.name}.{uuid.uuid4().hex[:8]}"
@@ -160,7 +168,7 @@ class Services:
                 self._janitor = _Janitor()
                 self._janitor.put(trash)  # leftovers of a runner that was killed (removed before new ones)
                 trash.mkdir(exist_ok=True)
-            self._janitor.put(target)
+            self._janitor.put(target, path.parent if recycle else None)
 
     def say(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """Record a node/run message in the journal and show it (R-C6: statuses on node messages)."""
