@@ -58,6 +58,24 @@ class _Janitor:
         self._thread = threading.Thread(target=self._loop, name="workrun-janitor", daemon=True)
         self._thread.start()
 
+    def clear_leftovers(self, calls: Path) -> None:
+        """Queue what runners that were killed left in ``calls/.trash`` for removal (moved aside first, so
+        the directories discarded from now on are not caught in it)."""
+        try:
+            names = [n for n in os.listdir(calls) if n.startswith(".trash")]
+        except OSError:
+            return
+        for name in names:
+            old = calls / name
+            if name == ".trash":
+                aside = calls / f".trash-{uuid.uuid4().hex[:8]}"
+                try:
+                    os.rename(old, aside)
+                except OSError:
+                    continue
+                old = aside
+            self.put(old)
+
     def put(self, path: Path, recycle_into: Path | None = None) -> None:
         self._queue.put((path, recycle_into))
 
@@ -152,6 +170,10 @@ class Services:
         """
         trash = path.parent / ".trash"
         target = trash / f"{path.name}.{uuid.uuid4().hex[:8]}"
+        with self._janitor_lock:
+            if self._janitor is None:
+                self._janitor = _Janitor()
+                self._janitor.clear_leftovers(path.parent)
         try:
             try:
                 os.rename(path, target)
@@ -164,10 +186,8 @@ class Services:
             shutil.rmtree(path, ignore_errors=True)
             return
         with self._janitor_lock:
-            if self._janitor is None:
+            if self._janitor is None:  # closed meanwhile
                 self._janitor = _Janitor()
-                self._janitor.put(trash)  # leftovers of a runner that was killed (removed before new ones)
-                trash.mkdir(exist_ok=True)
             self._janitor.put(target, path.parent if recycle else None)
 
     def say(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:

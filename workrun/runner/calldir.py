@@ -143,8 +143,7 @@ def recycle(finished: Path, calls: Path) -> None:
     """
     pool = _pool(calls)
     for name in _RECYCLED:
-        if not pool.put(finished / name):
-            return
+        pool.put(finished / name)
 
 
 def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
