@@ -18,6 +18,10 @@ def _finished(calls: Path, name: str) -> Path:
     return d
 
 
+def _pooled_files(calls: Path) -> list[str]:
+    return [n for n in os.listdir(calls / ".pool") if not n.startswith("d-")]
+
+
 def _new_call(calls: Path, name: str) -> Path:
     d = calls / name
     d.mkdir()
@@ -30,7 +34,7 @@ def test_recycled_files_come_back_empty_and_the_input_is_the_new_one(tmp_path):
     old = _finished(calls, "op_old")
     inodes = {os.stat(old / f).st_ino for f in ("stdout", "stderr", "input.json")}
     calldir.recycle(old, calls)
-    assert sorted(os.listdir(old)) == ["claim", "result.json"]  # only what the pool takes moves
+    assert not old.exists()  # the rest removed, the directory pooled too
     new = _new_call(calls, "op_new")
     calldir.place_outputs(new)
     calldir.write_input(new, {"kind": "process", "input": {"n": 1}})
@@ -51,19 +55,19 @@ def test_the_pool_is_bounded_and_shared_with_a_later_process(tmp_path, monkeypat
     monkeypatch.setattr(calldir, "POOL_FILES", 4)
     for i in range(3):
         calldir.recycle(_finished(calls, f"op_{i}"), calls)
-    assert len(os.listdir(calls / ".pool")) == 4
-    assert all(os.path.getsize(calls / ".pool" / f) == 0 for f in os.listdir(calls / ".pool"))
+    assert len(_pooled_files(calls)) == 4
+    assert all(os.path.getsize(calls / ".pool" / f) == 0 for f in _pooled_files(calls))
     monkeypatch.setattr(calldir, "_POOLS", {})  # a new runner process finds what the last one left
     for i in range(2):
         calldir.place_outputs(_new_call(calls, f"op_new{i}"))
-    assert os.listdir(calls / ".pool") == []
+    assert _pooled_files(calls) == []
 
 
 def test_a_file_taken_by_another_process_is_skipped(tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
     calldir.recycle(_finished(calls, "op_old"), calls)
-    for name in os.listdir(calls / ".pool")[:2]:  # another runner took two of them meanwhile
+    for name in _pooled_files(calls)[:2]:  # another runner took two of them meanwhile
         os.rename(calls / ".pool" / name, tmp_path / name)
     new = _new_call(calls, "op_new")
     calldir.place_outputs(new)
@@ -83,7 +87,7 @@ def test_discard_frees_the_name_at_once_and_recycles_only_when_asked(tmp_path):
     finally:
         svc.close()
     calls = tmp_path / "data" / "calls"
-    assert len(os.listdir(calls / ".pool")) == 2  # op_b's stdout and input.json; none of op_a's
+    assert len(_pooled_files(calls)) == 2  # op_b's stdout and input.json; none of op_a's
     assert os.listdir(calls / ".trash") == []
 
 
@@ -98,5 +102,19 @@ def test_what_a_killed_runner_left_in_the_trash_goes_and_new_discards_are_not_ca
     finally:
         svc.close()
     assert not left.exists()
-    assert len(os.listdir(calls / ".pool")) == 1  # op_new's stdout, recycled
+    assert len(_pooled_files(calls)) == 1  # op_new's stdout, recycled
     assert sorted(n for n in os.listdir(calls) if n.startswith(".trash")) == [".trash"]
+
+
+def test_a_finished_directory_is_emptied_and_reused_but_never_replaces_an_existing_one(tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    old = _finished(calls, "op_old")
+    ino = os.stat(old).st_ino
+    calldir.recycle(old, calls)
+    assert not old.exists()
+    (calls / "op_taken").mkdir()
+    assert not calldir.take_dir(calls / "op_taken")  # exists: the caller's mkdir fails as it should
+    assert calldir.take_dir(calls / "op_new") and os.stat(calls / "op_new").st_ino == ino
+    assert os.listdir(calls / "op_new") == []
+    assert not calldir.take_dir(calls / "op_other")  # the pool had one

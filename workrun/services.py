@@ -152,7 +152,8 @@ class Services:
         path = self.data_dir / "calls" / name
         if replace and path.exists():
             shutil.rmtree(path)
-        path.mkdir(parents=True, exist_ok=False)
+        if not calldir.take_dir(path):  # an empty directory of an earlier call, else a new one
+            path.mkdir(parents=True, exist_ok=False)
         return path
 
     def discard(self, path: Path, *, recycle: bool = False) -> None:

@@ -19,7 +19,7 @@ from workrun.runner.base import Collected, Outcome
 from workrun_sdk import _wire
 
 __all__ = ["CAPTURE_BYTES", "POOL_FILES", "RESULT_LIMIT_BYTES", "Claim", "collect", "fence", "place_outputs",
-           "read_claim", "read_exit", "recycle", "write_input"]
+           "read_claim", "read_exit", "recycle", "take_dir", "write_input"]
 
 CAPTURE_BYTES = 64 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024
@@ -74,9 +74,11 @@ class _Pool:
         self.folder = folder
         self.lock = threading.Lock()
         try:
-            self.free = [str(folder / name) for name in os.listdir(folder)]  # left by an earlier runner
+            names = os.listdir(folder)  # left by an earlier runner
         except OSError:
-            self.free = []
+            names = []
+        self.free = [str(folder / n) for n in names if not n.startswith("d-")]
+        self.dirs = [str(folder / n) for n in names if n.startswith("d-")]
 
     def take(self, dest: Path) -> bool:
         """Move a pooled empty file to ``dest`` (which must not exist); False when the pool has none."""
@@ -91,6 +93,36 @@ class _Pool:
             except OSError:  # taken by another process meanwhile, or gone
                 continue
 
+    def take_dir(self, dest: Path) -> bool:
+        """Move a pooled empty directory to ``dest`` (which must not exist); False when there is none."""
+        while True:
+            with self.lock:
+                if not self.dirs:
+                    return False
+                src = self.dirs.pop()
+            if dest.exists():  # a rename would replace an empty directory there: the caller makes it fail
+                with self.lock:
+                    self.dirs.append(src)
+                return False
+            try:
+                os.rename(src, dest)
+                return True
+            except OSError:
+                continue
+
+    def put_dir(self, path: Path) -> None:
+        """Move the empty directory ``path`` into the pool (nothing when full, not empty or not possible)."""
+        with self.lock:
+            if len(self.dirs) >= POOL_FILES:
+                return
+        target = str(self.folder / f"d-{uuid.uuid4().hex}")
+        try:
+            os.rename(path, target)
+        except OSError:  # not empty (ENOTEMPTY/EEXIST), or no pool folder yet
+            return
+        with self.lock:
+            self.dirs.append(target)
+
     def put(self, path: Path) -> bool:
         """Empty ``path`` and move it into the pool; False (``path`` untouched or emptied) when full or not possible."""
         with self.lock:
@@ -98,7 +130,8 @@ class _Pool:
                 return False
         target = str(self.folder / uuid.uuid4().hex)
         try:
-            os.truncate(path, 0)
+            if os.stat(path).st_size:
+                os.truncate(path, 0)
             try:
                 os.rename(path, target)
             except FileNotFoundError:
@@ -136,7 +169,8 @@ def place_outputs(call_dir: Path) -> None:
 
 def recycle(finished: Path, calls: Path) -> None:
     """Move ``stdout``, ``stderr`` and ``input.json`` of a finished call's directory ``finished`` (already
-    moved out of the calls directory ``calls``), emptied, into the pool for later calls.
+    moved out of the calls directory ``calls``), emptied, into the pool for later calls; remove its other
+    files and pool the directory itself.
 
     Only for a call whose supervisor recorded the App's exit: it ended every process of the call, so
     nothing writes to these files any more.
@@ -144,6 +178,20 @@ def recycle(finished: Path, calls: Path) -> None:
     pool = _pool(calls)
     for name in _RECYCLED:
         pool.put(finished / name)
+    try:
+        for entry in os.scandir(finished):
+            if entry.is_dir(follow_symlinks=False):
+                return  # not what a call leaves: the caller removes the whole tree
+            os.unlink(entry.path)
+    except OSError:
+        return
+    pool.put_dir(finished)
+
+
+def take_dir(path: Path) -> bool:
+    """Make ``path`` (a new call directory in a calls directory) from a pooled empty directory; False when the
+    pool has none or ``path`` exists (then the caller makes it, and fails as it should)."""
+    return _pool(path.parent).take_dir(path)
 
 
 def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
