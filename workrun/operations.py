@@ -191,7 +191,13 @@ def current_owner() -> tuple[int, str | None]:
     """This process as the owner of the calls it makes: ``(pid, start time)`` (the start time tells a reused
     pid apart; None off Linux). Recovery leaves a call alone while its owner lives (issue 10, item 8)."""
     pid = os.getpid()
-    return pid, proc_start_time(pid)
+    owner = _OWNER.get(pid)
+    if owner is None:  # per pid: a forked child is another owner
+        owner = _OWNER[pid] = (pid, proc_start_time(pid))
+    return owner
+
+
+_OWNER: dict[int, tuple[int, str | None]] = {}
 
 
 def _owner_gone(op: dict[str, Any]) -> bool:
