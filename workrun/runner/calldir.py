@@ -117,8 +117,10 @@ class _Pool:
                 return
         target = str(self.folder / f"d-{uuid.uuid4().hex}")
         try:
+            if os.listdir(path):  # only an empty directory may become a new call's
+                return
             os.rename(path, target)
-        except OSError:  # not empty (ENOTEMPTY/EEXIST), or no pool folder yet
+        except OSError:  # gone, or no pool folder yet
             return
         with self.lock:
             self.dirs.append(target)
