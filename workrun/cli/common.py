@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     from workrun.lock import SchedulerLock
     from workrun.services import Services
 
+    gc.freeze()  # what start-up loaded lives as long as the command: later collections skip it (issue 14)
     svc = Services(reporter=CliReporter(quiet=json_mode))
     shared = shared_journal()
     if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
