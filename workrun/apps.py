@@ -11,7 +11,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ __all__ = [
     "fingerprint",
     "load_app",
     "load_project",
+    "one_reading",
     "pydantic_error",
     "toml_type",
 ]
@@ -177,13 +181,41 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     return apps
 
 
+_READING = threading.local()
+
+
+@contextmanager
+def one_reading() -> Iterator[None]:
+    """Within the block, this thread reads each (project, App) once (:func:`load_app`): e.g. a workflow is
+    checked against one reading of each App project, however many nodes call it (issue 14)."""
+    outer = getattr(_READING, "apps", None)
+    if outer is None:
+        _READING.apps = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _READING.apps = None
+
+
 def load_app(project: Path, app: str, *, file: str | None = None, field: str | None = None) -> AppSpec:
-    """Return one validated App of a project.
+    """Return one validated App of a project (the same one again inside :func:`one_reading`).
 
     Raises:
         ConfigError: as :func:`load_project`, or when the App is not declared
             (reported against ``file``/``field`` when given, e.g. the workflow node).
     """
+    memo: dict[tuple[str, str], AppSpec] | None = getattr(_READING, "apps", None)
+    key = (os.path.abspath(project), app)
+    if memo is not None and key in memo:
+        return memo[key]
+    spec = _load_app(project, app, file=file, field=field)
+    if memo is not None:
+        memo[key] = spec
+    return spec
+
+
+def _load_app(project: Path, app: str, *, file: str | None, field: str | None) -> AppSpec:
     apps = load_project(project)
     if app not in apps:
         known = ", ".join(sorted(apps)) or "none"
