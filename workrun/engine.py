@@ -42,7 +42,7 @@ from workrun.ticket_records import (
     ticket_row,
 )
 
-__all__ = ["STOP_POLL_SECONDS", "Engine", "create_run", "warm_up"]
+__all__ = ["STOP_POLL_SECONDS", "Engine", "create_run"]
 
 STOP_POLL_SECONDS = 0.05
 """How often (seconds) a running engine looks in the journal for a stop asked from another terminal (R-C9)."""
@@ -58,21 +58,6 @@ def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eva
         "created_at": svc.now(),
     }, list(spec.nodes))
     return run_id
-
-
-def warm_up(svc: Services, spec: WorkflowSpec, executors: Mapping[str, NodeExecutor]) -> None:
-    """Let each executor that can start getting its nodes ready in the background (e.g. a process node's
-    environment and fork server, issue 14), once per distinct node config. Never raises."""
-    seen: set[str] = set()
-    for node in spec.nodes.values():
-        hook = getattr(executors.get(node.kind), "warm_up", None)
-        ident = f"{node.kind}:{getattr(node, 'project', None)}"
-        if hook is not None and ident not in seen:
-            seen.add(ident)
-            try:
-                hook(svc, node)
-            except Exception:  # noqa: BLE001 - only a head start; the node reports its own problems
-                pass
 
 
 def _deps(node: NodeSpec) -> list[str]:
@@ -253,7 +238,6 @@ class Engine:
             return str(run["status"])
         spec = WorkflowSpec.model_validate(run["spec"])
         inputs = run["inputs"]
-        warm_up(svc, spec, self.executors)
         settle_operations(svc, run_id)
         standby = {n.on_failure.fallback for n in spec.nodes.values() if n.on_failure.fallback}
         deps = {k: _deps(n) for k, n in spec.nodes.items()}

@@ -65,11 +65,10 @@ def _audit_run(svc, run_id: str, action: str, args: dict) -> None:
 def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run: bool, rerun_of: str | None,
                note: str, executors) -> int:
     """Create a run, drive it (nodes, then compensation) and print it; return the exit code (shared by run/rerun)."""
-    from workrun.engine import create_run, warm_up
+    from workrun.engine import create_run
     from workrun.recovery import drive
 
     with scheduling(json_mode, wait) as svc:
-        warm_up(svc, spec, executors)  # environments and fork servers start while the run is recorded
         svc.assume_yes = yes
         svc.confirm = ask if sys.stdin.isatty() and not json_mode else None
         run_id = create_run(svc, spec, inputs, eval_run=eval_run, rerun_of=rerun_of)

@@ -53,13 +53,6 @@ class ProcessExecutor:
                               file=where.file, field=where.at("app"))
         return dict(app.output)
 
-    def warm_up(self, svc: Services, node: NodeSpec) -> None:
-        """Start getting the node's App environment (and its fork server) ready in the background, when
-        the runner can (issue 14); the node's call then finds it started. Never raises."""
-        warm = getattr(svc.runner, "warm_up", None)
-        if warm is not None and isinstance(node, ProcessNode) and node.project:
-            warm(Path(str(node.project)).resolve())
-
     def run(self, job: NodeJob) -> NodeOutcome:
         """Make the node's call (again, up to the retry budget); see the class doc."""
         node = job.node

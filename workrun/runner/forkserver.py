@@ -275,16 +275,6 @@ class ForkServers:
                     return found
         raise ForkServerError(f"no fork server could start the call: {problem}")
 
-    def warm(self, python: str, sdk_dir: Path, cwd: Path, env: dict[str, str]) -> None:
-        """Start the plain server of an environment now, before its first call (same key as :meth:`start`).
-
-        Raises:
-            ForkServerError, OSError, EOFError, ValueError: it could not start (its first call tries again).
-        """
-        server_env = {k: v for k, v in env.items() if k != "WORKRUN_CALL_DIR"}
-        state = (_env_state(python), tuple(sorted(server_env.items())))
-        self._server((python, str(sdk_dir), None), state, python, sdk_dir, server_env, cwd, None)
-
     def close(self) -> None:
         """End every server (each exits when its request pipe closes); calls in flight go on."""
         with self._lock:

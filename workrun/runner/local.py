@@ -55,27 +55,6 @@ class LocalRunner:
         """Return the project environment's python, syncing it first if needed (R-A8)."""
         return self.envs.python(project, offline=offline)
 
-    def warm_up(self, project: Path) -> None:
-        """Get the project's environment and fork server ready in the background, so the first call
-        finds them started (``launch="fork"`` only; issue 14). Never raises: a failure here is met
-        again, and reported, by the call itself."""
-        if self.launch != "fork":
-            return
-
-        def work() -> None:
-            try:
-                python = self.prepare(project)
-                sdk = self.sdk_dir
-                with self._mutex:
-                    if self._servers is None:
-                        self._servers = ForkServers()
-                    servers = self._servers
-                servers.warm(python, sdk, project, app_environment(python, sdk, Path(project)))
-            except Exception:  # noqa: BLE001 - the call reports it
-                pass
-
-        threading.Thread(target=work, name="workrun-warm-up", daemon=True).start()
-
     def start(self, python: str, project: Path, entry: Path, call_dir: Path, envelope: dict[str, Any], *,
               warm: str | None = None) -> Started:
         """Write ``input.json`` and start the call's supervisor in its own group: forked by the environment's
