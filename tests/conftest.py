@@ -11,10 +11,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+
 from _kit.apps import MARKER_APP, MARKER_COMPENSATE, MARKER_MAIN
 
 ROOT = Path(__file__).resolve().parents[1]

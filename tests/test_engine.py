@@ -4,14 +4,12 @@ resume decisions and hold-back. No process is started; each test is well under a
 from __future__ import annotations
 
 import os
-
 import threading
 import time
 
 import pytest
-from _kit.fakes import (Call, Exit, FakeExecutor, FakeRunner, failing, hold, services, workflow,
-                        write_app_project)
 
+from _kit.fakes import Call, Exit, FakeExecutor, FakeRunner, failing, hold, services, workflow, write_app_project
 from workrun.compensation import compensate_run, refresh_holds
 from workrun.engine import Engine, create_run
 from workrun.nodes.base import NodeJob
@@ -45,7 +43,7 @@ def test_a_chain_runs_in_dependency_order(tmp_path):
 
 def test_independent_nodes_run_at_the_same_time(tmp_path):
     svc = services(tmp_path)
-    both = threading.Barrier(2, timeout=5)
+    both = threading.Barrier(2, timeout=60)
 
     def meet(job):
         both.wait()  # only passes when the other node runs at the same time
@@ -58,7 +56,7 @@ def test_independent_nodes_run_at_the_same_time(tmp_path):
 
 def test_concurrency_is_bounded(tmp_path):
     svc = services(tmp_path, concurrency=2)
-    fake = FakeExecutor({k: hold(0.05) for k in "abcde"})
+    fake = FakeExecutor({k: hold(0.3) for k in "abcde"})  # long enough for two to overlap when loaded
     _, status = run(svc, workflow({k: {} for k in "abcde"}), {"process": fake})
     assert status == "succeeded" and sorted(fake.started) == list("abcde") and fake.most_at_once == 2
 
@@ -248,9 +246,8 @@ def _resumed(tmp_path, prior_status, *, idempotent=False, failure=None):
     runner = FakeRunner({"main.py": lambda c: Exit(result={"again": True})})
     svc, run_id, engine = _process_run(tmp_path, runner, idempotent=idempotent)
     svc.journal.start_node(run_id, "a", at=1.0)
-    from workrun.operations import call_app  # the real journaled call, through the fake runner
-
     from workrun.apps import load_app
+    from workrun.operations import call_app  # the real journaled call, through the fake runner
     proj = tmp_path / "projects" / "step"
     op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
                   depends_on=[])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from workrun.apps import load_project
 from workrun.errors import ConfigError
 from workrun.models import HttpNode
 from workrun.nodes import default_executors
@@ -76,6 +77,22 @@ def test_a_good_workflow_loads_with_dependencies_from_templates(tmp_path: Path) 
     ('qty = 1 }\n', 'qty = 1 }\nheaders2 = 1\n', "nodes.order.headers2", "unknown key"),
     ('headers = { Authorization', 'headers = { Host = "evil.example", Authorization', "nodes.order.headers.Host",
      "set by Workrun"),
+    ('url = "https://shop.example/api/orders?item', 'url = "https://shop.example/api/orders\\n?item',
+     "nodes.order.url", "control character"),
+    ('url = "https://shop.example/api/orders?item', 'url = "https://shop.example/api/orders\\t?item',
+     "nodes.order.url", "control character"),
+    ('headers = { Authorization', 'headers = { X-Note = "one\\r\\nX-Evil: two", Authorization',
+     "nodes.order.headers.X-Note", "line break"),
+    ('headers = { Authorization', 'headers = { X-Note = "caf\u00e9", Authorization', "nodes.order.headers.X-Note",
+     "not ASCII"),
+    ('headers = { X-Run', 'headers = { Idempotency-Key = "mine", X-Run', "nodes.order.compensation.headers.Idempotency-Key",
+     "set by Workrun"),
+    ('headers = { Authorization', 'headers = { idempotency-key = "mine", Authorization',
+     "nodes.order.headers.idempotency-key", "set by Workrun"),
+    ('body = { item = "{{ inputs.item }}", qty = 1 }', "body = 5", "nodes.order.body",
+     "must be a table or a string, not an integer"),
+    ('body = "{{ original.input.body.item }}"', "body = [1]", "nodes.order.compensation.body",
+     "must be a table or a string, not an array"),
 ])
 def test_mistakes_are_config_errors_naming_the_field(tmp_path: Path, old: str, new: str, field: str,
                                                      words: str) -> None:
@@ -91,3 +108,48 @@ def test_bad_workrun_http_allow_is_found_before_anything_runs(tmp_path: Path, mo
     with pytest.raises(ConfigError) as info:
         _load(tmp_path, GOOD)
     assert info.value.field == "WORKRUN_HTTP_ALLOW"
+
+
+@pytest.mark.parametrize("compensation", [
+    'entry = "undo.py", http = { method = "DELETE", url = "http://127.0.0.1:1/x" }',
+    "max_retries = 2",
+])
+def test_app_compensation_needs_exactly_one_of_entry_and_http(tmp_path: Path, compensation: str) -> None:
+    (tmp_path / "uv.lock").write_text("")
+    (tmp_path / "pyproject.toml").write_text(f"""[project]\nname = "p"\nversion = "0.1.0"\n
+[tool.workrun.apps.a]\nentry = "main.py"\ncompensation = {{ {compensation} }}\n""")
+    with pytest.raises(ConfigError) as info:
+        load_project(tmp_path)
+    assert info.value.field == "tool.workrun.apps.a.compensation"
+    assert info.value.message == "give exactly one of entry (a script) and http (a reverse action)"
+
+
+ACTION_USES = """
+[notify]
+http = { method = "POST", url = "https://hooks.example/{{ inputs.channel }}", body = { text = "{{ message }}" } }
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "https://shop.example/api/orders"
+compensation = { method = "DELETE", url = "https://shop.example/api/orders?reason={{ inputs.reason }}" }
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "https://shop.example/api/payments"
+needs = ["order"]
+on_failure = { compensate = { method = "POST", url = "https://shop.example/refund?desk={{ inputs.desk }}" } }
+"""
+
+
+@pytest.mark.parametrize("name", ["channel", "reason", "desk"])
+def test_an_input_used_only_by_an_action_is_a_known_input(tmp_path: Path, name: str) -> None:
+    """``--input NAME`` is refused only when nothing uses NAME (SPEC §17): [notify], a reverse action and an
+    on_failure action are uses too."""
+    others = {n: "x" for n in ("channel", "reason", "desk") if n != name}
+    path = tmp_path / "wf.toml"
+    path.write_text(ACTION_USES)
+    _, inputs = load_workflow(path, {**others, name: "given"}, default_executors())
+    assert inputs[name] == "given"
+    with pytest.raises(ConfigError) as info:
+        load_workflow(path, {**others, name: "given", "typo": "1"}, default_executors())
+    assert info.value.field == "--input" and "'typo'" in info.value.message and name in info.value.message

@@ -195,11 +195,10 @@ def test_timeout_after_the_request_was_received_is_unknown() -> None:
 
 
 def test_connection_refused_is_failed_and_nothing_sent() -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    got = send(_request(f"http://127.0.0.1:{port}/x"), parse_allow([f"127.0.0.1:{port}"]))
+    with socket.socket() as sock:  # bound but not listening: refused, and no other process can take the port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        got = send(_request(f"http://127.0.0.1:{port}/x"), parse_allow([f"127.0.0.1:{port}"]))
     assert (got.sent, got.failure) == (False, Failure.NOT_SENT)
 
 
@@ -215,6 +214,15 @@ def test_request_body_over_one_mib_is_refused_before_sending() -> None:
 
     with pytest.raises(RequestError, match="over 1 MiB"):
         _request("http://127.0.0.1:1/x", body="{{ big }}", values={"big": "a" * (1024 * 1024 + 1)})
+
+
+@pytest.mark.parametrize("value, says", [("one\r\nX-Evil: two", "line break"), ("caf\u00e9", "not ASCII"),
+                                         ("\u2603", "not ASCII")])
+def test_a_filled_header_value_that_cannot_be_sent_is_refused_before_sending(value: str, says: str) -> None:
+    from workrun.outbound import RequestError
+
+    with pytest.raises(RequestError, match=f"header X-Note: .*{says}"):
+        _request("http://127.0.0.1:1/x", headers={"X-Note": "{{ v }}"}, values={"v": value})
 
 
 def test_secret_goes_to_the_server_but_not_into_what_is_shown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,3 +280,26 @@ def test_https_connects_to_the_checked_address_with_the_hosts_tls_name(tmp_path)
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("where, outcome", [("before", (False, Failure.NOT_SENT)), ("after", (True, Failure.UNKNOWN))])
+def test_an_unexpected_error_is_an_outcome_not_a_crash(monkeypatch: pytest.MonkeyPatch, where: str,
+                                                       outcome: tuple[bool, Failure]) -> None:
+    """An error nobody foresaw still ends as data: before sending -> not sent; after -> unknown (never stuck)."""
+    import httpx
+
+    import workrun.outbound as outbound
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("unforeseen")
+
+    if where == "before":
+        monkeypatch.setattr(httpx.Client, "build_request", boom)
+    else:
+        monkeypatch.setattr(outbound, "_read", boom)
+    with TestServer() as server:
+        server.route("POST", "/x", status=201, body="{}")
+        got = send(_request(server.url + "/x"), _allow(server))
+        assert (got.sent, got.failure) == outcome
+        assert got.error is not None and ("RuntimeError" in got.error or "unforeseen" in got.error)
+        assert server.count("POST", "/x") == (1 if where == "after" else 0)

@@ -62,9 +62,13 @@ def test_action_values_are_filled_at_registration_and_encoded_in_the_url():
         fill("{{ nodes.order.result.missing }}", values)
 
 
-def test_ticket_message_is_one_line():
-    text = ticket_message("run_1", "charge", "tkt_1", "line one\nline two")
-    assert "\n" not in text and all(w in text for w in ("run_1", "charge", "tkt_1", "line one line two"))
+@pytest.mark.parametrize("status, says", [("pending", "waits for a person"),
+                                          ("resolved", "handled by its fallback action"),
+                                          ("terminated", "ended the run terminated")])
+def test_ticket_message_is_one_line_saying_what_became_of_the_node(status, says):
+    text = ticket_message("run_1", "charge", "tkt_1", "line one\nline two", status)
+    assert "\n" not in text and all(w in text for w in ("run_1", "charge", "tkt_1", "line one line two", says))
+    assert (status == "pending") == ("waits for a person" in text)  # only a pending ticket waits
 
 
 @pytest.mark.parametrize("table, old, new, ok", [

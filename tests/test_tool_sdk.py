@@ -16,7 +16,7 @@ def _info(fn: Any) -> ToolInfo:
 def test_scalars_lists_dicts_optional_and_defaults() -> None:
     @tool(name="t", description="  All the supported hints.  ")
     def t(s: str, i: int, f: float, b: bool, names: list[str], counts: dict[str, int],
-          maybe: Optional[int] = None, pipe: str | None = "x", flag: bool = False, tags: list[str] = []) -> dict:
+          maybe: Optional[int] = None, pipe: str | None = "x", flag: bool = False, tags: list[str] = []) -> dict:  # noqa: B006
         return {}
 
     info = _info(t)
@@ -56,7 +56,7 @@ def test_bare_containers_nested_and_unions() -> None:
 
 
 def test_string_annotations_are_resolved() -> None:
-    def f(x: "int", y: "list[str]" = ()) -> None:  # type: ignore[assignment]
+    def f(x: "int", y: "list[str]" = ()) -> None:  # type: ignore[assignment]  # noqa: UP037
         pass
 
     schema = input_schema(f)
@@ -135,7 +135,7 @@ def test_default_that_is_not_json() -> None:
 
 
 def test_unresolvable_annotation() -> None:
-    def f(x: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821
+    def f(x: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821, UP037
         pass
 
     with pytest.raises(TypeError, match=r"tool f: cannot resolve type hints"):

@@ -71,20 +71,37 @@ def toml_type(value: Any) -> str:
     return type(value).__name__
 
 
+def _union_tag(part: Any) -> bool:
+    """True for pydantic's name of a union member in an error location (``str``, ``dict[str,any]``)."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
+
+
 def pydantic_error(exc: ValidationError, file: str, prefix: str) -> ConfigError:
     """Turn the first pydantic error into a one-line ConfigError naming file and field.
 
     A wrong type (strict models: SPEC §17) reads ``must be a number, not a string ('60')``.
     """
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+    errors = exc.errors()
+    err = errors[0]
+    where = tuple(err["loc"])
     msg = err["msg"]
-    if err["type"] == "extra_forbidden":
+    # A union (``body``: a table or a string) fails once per member, each under the member's tag
+    # (``body.dict[str,any]``, ``body.str``): name the field itself and every type it accepts.
+    members = [e for e in errors if e["type"] in _WANTED and where and tuple(e["loc"])[:-1] == where[:-1]
+               and _union_tag(e["loc"][-1]) and e.get("input") is err.get("input")]
+    if err["type"] in _WANTED and len(members) > 1:
+        where = where[:-1]
+        wanted = " or ".join(dict.fromkeys(_WANTED[e["type"]] for e in members))
+        msg = f"must be {wanted}, not {toml_type(err.get('input'))}"
+    elif err["type"] == "extra_forbidden":
         msg = "unknown key"
     elif err["type"] == "missing":
         msg = "is required"
     elif err["type"] in _WANTED:
         msg = f"must be {_WANTED[err['type']]}, not {toml_type(err.get('input'))}"
+    elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), ValueError):
+        msg = str(err["ctx"]["error"])  # our validator's own words, without pydantic's "Value error, "
+    loc = ".".join(str(p) for p in (prefix, *where) if p != "")
     return ConfigError(msg, file=file, field=loc)
 
 
@@ -125,8 +142,14 @@ _PARSED: StampedCache[tuple[str, dict[str, AppSpec]]] = StampedCache()
 def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
     """``(pyproject path, {name: AppSpec})`` as declared, validated field by field (entry paths not checked)."""
     pyproject, data = _read_pyproject(project)
-    apps_table = data.get("tool", {}).get("workrun", {}).get("apps")
     file = str(pyproject)
+    apps_table: Any = data
+    for depth, key in enumerate(("tool", "workrun", "apps")):
+        apps_table = apps_table.get(key)
+        if apps_table is None:
+            break
+        if depth < 2 and not isinstance(apps_table, dict):
+            raise ConfigError("must be a table", file=file, field=".".join(("tool", "workrun")[:depth + 1]))
     if apps_table is None:
         raise ConfigError("no Apps declared", file=file, field="tool.workrun.apps")
     if not isinstance(apps_table, dict):

@@ -199,8 +199,8 @@ class Engine:
         if spec.notify is not None:
             try:
                 notification = notification_row(new_id("ntf"), f"ticket:{tid}", run_id,
-                                                ticket_message(run_id, key, tid, error), spec.notify, values, now,
-                                                ticket_id=tid)
+                                                ticket_message(run_id, key, tid, error, status), spec.notify,
+                                                values, now, ticket_id=tid)
             except KeyError as exc:
                 events.append(event_row(tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
                                         f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value"))

@@ -19,13 +19,13 @@ and arguments (R-O2), written in the same transaction as the change it makes.
 from __future__ import annotations
 
 import getpass
-import shutil
 from pathlib import Path
 from typing import Any
 
 from workrun import settings
 from workrun.compensation import compensate_run, refresh_holds
 from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
+from workrun.paths import keep_copy
 from workrun.services import Services
 from workrun.states import COMPENSATION_DONE
 
@@ -119,11 +119,8 @@ def note(svc: Services, compensation_id: str, text: str, attach: Path | None = N
         attach = Path(attach).absolute()  # the audit row names the file unambiguously
         if not attach.is_file():
             raise UsageError("attachment is not a readable file", file=str(attach), field="--attach")
-        folder = svc.data_dir / "attachments" / comp["compensation_id"]
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{len(svc.journal.events(comp['compensation_id'])) + 1:03d}-{attach.name}"
-        shutil.copy2(attach, target)
-        stored = str(target)
+        stored = str(keep_copy(attach, svc.data_dir / "attachments" / comp["compensation_id"],
+                               f"{len(svc.journal.events(comp['compensation_id'])) + 1:03d}-{attach.name}"))
     svc.journal.record_event(_event(svc, comp, "note", {"attach": str(attach) if attach else None}, text, stored))
     return svc.journal.compensation(comp["compensation_id"])
 

@@ -138,11 +138,14 @@ def parse_url(text: str, *, file: str | None = None, field: str = "url") -> UrlT
 
     Raises:
         ConfigError: not ``http``/``https``; no host; a template in the scheme, host or port;
-            user info (``user:pass@``) in the URL; a bad port; unbalanced braces.
+            user info (``user:pass@``) in the URL; a bad port; unbalanced braces; a control character.
     """
     if not isinstance(text, str) or not text:
         raise ConfigError("must be a non-empty string", file=file, field=field)
     _check_braces(text, file, field)
+    if any(c < " " or c == "\x7f" for c in text):
+        raise ConfigError("holds a control character (a line break, a tab, …): write it percent-encoded",
+                          file=file, field=field)
     scheme, sep, after = text.partition("://")
     if not sep:
         raise ConfigError("must be an http:// or https:// URL", file=file, field=field)
@@ -239,7 +242,9 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
 
     Raises:
         ConfigError: naming the field (see :func:`parse_url` and :func:`check_templates`); a header name
-            that is not a token; a ``Host`` header (the host comes from the URL).
+            that is not a token; a header Workrun sets itself (``Host``, ``Content-Length``,
+            ``Idempotency-Key`` — R-H1); a header value whose text holds a line break, NUL or a character
+            that is not ASCII.
     """
     url = parse_url(spec.url, file=file, field=f"{field}.url")
     check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
@@ -247,8 +252,13 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
         where = f"{field}.headers.{name}"
         if not _HEADER_NAME.match(name):
             raise ConfigError("is not a valid header name", file=file, field=where)
-        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "idempotency-key"):
             raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
+        if any(c in part for _, part in strings(value, where) for c in "\r\n\x00"):
+            raise ConfigError("holds a line break or NUL: a header value is one line", file=file, field=where)
+        if not all(part.isascii() for _, part in strings(value, where)):
+            raise ConfigError("holds a character that is not ASCII: header values are ASCII (send such text in "
+                              "the body)", file=file, field=where)
         check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
     if spec.body is not None:
         check_templates(spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
@@ -373,8 +383,8 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
 
     Raises:
         KeyError: a template has no value (the reference is the argument).
-        RequestError: an environment variable is not set, a header value holds a line break, the headers
-            exceed 64 KiB or the body 1 MiB.
+        RequestError: an environment variable is not set, a header value holds a line break or a character
+            that is not ASCII, the headers exceed 64 KiB or the body 1 MiB.
     """
     environ = os.environ if environ is None else environ
     target = _fill(url.rest.split("#", 1)[0], lookup, encode=True) or "/"
@@ -400,6 +410,8 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
         value = _fill(template, with_env, encode=False)
         if any(c in value for c in "\r\n\0"):
             raise RequestError(f"header {name}: the filled value holds a line break or NUL")
+        if not value.isascii():
+            raise RequestError(f"header {name}: the filled value holds a character that is not ASCII")
         sent[name] = value
         shown[name] = _fill(template, without_env, encode=False)
     shown_body = _fill_value(body, lookup) if body is not None else None
@@ -764,6 +776,12 @@ def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[]
             if exchange.sent:
                 return _lost(request, exchange, str(address), exc)
             last_error = f"cannot connect to {url.authority} ({address}): {exc}"
+        except Exception as exc:  # anything else ends as data too: sent -> unknown, else not sent
+            if exchange.sent:
+                return _lost(request, exchange, str(address), exc)
+            return SendResult(False, failure=Failure.NOT_SENT, address=str(address),
+                              error=_scrub(f"request not sent to {url.authority}: {type(exc).__name__}: "
+                                           f"{_reason(exc)}", request.secrets))
         finally:
             timer.cancel()
     return SendResult(False, failure=Failure.NOT_SENT, error=_scrub(last_error, request.secrets))

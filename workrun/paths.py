@@ -10,6 +10,7 @@ anyone could plant a journal row or a compensation in it.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import platformdirs
 from workrun import settings
 from workrun.errors import ConfigError
 
-__all__ = ["data_dir", "private_umask", "user_umask"]
+__all__ = ["data_dir", "keep_copy", "private_umask", "user_umask"]
 
 _USER_UMASK: int | None = None
 
@@ -87,3 +88,23 @@ def user_umask() -> int:
     current = os.umask(0o022)
     os.umask(current)
     return current
+
+
+def keep_copy(source: Path, folder: Path, name: str) -> Path:
+    """Copy ``source`` into ``folder`` (in the data dir) as ``name``, private whatever the source's mode.
+
+    The folder is created 0700 and the copy is 0600 (SPEC §17): only the contents are copied, never the
+    source's permission bits.
+
+    Returns:
+        The path of the copy.
+
+    Raises:
+        OSError: the source cannot be read or the copy written.
+    """
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    target = folder / name
+    shutil.copyfile(source, target)
+    os.chmod(target, 0o600)
+    return target

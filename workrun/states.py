@@ -75,7 +75,7 @@ from __future__ import annotations
 from workrun.errors import InvalidTransitionError
 
 __all__ = ["ACTIVE_OPERATION", "COMPENSATION_DONE", "COMPENSATION_HOLDING", "COMPENSATION_STATUSES",
-           "OPERATION_ENDED", "TERMINAL_REMOTE_STATES", "TRANSITIONS", "allowed", "check"]
+           "OPERATION_ENDED", "TERMINAL_REMOTE_STATES", "TICKET_STATUSES", "TRANSITIONS", "allowed", "check"]
 
 #: statuses in which a compensation is done (nothing is owed any more)
 COMPENSATION_DONE = frozenset({"succeeded", "skipped"})
@@ -83,6 +83,8 @@ COMPENSATION_DONE = frozenset({"succeeded", "skipped"})
 COMPENSATION_HOLDING = frozenset({"failed", "unknown", "blocked"})
 #: every compensation status, in the order the CLI lists them
 COMPENSATION_STATUSES = ("pending", "running", "succeeded", "failed", "blocked", "unknown", "skipped")
+#: every ticket status (R-M6), in the order the CLI lists them
+TICKET_STATUSES = ("pending", "resolved", "terminated")
 #: operation statuses whose outcome is recorded
 OPERATION_ENDED = frozenset({"succeeded", "failed", "unknown"})
 #: operation / attempt statuses still in flight

@@ -124,9 +124,17 @@ def event_row(ticket_id: str, run_id: str, actor: str, action: str, args: dict[s
             "text": text, "attachment": attachment}
 
 
-def ticket_message(run_id: str, node_key: str, ticket_id: str, error: str | None) -> str:
-    """The one-line ``{{ message }}`` of a ticket's notification (R-M8)."""
-    return one_line(f"workrun: run {run_id}: node {node_key} waits for a person: ticket {ticket_id}: "
+_OPENED_AS = {"pending": "waits for a person", "resolved": "failed and was handled by its fallback action",
+              "terminated": "failed and ended the run terminated"}
+
+
+def ticket_message(run_id: str, node_key: str, ticket_id: str, error: str | None, status: str = "pending") -> str:
+    """The one-line ``{{ message }}`` of a ticket's notification (R-M8).
+
+    ``status`` is the ticket's status when it opens: ``pending`` (notify, compensate: the node waits for a
+    person), ``resolved`` (fallback_action) or ``terminated`` (terminate); the line says which.
+    """
+    return one_line(f"workrun: run {run_id}: node {node_key} {_OPENED_AS.get(status, status)}: ticket {ticket_id}: "
                     f"{error or 'failed'}")
 
 

@@ -21,7 +21,6 @@ CLI calls them before taking the scheduler lock so that a refusal changes nothin
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +31,7 @@ from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.models import WorkflowSpec
 from workrun.nodes import default_executors
 from workrun.operator import actor
+from workrun.paths import keep_copy
 from workrun.recovery import compensate_now, drive
 from workrun.services import Services
 from workrun.templates import template_refs
@@ -258,11 +258,8 @@ def note(svc: Services, ticket_id: str, text: str, attach: Path | None = None) -
         attach = Path(attach).absolute()
         if not attach.is_file():
             raise UsageError("attachment is not a readable file", file=str(attach), field="--attach")
-        folder = svc.data_dir / "attachments" / tid
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"{len(svc.journal.ticket_events(tid)) + 1:03d}-{attach.name}"
-        shutil.copy2(attach, target)
-        stored = str(target)
+        stored = str(keep_copy(attach, svc.data_dir / "attachments" / tid,
+                               f"{len(svc.journal.ticket_events(tid)) + 1:03d}-{attach.name}"))
     svc.journal.record_ticket_event(event_row(tid, t["run_id"], actor(), "note",
                                               {"attach": str(attach) if attach else None}, svc.now(), text, stored))
     return svc.journal.ticket(tid)

@@ -9,11 +9,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workrun.journal import Journal
-from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED
+from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED, TICKET_STATUSES
 
-__all__ = ["COMPENSATION_STATUSES", "attempt_view", "compensation_detail", "compensation_full", "compensation_rollup",
-           "compensation_view", "compensations_list", "iso", "rollup_line", "run_detail", "run_summary", "run_view",
-           "runs_list", "ticket_view", "tickets_list", "with_rollup"]
+__all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "attempt_view", "compensation_detail", "compensation_full",
+           "compensation_rollup", "compensation_view", "compensations_list", "iso", "rollup_line",
+           "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
+           "with_rollup"]
 
 
 def iso(ts: float | None) -> str | None:

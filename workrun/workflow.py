@@ -55,9 +55,12 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
         raise pydantic_error(exc, file, f"{field}.{sub}") from None
 
 
-def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str) -> None:
+def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str) -> list[Any]:
     """HTTP reverse actions that this run may send, checked against its inputs and environment (R-H5, R-H6):
     an http node's ``compensation`` table, and ``compensation = { http = ... }`` of the Apps a node calls.
+
+    Returns:
+        The actions checked (their ``{{ inputs.NAME }}`` count as uses of NAME, SPEC §17).
 
     Raises:
         ConfigError: an ``{{ inputs.NAME }}`` that is not an input; an ``{{ env.NAME }}`` that is not set.
@@ -65,7 +68,9 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
     if isinstance(node, HttpNode):
         if node.compensation is not None:
             check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs)
-        return
+            return [node.compensation]
+        return []
+    checked: list[Any] = []
     refs: list[tuple[str, str]] = []
     if isinstance(node, ProcessNode) and node.project and node.app:
         refs.append((node.project, node.app))
@@ -76,6 +81,8 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
         if app.compensation is not None and app.compensation.http is not None:
             check_action(app.compensation.http, file=str(Path(project) / "pyproject.toml"),
                          field=f"tool.workrun.apps.{name}.compensation.http", inputs=inputs)
+            checked.append(app.compensation.http)
+    return checked
 
 
 def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
@@ -204,6 +211,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
+    action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
             prefix = f"nodes.{key}"
@@ -230,7 +238,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
             except ValidationError as exc:
                 raise pydantic_error(exc, file, prefix) from None
             outputs[key] = executors[kind].check(node, Where(file, prefix))
-            _check_reverse_actions(node, inputs, file, prefix)
+            actions = _check_reverse_actions(node, inputs, file, prefix)
+            actions += [node.on_failure.action] if node.on_failure.action is not None else []
+            action_refs += [r for a in actions for r in template_refs(a.model_dump(), prefix)]
             nodes[key] = node
 
     policies = {k: n.on_failure for k, n in nodes.items()}
@@ -241,7 +251,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         refs_of[key] = [r for field, value in node.templated().items()
                         for r in template_refs(value, f"nodes.{key}.{field}")]
     if known_inputs_only:
-        _check_input_names(defaults, overrides or {}, refs_of, file)
+        _check_input_names(defaults, overrides or {}, {**refs_of, "": action_refs}, file)
     graph: dict[str, list[str]] = {}
     for key, node in nodes.items():
         prefix = f"nodes.{key}"

@@ -84,6 +84,8 @@ def _start_time(pid: int) -> str | None:
 
 def _call(request: dict, keep_fds: tuple[int, ...]) -> None:
     """In the forked child: become the call's supervisor (never returns)."""
+    if hasattr(_supervise.signal, "sigtimedwait"):  # a SIGTERM from now on waits for the supervisor (no record lost)
+        _supervise.signal.pthread_sigmask(_supervise.signal.SIG_BLOCK, _supervise._WAKE)
     try:
         os.setsid()
         for fd in keep_fds:

@@ -23,6 +23,9 @@ stdout/stderr (the call's files) are already the call's. It:
 SIGTERM to the supervisor (the runner ends the call's process group on
 timeout or stop, R-A7) starts step 5 at once: descendants outside the group
 get SIGTERM too, and whatever is alive after the grace period gets SIGKILL.
+SIGTERM, SIGINT and SIGHUP are held from before the claim, so a call ended just
+as it starts still leaves its record: a SIGTERM before step 3 means the App
+never runs, and the record says SIGTERM.
 The grace period (seconds) comes from ``input.json`` (``grace``, default 5).
 SIGINT and SIGHUP are ignored by the supervisor; they reach the App through
 the group. Only when the supervisor itself is killed (SIGKILL) is there no
@@ -229,6 +232,9 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
         entry: absolute path of the App's entry script (or Tool App module).
         args: the App's ``sys.argv[1:]``.
     """
+    # Held from before the claim: a SIGTERM (the runner ending the call just after it started) must never
+    # end the supervisor between its claim and its exit record (that would read as an unknown outcome).
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE) if hasattr(signal, "sigtimedwait") else None
     directory = _wire.call_dir("_launch")
     if not _wire.claim(directory, f"started {os.getpid()}\n"):
         print("workrun: this call was abandoned by the runner before it started", file=sys.stderr)
@@ -236,14 +242,18 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
         os._exit(75)
     envelope = _wire.read_envelope(os.path.join(directory, "input.json"))
     grace = float(envelope.get("grace") or 5.0)
-    if not hasattr(signal, "sigtimedwait"):  # macOS and others: wait for the App alone (no subreaper there)
+    if old_mask is None:  # macOS and others: wait for the App alone (no subreaper there)
         _supervise_plain(directory, entry, args, envelope)
     become_subreaper()
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE)
+    if signal.SIGTERM in signal.sigpending():  # ended before the App began: it never runs
+        print("workrun: the call was ended before the App started", file=sys.stderr)
+        st = signal.SIGTERM  # a wait status: ended by SIGTERM
+        _record(directory, st)
+        _exit_as(st)
     _flush()
     app = os.fork()
     if app == 0:  # the App
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set(old_mask) - set(_WAKE))  # the App gets them as usual
         sys.argv = [entry, *args]
         sys.path[0] = os.path.dirname(entry)
         _exit_like_python(run_app(entry, envelope))

@@ -80,7 +80,7 @@ class PgServer:
         cmd = [str(self.bin_dir / args[0]), *args[1:]]
         return ["runuser", "-u", "postgres", "--", *cmd] if self.as_root else cmd
 
-    def start(self) -> "PgServer":
+    def start(self) -> PgServer:
         """initdb and start the server; raises RuntimeError with the server log on failure."""
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")

@@ -18,10 +18,11 @@ def spawn_cli(*args: Any, env: dict[str, str]) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+def wait_for(predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition",
              proc: subprocess.Popen[str] | None = None) -> Any:
     """Poll ``predicate`` every 50 ms until it returns something truthy (returned); fail on timeout or when
-    ``proc`` exits first."""
+    ``proc`` exits first. The default deadline is generous: a loaded machine may take long to sync an App's
+    environment and start it, and a deadline only costs time when the test fails."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:

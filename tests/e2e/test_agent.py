@@ -15,9 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -163,7 +164,7 @@ def test_demo_two_identical_calls_are_two_compensations(workrun):
     assert paths[0] != paths[1]
     comps = [o["compensation"] for o in ops]
     assert comps[0]["compensation_id"] != comps[1]["compensation_id"]
-    for op, comp, path in zip(ops, comps, paths):
+    for op, comp, path in zip(ops, comps, paths, strict=True):
         assert op["resources"] == [{"kind": "file", "id": str(path)}]
         assert comp["status"] == "succeeded"
         assert comp["context"]["original_operation_id"] == op["operation_id"]
@@ -287,6 +288,7 @@ def _run_on_pty(args: list[str], answer: str, env: dict[str, str], timeout: floa
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
+            exited = proc.poll() is not None  # before the select: what it wrote before exiting is read below
             ready, _, _ = select.select([master], [], [], 0.2)
             if ready:
                 try:
@@ -299,7 +301,7 @@ def _run_on_pty(args: list[str], answer: str, env: dict[str, str], timeout: floa
             if not answered and b"[y/N]: " in out:
                 os.write(master, answer.encode() + b"\n")
                 answered = True
-            if proc.poll() is not None and not ready:
+            if exited and not ready:
                 break
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
@@ -370,7 +372,7 @@ class _ChatServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "_ChatServer":
+    def __enter__(self) -> _ChatServer:
         self.thread.start()
         return self
 
@@ -466,9 +468,9 @@ def test_openai_backend_http_error_after_a_call_compensates(workrun, write_workf
 
 def test_openai_backend_without_package_names_the_extra(monkeypatch):
     """Missing ``openai`` package -> a WorkrunError naming the extra ``workrun[openai]``."""
-    from workrun.nodes.agent.openai_backend import OpenAIBackend
     from workrun.errors import WorkrunError
     from workrun.models import AgentNode
+    from workrun.nodes.agent.openai_backend import OpenAIBackend
 
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` raise ImportError
     node = AgentNode(key="a", kind="agent", model="m", base_url="http://127.0.0.1:9/v1")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-
 ALPHA_APP = """
 [tool.workrun.apps.alpha]
 entry = "main.py"
@@ -350,7 +349,8 @@ def test_foreign_shell_uses_the_apps_own_venv(workrun, write_workflow, alpha, tm
         needs = ["a"]
     """)
     # as in a shell where another venv is activated (and pinned to another Python)
-    env = {"TEST_LOG": str(log), "VIRTUAL_ENV": str(foreign), "PATH": f"{foreign / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    env = {"TEST_LOG": str(log), "VIRTUAL_ENV": str(foreign),
+           "PATH": f"{foreign / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "UV_PROJECT_ENVIRONMENT": str(project_env), **({"UV_PYTHON": other} if other else {})}
     res = workrun("run", wf, "--json", env=env, cwd=shell)
     assert res.code == 1, res

@@ -61,7 +61,7 @@ def _call(slow: Path, tmp_path: Path, tag: str, sleep: float) -> subprocess.Pope
 
 @pytest.mark.parametrize("second", ["app run", "resume"])
 def test_a_second_command_leaves_a_live_standalone_call_alone(workrun, slow, tmp_path, second):
-    first = _call(slow, tmp_path, "one", 3)
+    first = _call(slow, tmp_path, "one", 12)  # outlives the second command even on a loaded machine
     _wait_for(tmp_path / "started-one", first)
     if second == "app run":
         other = _call(slow, tmp_path, "two", 0)

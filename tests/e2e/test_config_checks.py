@@ -185,6 +185,15 @@ def test_directory_where_a_project_file_belongs(refused, make_project, write_wor
     assert refused(["run", wf], project / name, None) == line
 
 
+@pytest.mark.parametrize("apps_toml, field", [("[tool]\nworkrun = 5\n", "tool.workrun"),
+                                              ('[tool]\nworkrun = "apps"\n', "tool.workrun"),
+                                              ("[tool.workrun]\napps = 5\n", "tool.workrun.apps")])
+def test_tool_workrun_that_is_not_a_table(refused, make_project, write_workflow, apps_toml, field):
+    project = make_project("shape", apps_toml, {"main.py": MAIN})
+    wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
+    refused(["run", wf], project / "pyproject.toml", field)
+
+
 # -- WORKRUN_* settings (SPEC §17) -------------------------------------------------------------
 
 BAD_SETTINGS = [

@@ -90,7 +90,8 @@ def _workflow(write_workflow, project: Path, shape: str) -> Path:
     for key, (needs, extra) in nodes.items():
         inp = {"name": key, **extra}
         inline = ", ".join(f"{k} = {json.dumps(v)}" for k, v in inp.items())
-        text += f'[nodes.{key}]\nproject = "{project}"\napp = "mark"\ninput = {{ {inline} }}\nneeds = {json.dumps(needs)}\n'
+        text += (f'[nodes.{key}]\nproject = "{project}"\napp = "mark"\ninput = {{ {inline} }}\n'
+                 f"needs = {json.dumps(needs)}\n")
         if extra.get("flaky"):
             text += "on_failure = { retry = { attempts = 2, backoff = 0 } }\n"
         text += "\n"

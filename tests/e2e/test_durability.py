@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from _kit.processes import current_view, op_running, spawn_cli, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,13 +88,15 @@ def two_node_workflow(write_workflow, project, *, sleep=2.0, trap=False, comp_sl
 def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_workflow, slow_project, logs,
                                                             journal_backend):
     """R-R3: the App outlives the runner; its result is recovered on resume, not marked unknown."""
-    sleep = 1.5
+    sleep = 3.0  # the runner is killed while the App still runs, even when the test is slow to see it
     wf = two_node_workflow(write_workflow, slow_project, sleep=sleep)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(sleep + 0.5)  # the App finishes while no runner is alive
+    # the App finishes while no runner is alive: its supervisor's exit record is the only call directory left
+    calls = Path(os.environ["WORKRUN_HOME"]) / "calls"
+    wait_for(lambda: list(calls.glob("*/exit.json")), timeout=60, what="second to finish without a runner")
     lease_passes(journal_backend)
     assert Path(logs["CALL_LOG"]).read_text().split() == ["first", "second"]
     res = workrun("resume", "--json", env=logs)
@@ -137,8 +140,8 @@ def test_stop_ends_app_marks_stopped_no_compensation(workrun, write_workflow, sl
     else:
         res = workrun("stop", view["run_id"])
         assert res.code == 0, res
-    out, err = proc.communicate(timeout=20)
-    assert time.monotonic() - t0 < 10
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 20  # the App (30 s) was ended, not waited for
     assert proc.returncode == 130, (out, err)
     final = json.loads(out)
     assert final["status"] == "stopped"
@@ -167,9 +170,9 @@ def test_stop_during_compensation_keeps_it_pending_for_resume(workrun, write_wor
         return view if view and any(o["compensation"] and o["compensation"]["status"] == "running"
                                     and o["node_key"] == "first" for o in view["operations"]) else None
 
-    wait_for(comp_running, what="compensation of first to run")
+    wait_for(comp_running, timeout=120, what="compensation of first to run", proc=proc)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=20)
+    out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130
     view = json.loads(out)
     assert view["status"] == "failed"  # the run keeps its failure; the compensation waits (R-C6)
@@ -185,7 +188,8 @@ def test_stop_during_compensation_keeps_it_pending_for_resume(workrun, write_wor
 
 def test_second_scheduler_exits_3_or_waits(workrun, write_workflow, slow_project, logs, tmp_path):
     """R-J3: a second scheduling command refuses at once (exit 3, naming the holder's pid) or waits."""
-    wf = two_node_workflow(write_workflow, slow_project, sleep=2.0)
+    # second runs long enough for the next CLI to start while the first still holds the lock, even when loaded
+    wf = two_node_workflow(write_workflow, slow_project, sleep=8.0)
     proc = spawn_cli("run", wf, "--json", env=logs)
     wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
     res = workrun("run", ROOT / "demo_apps/workflows/tutorial.toml", env=logs)
@@ -193,7 +197,7 @@ def test_second_scheduler_exits_3_or_waits(workrun, write_workflow, slow_project
     assert res.err.count("\n") == 1 and f"pid {proc.pid}" in res.err
     assert workrun("runs", "list", "--json").code == 0  # readers still work
     waited = workrun("resume", "--wait", env=logs)
-    assert proc.wait(timeout=30) == 1
+    assert proc.wait(timeout=60) == 1
     assert waited.code == 0, waited
     calls = Path(logs["CALL_LOG"]).read_text().split()
     assert sorted(calls) == ["boom", "first", "second"]

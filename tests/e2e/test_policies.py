@@ -99,7 +99,8 @@ def test_retry_exhausted_fails_the_run_and_compensates(workrun, write_workflow, 
 def fallback_workflow(write_workflow, ops, log, alt_fails=False):
     """primary fails -> alt runs in its place; down reads primary's result; boom fails when --input boom=yes."""
     return write_workflow("fallback", '[inputs]\nboom = ""\n'
-                          + node("primary", ops, '{ name = "primary", fail = true }', 'on_failure = { fallback = "alt" }')
+                          + node("primary", ops, '{ name = "primary", fail = true }',
+                                 'on_failure = { fallback = "alt" }')
                           + node("alt", ops, f'{{ name = "alt", value = "from-alt", fail = {str(alt_fails).lower()}, '
                                              f'log = "{log}" }}')
                           + node("down", ops, f'{{ name = "down", value = "{{{{ nodes.primary.result.value }}}}", '

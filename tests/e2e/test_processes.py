@@ -127,7 +127,7 @@ def test_app_killed_by_signal_is_recorded_with_that_signal(workrun, write_workfl
     assert "Traceback" not in b["stderr_tail"] and "_launch" not in b["stderr_tail"], b["stderr_tail"]
     assert [o["node_key"] for o in view["operations"]] == ["a", "b"]
 def _daemon(pids: Path) -> int:
-    end = time.monotonic() + 30
+    end = time.monotonic() + 120  # the runner syncs the App's environment first
     while time.monotonic() < end:
         if pids.exists() and pids.read_text().strip():
             return int(pids.read_text())
@@ -135,7 +135,7 @@ def _daemon(pids: Path) -> int:
     raise AssertionError("the App never reported its daemon's pid")
 
 
-def _gone(pid: int, within: float = 15.0) -> bool:
+def _gone(pid: int, within: float = 30.0) -> bool:
     end = time.monotonic() + within
     while time.monotonic() < end:
         if not alive(pid):
@@ -151,6 +151,32 @@ def _escape_workflow(write_workflow, procs: Path, pids: Path, mode: str) -> Path
         app = "escape"
         input = {{ mode = "{mode}", pids = "{pids}" }}
     """)
+
+
+def test_a_call_stopped_as_it_starts_is_stopped_not_unknown(make_project, tmp_path, launcher):
+    """R-C9, SPEC §17: a stop that reaches a call just after it started (before its forked supervisor leads
+    its own group, or between its claim and its exit record) ends it as stopped, never as unknown."""
+    from workrun.outcomes import Failure
+    from workrun.runner.local import LocalRunner
+
+    project = make_project("sleeper", "", {"main.py": "import time\ntime.sleep(60)\n"})
+    runner = LocalRunner(tmp_path / "data", grace=1.0, launch=launcher)
+    python = runner.prepare(project)
+    runner.stop_all()  # every call started from now on is ended as soon as it is watched
+    try:
+        for i in range(12):  # the stop lands at a different point of the start-up each time
+            call_dir = tmp_path / "data" / "calls" / f"call{i}"
+            call_dir.mkdir(parents=True)
+            started = runner.start(python, project, project / "main.py", call_dir,
+                                   {"kind": "process", "input": {}, "context": None, "tool": None,
+                                    "operation_id": f"op_{i}"})
+            time.sleep(i * 0.005)
+            outcome = runner.wait(started, time.time() + 60)
+            stderr = call_dir / "stderr"
+            assert outcome.failure is Failure.STOPPED, (i, outcome, stderr.exists() and stderr.read_text())
+            assert outcome.signal == signal.SIGTERM and outcome.exit_code is None, (i, outcome)
+    finally:
+        runner.close()
 
 
 def test_escaped_daemon_is_ended_after_normal_exit(workrun, write_workflow, procs, launcher, tmp_path):

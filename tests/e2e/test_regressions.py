@@ -99,6 +99,8 @@ def test_stop_of_orphaned_run_marks_node_stopped(workrun, write_workflow, make_p
     """)
     proc = spawn_cli("run", wf, "--json", env={})
     view = wait_for(lambda: op_running(workrun, "long"), what="long to run", proc=proc)
+    # the child that ignores SIGTERM must exist before the runner dies (the App may still be starting)
+    wait_for(lambda: pidfile.exists() and pidfile.read_text(), timeout=60, what="the App's child", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     res = workrun("stop", view["run_id"])
@@ -107,7 +109,7 @@ def test_stop_of_orphaned_run_marks_node_stopped(workrun, write_workflow, make_p
     assert view["status"] == "stopped"
     assert [n["status"] for n in view["nodes"]] == ["stopped"]
     assert view["operations"][0]["status"] == "failed" and "stopped" in view["operations"][0]["error"]
-    wait_for(lambda: pidfile.exists() and _gone(int(pidfile.read_text())), timeout=10, what="child gone")
+    wait_for(lambda: _gone(int(pidfile.read_text())), timeout=30, what="child gone")
 
 
 def test_non_ascii_result_under_limit_is_accepted(workrun, make_project):
@@ -136,7 +138,7 @@ def test_closed_stdout_does_not_abort_the_run(tmp_path, marker_project, write_wo
                             stderr=subprocess.PIPE, env=os.environ.copy())
     proc.stdout.readline()
     proc.stdout.close()  # like `| head -1`
-    proc.wait(timeout=60)
+    proc.wait(timeout=180)
     runs = json.loads(subprocess.run([sys.executable, "-m", "workrun", "runs", "list", "--json"],
                                      capture_output=True, text=True).stdout)
     assert runs[0]["status"] == "failed"  # the run finished (and compensated) instead of dying mid-way

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,7 @@ def test_terminate_fails_the_run_and_compensates_in_reverse_order(workrun, write
     res = workrun("run", wf, "--json")
     assert res.code == 4, res
     tid = ticket_of(res.json())["ticket_id"]
+    assert f"workrun tickets resume {tid}" in res.err and f"workrun tickets terminate {tid}" in res.err
     res = workrun("tickets", "terminate", tid, "--json")
     assert res.code == 1, res
     view = res.json()
@@ -279,11 +281,14 @@ def test_note_with_attachment_is_kept_in_the_history(workrun, write_workflow, op
     tid = ticket_of(view)["ticket_id"]
     evidence = tmp_path / "bank.txt"
     evidence.write_text("refund ref 42")
+    evidence.chmod(0o644)
     assert workrun("tickets", "note", tid, "called the bank", "--attach", evidence).code == 0
     t = workrun("tickets", "show", tid, "--json").json()
     note = t["history"][-1]
     assert (note["action"], note["text"], note["args"]) == ("note", "called the bank", {"attach": str(evidence)})
     assert Path(note["attachment"]).read_text() == "refund ref 42"
+    modes = [stat.S_IMODE(p.stat().st_mode) for p in (Path(note["attachment"]), Path(note["attachment"]).parent)]
+    assert modes == [0o600, 0o700]  # the data dir is private (SPEC §17), whatever the source's mode
     shown = workrun("tickets", "show", tid)
     assert "called the bank" in shown.out and "ways on" in shown.out
 

@@ -229,7 +229,7 @@ def pg(pg_url, monkeypatch, tmp_path):
 
     monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
     journals = [open_journal(tmp_path) for _ in range(2)]
-    for j, name in zip(journals, ("wkr_a", "wkr_b")):
+    for j, name in zip(journals, ("wkr_a", "wkr_b"), strict=True):
         j.register_worker(name, "host-1", 1, 10.0, 0.0)
     yield journals
     for j in journals:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "demo_apps" / "workflows" / "tutorial.toml"
 
@@ -167,3 +169,32 @@ def test_stop_then_compensate_from_the_dashboard(ui_server, marker_project, make
         if runner.poll() is None:
             runner.kill()
             runner.wait()
+
+
+@pytest.mark.parametrize("path, command", [
+    ("/api/compensations?status=bogus", ("compensations", "list", "--status", "bogus", "--json")),
+    ("/api/tickets?status=bogus", ("tickets", "list", "--status", "bogus", "--json")),
+])
+def test_api_refuses_an_unknown_status_as_the_cli_does(ui_server, workrun, path, command) -> None:
+    assert workrun(*command).code == 2  # the CLI refuses it ...
+    answer = ui_server().client().get(path)
+    assert answer.status_code == 400 and "unknown status 'bogus'" in answer.json()["error"]  # ... and so does /api
+
+
+def test_apps_page_lists_apps_only_not_http_requests(ui_server, workrun, write_workflow) -> None:
+    """An http node's request is an operation of the journal, but no App project (R-U2)."""
+    from _kit.http_server import TestServer
+
+    with TestServer() as server:
+        server.route("GET", "/ok", status=200, json={})
+        wf = write_workflow("http", f"""
+            name = "http"
+            http_allow = ["127.0.0.1:{server.port}"]
+            [nodes.get]
+            kind = "http"
+            method = "GET"
+            url = "{server.url}/ok"
+        """)
+        assert workrun("run", wf).code == 0
+    page = ui_server().client().get("/apps").text
+    assert "not an App project" not in page and "no longer in pyproject.toml" not in page

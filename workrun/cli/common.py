@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,10 @@ def finish_run(svc: Services, run_id: str, json_mode: bool) -> int:
     view = run_detail(svc.journal, run_id)
     if json_mode:
         print_json(view)
+        for t in view["tickets"]:  # the JSON is on stdout; the two ways on still reach the person, on stderr
+            if t["status"] == "pending" and view["status"] == "waiting":
+                print(f"waiting for a person: ticket {t['ticket_id']} (node {t['node_key']}): `workrun tickets "
+                      f"resume {t['ticket_id']}` or `workrun tickets terminate {t['ticket_id']}`", file=sys.stderr)
     else:
         console.print()
         console.print(run_table(view))

@@ -16,12 +16,12 @@ import typer
 from workrun.cli.common import JsonOpt, WaitOpt, finish_run, reading, run_claim, scheduling
 from workrun.cli.output import console, escape, print_json, styled
 from workrun.errors import UsageError
+from workrun.states import TICKET_STATUSES
 
 __all__ = ["app"]
 
 app = typer.Typer(no_args_is_help=True, help="Tickets: nodes that wait for a person (manual repair).")
 
-STATUSES = ("pending", "resolved", "terminated")
 IdArg = typer.Argument(..., metavar="TICKET", help="Ticket id (tkt_…) or unique prefix.")
 
 
@@ -46,8 +46,8 @@ def list_tickets(
     """List tickets (all runs), oldest first."""
     from workrun.views import tickets_list
 
-    if status is not None and status not in STATUSES:
-        raise UsageError(f"unknown status {status!r} (one of: {', '.join(STATUSES)})", field="--status")
+    if status is not None and status not in TICKET_STATUSES:
+        raise UsageError(f"unknown status {status!r} (one of: {', '.join(TICKET_STATUSES)})", field="--status")
     with reading(json_mode) as svc:
         rows = tickets_list(svc.journal, status=status, run=run)
     if json_mode:

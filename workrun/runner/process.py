@@ -186,9 +186,11 @@ class Watchdog:
         watched.stopped = watched.stopped or stopped
         if watched.ending:
             return
-        watched.timed_out = timed_out
-        watched.term_at = time.monotonic()
-        _signal_group(pid, signal.SIGTERM)
+        watched.timed_out = watched.timed_out or timed_out
+        # A supervisor just forked by a fork server may not lead its group yet (setsid() comes right after the
+        # fork): the SIGTERM would be lost, so it is sent again on the next tick until the group exists.
+        if _signal_group(pid, signal.SIGTERM):
+            watched.term_at = time.monotonic()
 
     def _due_in(self) -> float | None:
         """Seconds until the next deadline or SIGKILL (capped at ``tick``); None when nothing is pending."""
@@ -207,8 +209,8 @@ class Watchdog:
                 self._wake.wait(self._due_in())
                 now, mono = time.time(), time.monotonic()
                 for pid, watched in list(self._procs.items()):
-                    if not watched.ending and now >= watched.deadline:
-                        self._end(pid, watched, timed_out=True)
+                    if not watched.ending and (watched.stopped or watched.timed_out or now >= watched.deadline):
+                        self._end(pid, watched, timed_out=not watched.stopped)
                     elif watched.term_at is not None and not watched.killed and \
                             mono - watched.term_at >= self.grace + SUPERVISOR_MARGIN:
                         watched.killed = True

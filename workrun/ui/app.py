@@ -42,6 +42,7 @@ __all__ = ["PAGE_SIZE", "QUEUE_SIZE", "create_app"]
 PAGE_SIZE = 50
 QUEUE_SIZE = 100  # compensations shown on the queue page (the most urgent first)
 RUN_STATUSES = ("running", "waiting", "succeeded", "failed", "stopped", "terminated")
+APP_KINDS = ("process", "tool")  # the kinds of an App (SPEC §9): what the Apps page lists
 QUEUE_ORDER = {"failed": 0, "blocked": 1, "unknown": 2, "pending": 3, "running": 4, "succeeded": 5, "skipped": 6,
                "resolved": 5, "terminated": 6}
 _ID = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
@@ -218,7 +219,8 @@ def apps_view(d: Dashboard) -> list[dict[str, Any]]:
     cache, and whether the code fingerprint changed since the App's last call."""
     from workrun.apps import diff_fingerprints, fingerprint, load_project
 
-    calls = d.journal.latest_app_calls()
+    # Apps only: an http node's request or a remote agent's task is an operation, but no App of a project
+    calls = [c for c in d.journal.latest_app_calls() if c["kind"] in APP_KINDS]
     names: list[str] = []
     for c in calls:
         if c["project"] not in names:
@@ -307,8 +309,11 @@ def api_tickets(request: Request) -> Response:
     if builder is None:
         return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
     q = request.query_params
+    status = q.get("status") or None
+    if status is not None and status not in views.TICKET_STATUSES:  # refused as `tickets list --status` is
+        return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
     try:
-        return JSONResponse(builder(_dash(request).journal, status=q.get("status") or None, run=q.get("run") or None))
+        return JSONResponse(builder(_dash(request).journal, status=status, run=q.get("run") or None))
     except WorkrunError as exc:
         return _api_error(exc)
 
