@@ -1,27 +1,45 @@
 """Workers sharing a PostgreSQL journal (R-S2, R-S3): claims, leases, heartbeats, takeover.
 
-A worker (``workrun worker``) loops: claim a run that needs work — nodes to
-run, compensations to attempt, a remote cancel owed — with the journal's
-``claim_run`` (``SELECT … FOR UPDATE SKIP LOCKED``), drive it with the same
-code as a local ``workrun run``/``resume`` (:func:`workrun.recovery.drive`:
-the engine, then compensation in reverse dependency order with hold-back),
-and give it back. A claim is one run, so one scheduler decides each run's
-order and hold-back (R-C3, R-C4) while many runs progress on many workers.
+Two kinds of claim, both ``SELECT … FOR UPDATE SKIP LOCKED`` with the worker's
+id and a lease its heartbeat renews:
 
-Leases: each claim carries the worker's id and ``lease_until``; a heartbeat
-thread renews every held claim every ``lease / 3`` seconds. A worker killed
-(or frozen) stops renewing; once its lease has passed, another worker's claim
-takes the run over. Taking over begins with recovery (R-R3), exactly as after
-a restart: an in-flight call or attempt whose App process is still alive on
-this machine is waited for; its exit record decides the outcome; with no exit
-record reachable (the call ran on another machine, or left none) it is
-``unknown`` — never re-sent blindly. A compensation whose success was saved
-is never run again (R-R2): only ``pending`` ones start, and a start is a
-conditional write on the status it saw.
+- **Run claims: the scheduler.** A worker (``workrun worker``) claims a run that
+  needs work — nodes to run, compensations to attempt, a remote cancel owed —
+  with the journal's ``claim_run`` and drives it with the same code as a local
+  ``workrun run``/``resume`` (:func:`workrun.recovery.drive`: the engine, then
+  compensation in reverse dependency order with hold-back). One scheduler per run
+  decides its order and hold-back (R-C3, R-C4).
+- **Call claims: the executors.** The scheduler does not start App processes
+  itself: each node call and compensation attempt it decides to start is queued
+  in ``dispatched_calls`` (:class:`workrun.dispatch.DispatchRunner`), and the
+  executor slots of any worker claim queued calls, run them and store their
+  outcomes (:class:`workrun.dispatch.Executors`). So one run's calls spread over
+  the fleet while its order is decided in one place. HTTP requests and reverse
+  actions are sent by the run's scheduler itself.
 
-A worker whose heartbeat finds that it lost a claim (it was frozen past its
+``workrun worker --concurrency N`` runs up to N schedulers (runs driven at once;
+they mostly wait on the journal) and N executor slots (App processes at once on
+this machine); ``--executors M`` sets the slots apart (0: schedule only).
+A command that schedules one run itself — ``run`` without ``--submit``,
+``compensate``, ``compensations retry`` — holds that run's claim and runs
+executor slots (``WORKRUN_CONCURRENCY``) for that run's calls, so it needs no
+worker; ``resume`` does the same for each run it claims. Workers may execute
+some of those calls too.
+
+Leases: a heartbeat thread renews every held run claim and call claim every
+``min(lease / 3, 1)`` seconds. A worker killed (or frozen) stops renewing; once
+its lease has passed another worker's claim takes its runs over, and each call
+it was executing is decided by the scheduler waiting for it (R-R3): on the same
+host its process is waited for and its exit record read; from another host the
+exit record decides if reachable, else the call is ``unknown`` — never re-sent
+blindly, and never claimed and run again by another executor. A compensation
+whose success was saved is never run again (R-R2): only ``pending`` ones start,
+and a start is a conditional write on the status it saw.
+
+A worker whose heartbeat finds that it lost a run claim (it was frozen past its
 lease and another worker took the run) ends itself at once (fail-stop), so two
-schedulers never keep driving one run.
+schedulers never keep driving one run. An executor that lost a call claim stores
+nothing (its write is conditional on the claim).
 """
 
 from __future__ import annotations
@@ -39,15 +57,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from workrun import settings
+from workrun.dispatch import DispatchRunner, Executors
 from workrun.errors import ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
 from workrun.recovery import drive
-from workrun.runner import calldir
-from workrun.runner.base import Outcome
 from workrun.services import Reporter, Services, new_id
 
-__all__ = ["DEFAULT_LEASE", "Heartbeat", "OtherMachineCalls", "Worker", "drive_claimed", "holding", "lease_seconds",
+__all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "dispatching", "drive_claimed", "holding", "lease_seconds",
            "needs_workers", "resume_shared", "shared"]
 
 DEFAULT_LEASE = settings.Settings.lease  # seconds
@@ -96,6 +113,8 @@ class Heartbeat:
         self.lease = lease
         self.data_dir = data_dir
         self.held: set[str] = set()
+        self.calls: set[str] = set()
+        self.executors: Executors | None = None
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._journal: Any = None
@@ -111,18 +130,39 @@ class Heartbeat:
         return self
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.lease / 3):
+        while not self._stop.wait(min(self.lease / 3, 1.0)):
             with self._mutex:
                 held = set(self.held)
+                calls = set(self.calls)
+            now = time.time()
             try:
-                renewed = self._journal.heartbeat(self.worker_id, time.time(), self.lease, held)
+                renewed = self._journal.heartbeat(self.worker_id, now, self.lease, held)
+                kept = self._journal.renew_calls(self.worker_id, now, self.lease, calls) if calls else {}
             except Exception as exc:  # a database hiccup: try again next beat; the lease has slack
                 print(f"workrun worker {self.worker_id}: heartbeat failed: {exc}", file=sys.stderr)
                 continue
+            stop = {c for c, asked in kept.items() if asked}
+            if stop and self.executors is not None:
+                self.executors.stop_calls(stop)
             with self._mutex:
                 lost = (held & self.held) - renewed
             if lost:
                 self.on_lost(lost)
+
+    def held_runs(self) -> list[str]:
+        """The runs this worker holds now."""
+        with self._mutex:
+            return sorted(self.held)
+
+    def hold_call(self, call_id: str) -> None:
+        """Renew the claim on a call this worker's executors run (until :meth:`drop_call`)."""
+        with self._mutex:
+            self.calls.add(call_id)
+
+    def drop_call(self, call_id: str) -> None:
+        """Stop renewing a call's claim (its outcome is stored, or the claim was lost)."""
+        with self._mutex:
+            self.calls.discard(call_id)
 
     def claim(self, journal: Any, run_id: str | None = None) -> dict[str, Any] | None:
         """Claim a run (any that needs work, or ``run_id``) for this worker; remember it for renewal."""
@@ -157,38 +197,12 @@ def _fail_stop(lost: set[str]) -> None:
     os._exit(75)
 
 
-class OtherMachineCalls:
-    """The App runner while taking over from a worker on another machine (R-S2, R-R3).
-
-    That worker's process ids mean nothing here, so a call or attempt it left in flight is
-    decided only by an exit record reachable from this machine (a shared file system), and
-    is ``unknown`` otherwise — never re-sent blindly. Everything else is the wrapped runner's.
-    """
-
-    def __init__(self, runner: Any) -> None:
-        self._runner = runner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._runner, name)
-
-    def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
-                claim_wait: float = 2.0) -> Outcome:
-        """The exit record if reachable, else ``unknown`` (see class doc)."""
-        return (calldir.read_exit(call_dir) if call_dir.is_dir() else None) or Outcome(unknown=True)
-
-    def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
-        """As :meth:`recover`: a process on another machine cannot be ended from here."""
-        return self.recover(pid, proc_start, call_dir, deadline)
-
-
 @contextmanager
-def _settling_for(svc: Services, claim: dict[str, Any]) -> Iterator[None]:
-    """While driving a run taken over from another machine's worker, settle its calls by :class:`OtherMachineCalls`."""
-    if not claim["takeover"] or claim["previous_host"] == socket.gethostname():
-        yield
-        return
+def dispatching(svc: Services, run_id: str) -> Iterator[None]:
+    """While scheduling ``run_id`` on a shared journal, start its App processes through executors' claims
+    (:class:`~workrun.dispatch.DispatchRunner`), and settle its in-flight ones from their claims (R-R3)."""
     runner = svc.runner
-    svc.runner = OtherMachineCalls(runner)
+    svc.runner = DispatchRunner(svc.journal, runner, run_id)
     try:
         yield
     finally:
@@ -203,8 +217,9 @@ def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
         svc.say(run_id, None, "warning",
                 f"worker {claim['previous_worker']} (host {claim['previous_host']}) stopped renewing its lease; "
                 "taking the run over: its in-flight calls are settled from their exit records"
-                + ("" if same else " where reachable from this machine, else marked unknown"))
-    with _settling_for(svc, claim):
+                + ("" if same else " where reachable from this machine, else marked unknown")
+                + "; calls that other workers execute are waited for")
+    with dispatching(svc, run_id):
         return drive(svc, run_id)
 
 
@@ -217,6 +232,7 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
     """
     beat = Heartbeat(svc.data_dir, lease_seconds()).start()
     asked_stop = False
+    executors: Executors | None = None
     try:
         while True:
             claim = beat.claim(svc.journal, run_id)
@@ -231,11 +247,21 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
                 svc.journal.request_stop(run_id)
                 asked_stop = True
             time.sleep(IDLE_POLL)
-        with _settling_for(svc, claim):
+        executors = _own_executors(svc, beat, lambda: [run_id])
+        with dispatching(svc, run_id):
             yield claim
         beat.release(svc.journal, run_id)
     finally:
+        if executors is not None:
+            executors.drain()
         beat.stop()
+
+
+def _own_executors(svc: Services, beat: Heartbeat, runs: Callable[[], list[str]]) -> Executors:
+    """Executor slots (``WORKRUN_CONCURRENCY``) for the calls of the runs a command schedules itself."""
+    executors = Executors(svc.data_dir, beat, svc.concurrency, runs).start()
+    beat.executors = executors
+    return executors
 
 
 class Worker:
@@ -244,20 +270,24 @@ class Worker:
     Args:
         data_dir: this worker's data directory (call directories, App environments).
         concurrency: runs driven at once (each with its own journal connection).
+        executors: executor slots — App processes run at once for any run's scheduler (see the module
+            doc); None: as many as ``concurrency``; 0: this worker only schedules.
         lease: claim lease in seconds.
         reporter: where progress goes.
         idle_exit: stop after this many seconds with nothing to claim (None: run until stopped).
     """
 
     def __init__(self, data_dir: Path, *, concurrency: int, lease: float, reporter: Reporter | None = None,
-                 idle_exit: float | None = None) -> None:
+                 idle_exit: float | None = None, executors: int | None = None) -> None:
         self.data_dir = data_dir
         self.concurrency = concurrency
+        self.slots = concurrency if executors is None else executors
         self.beat = Heartbeat(data_dir, lease)
         self.reporter = reporter
         self.idle_exit = idle_exit
         self.draining = threading.Event()
         self.driven = 0
+        self.executors: Executors | None = None
 
     @property
     def worker_id(self) -> str:
@@ -278,6 +308,8 @@ class Worker:
         """Claim and drive runs until :attr:`draining` is set (or idle for ``idle_exit``); return an exit code."""
         self.beat.start()
         journal = open_journal(self.data_dir, check=False)
+        executors = self.executors = Executors(self.data_dir, self.beat, self.slots).start()
+        self.beat.executors = executors
         running: dict[Future[str], str] = {}
         idle_since = time.monotonic()
         try:
@@ -290,6 +322,8 @@ class Worker:
                             break
                         claimed = True
                         running[pool.submit(self._slot, claim)] = claim["run_id"]
+                    if executors.busy:
+                        idle_since = time.monotonic()
                     if running:
                         idle_since = time.monotonic()
                         done, _ = wait_futures(list(running), timeout=IDLE_POLL, return_when=FIRST_COMPLETED)
@@ -305,6 +339,7 @@ class Worker:
                     if not claimed:
                         self.draining.wait(IDLE_POLL)
         finally:
+            executors.drain()  # the calls in hand end and are stored; nothing more is claimed
             journal.close()
             self.beat.stop()
         return 0
@@ -315,6 +350,7 @@ def resume_shared(svc: Services) -> list[str]:
     one at a time, until none is left; return the run ids handled (R-R1, R-S2)."""
     beat = Heartbeat(svc.data_dir, lease_seconds()).start()
     handled: list[str] = []
+    executors = _own_executors(svc, beat, beat.held_runs)
     try:
         while not svc.stopping():
             claim = beat.claim(svc.journal)
@@ -328,5 +364,6 @@ def resume_shared(svc: Services) -> list[str]:
                 beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             handled.append(claim["run_id"])
     finally:
+        executors.drain()
         beat.stop()
     return handled

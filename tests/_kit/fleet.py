@@ -115,10 +115,15 @@ def submit(workflows: dict[str, Path], count: int) -> list[str]:
 
 
 def start_worker(home: Path, log_dir: Path, name: str, *, concurrency: int = 2, idle_exit: float | None = None,
-                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``workrun worker`` with its own data directory (as if on its own machine); output to a file."""
+                 env: dict[str, str] | None = None, executors: int | None = None) -> subprocess.Popen[bytes]:
+    """Start ``workrun worker`` with its own data directory (as if on its own machine); output to a file.
+
+    ``executors=0`` starts a worker that only schedules runs (their calls run on other workers).
+    """
     home.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "workrun", "worker", "--concurrency", str(concurrency)]
+    if executors is not None:
+        args += ["--executors", str(executors)]
     if idle_exit is not None:
         args += ["--idle-exit", str(idle_exit)]
     out = open(log_dir / f"{name}.out", "wb")

@@ -127,11 +127,13 @@ def test_kill_at_point_then_resume(workrun, write_workflow, crash_project, tmp_p
 
 # a subset of the points (each case waits out a lease): one per phase, plus right after the claim
 @pytest.mark.parametrize("point", ["run.created", "op.started", "node.finished", "run.failed", "attempt.started",
-                                   "attempt.finished@2", "run.claimed"])
+                                   "attempt.finished@2", "run.claimed", "call.claimed@2", "call.claimed@5"])
 def test_kill_at_point_then_resume_on_postgres(workrun, write_workflow, crash_project, tmp_path, point, pg_url,
                                                monkeypatch):
     """The same on a shared PostgreSQL journal (R-S1, R-S2): the killed runner's run claim passes to
-    ``resume`` once its lease has passed (``run.claimed``: killed right after claiming)."""
+    ``resume`` once its lease has passed (``run.claimed``: killed right after claiming; ``call.claimed``:
+    right after its executor claimed a node call / a compensation attempt, before starting it: the
+    call provably never started, so it is queued again and runs once)."""
     monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
     monkeypatch.setenv("WORKRUN_LEASE", "2")
     _kill_then_resume(workrun, write_workflow, crash_project, tmp_path, "diamond", point,

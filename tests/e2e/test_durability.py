@@ -92,6 +92,8 @@ def test_kill_runner_app_finishes_while_down_resume_recovers(workrun, write_work
     wf = two_node_workflow(write_workflow, slow_project, sleep=sleep)
     proc = spawn_cli("run", wf, "--json", env=logs)
     view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    # its App has started (on a shared journal `running` means handed to an executor, which starts it next)
+    wait_for(lambda: "second" in Path(logs["CALL_LOG"]).read_text().split(), what="second's App to start", proc=proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # the App finishes while no runner is alive: its supervisor's exit record is the only call directory left

@@ -73,11 +73,16 @@ def test_four_workers_compensate_every_run_once_in_reverse_order(shared, tmp_pat
     assert got["compensations"] == 3 + sum(3 if i % 2 == 0 else 4 for i in range(count - 1))
     claimers = {c["worker_id"] for c in shared["journal"]._query("SELECT worker_id FROM run_claims")}
     assert len(claimers) >= 2, claimers  # the work was shared
+    calls = shared["journal"]._query("SELECT worker_id, status, decided_by FROM dispatched_calls")
+    assert len({c["worker_id"] for c in calls}) >= 2 and {c["status"] for c in calls} == {"done"}
+    assert {c["decided_by"] for c in calls} == {"executor"}  # nobody died: every outcome came from its executor
 
 
 def _attempt_running(journal, node):
-    rows = journal._query("SELECT a.compensation_id, a.pid, a.status FROM attempts a JOIN compensations c "
-                          "USING (compensation_id) WHERE c.node_key = ? AND a.status = 'running'", (node,))
+    """b's attempt once its App process runs: ``{compensation_id, number, pid (the App's group), worker_id}``."""
+    rows = journal._query("SELECT a.compensation_id, a.number, d.pid, d.worker_id FROM attempts a JOIN compensations c "
+                          "USING (compensation_id) JOIN dispatched_calls d ON d.call_id = a.compensation_id || '-' || "
+                          "a.number WHERE c.node_key = ? AND a.status = 'running' AND d.pid IS NOT NULL", (node,))
     return rows[0] if rows else None
 
 
@@ -91,31 +96,55 @@ def _wait(predicate, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("case", ["exit-record", "no-exit-record", "other-machine"])
-def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_path, case):
-    """R-S2 + R-R3: worker A is killed with SIGKILL while a compensation attempt runs. After A's lease,
-    worker B takes the run over and decides the attempt from its exit record (the App outlived A), or
-    marks it ``unknown`` when no exit record can be reached (the App's group was killed too, or A was on
-    another machine) — never re-sending it; compensations whose success was saved never run again."""
+def _call_of(journal, comp, number=1):
+    return journal.dispatched_call(f"{comp['compensation_id']}-{number}")
+
+
+@pytest.mark.parametrize(("killed", "case"), [
+    ("one", "exit-record"), ("one", "no-exit-record"), ("one", "other-machine"),
+    ("executor", "exit-record"), ("executor", "other-machine"), ("scheduler", "exit-record")])
+def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_path, killed, case):
+    """R-S2 + R-R3: a worker is killed with SIGKILL while a compensation attempt runs.
+
+    - ``one``: worker A schedules the run and executes its calls; after A's lease worker B takes the run
+      over and decides the attempt from its exit record (the App outlived A), or marks it ``unknown`` when
+      no exit record can be reached (the App's group was killed too, or A was on another machine).
+    - ``executor``: S only schedules (``--executors 0``), X executes; X is killed. S, still alive, decides
+      the call after X's lease: exit record on the same machine, else ``unknown``; never re-sent. A later
+      worker executes the rest.
+    - ``scheduler``: S is killed while X executes the attempt; X stores its outcome, and the worker that
+      takes the run over after S's lease picks it up from the claim's row (no re-send).
+
+    In every case compensations whose success was saved never run again."""
     journal = shared["journal"]
     project = fleet.make_project(tmp_path)
     wf = fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"b": 2.5})
     [run_id] = fleet.submit({"chain": wf}, 1)
-    a = fleet.start_worker(tmp_path / "homeA", tmp_path, "A", concurrency=1)
+    if killed == "one":
+        a = fleet.start_worker(tmp_path / "homeA", tmp_path, "A", concurrency=1)
+        others = []
+    else:  # the scheduler first (it claims the run), then the executor (nothing left to schedule)
+        a = s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+        _wait(lambda: journal.run_claim(run_id), 60, "S to claim the run")
+        x = fleet.start_worker(tmp_path / "homeA", tmp_path, "A", concurrency=1)
+        a, others = (x, [s]) if killed == "executor" else (s, [x])
     try:
         attempt = _wait(lambda: _attempt_running(journal, "b"), 120, "b's compensation attempt to run")
         started = Path(str(shared["log"]) + ".started.b")
         _wait(started.exists, 60, "b's compensate script to start")  # past its imports: truly mid-attempt
     except AssertionError:
-        a.kill()
+        _stop([a, *others])
         raise AssertionError((tmp_path / "A.out").read_text()[-3000:]) from None
-    a_claim = journal.run_claim(run_id)
+    scheduler = journal.run_claim(run_id)["worker_id"]
+    executor = attempt["worker_id"]
+    assert (scheduler == executor) == (killed == "one")
     os.kill(a.pid, signal.SIGKILL)
     a.wait()
     if case == "no-exit-record":
         os.killpg(attempt["pid"], signal.SIGKILL)  # the App and its supervisor die too: no exit record
-    if case == "other-machine":  # A's host and data directory are out of B's reach
-        journal._exec("UPDATE workers SET host = 'another-machine' WHERE worker_id = %s", (a_claim["worker_id"],))
+    if case == "other-machine":  # the executor's host and data directory are out of reach
+        journal._exec("UPDATE workers SET host = 'another-machine' WHERE worker_id = %s", (executor,))
+        journal._exec("UPDATE dispatched_calls SET host = 'another-machine' WHERE worker_id = %s", (executor,))
         (tmp_path / "homeA").rename(tmp_path / "homeA-on-another-machine")
     done_before = {m["name"] for m in fleet.markers(shared["log"])}
     assert done_before == {"c"}  # c was undone (and saved) before b started
@@ -125,27 +154,66 @@ def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_pat
     finally:
         if b.poll() is None:
             b.kill()
+        _stop(others)
     out = (tmp_path / "B.out").read_text()
     assert b.returncode == 0, out[-3000:]
+    assert all(p.returncode == 0 for p in others), [(tmp_path / "S.out").read_text()[-3000:]]
     claim = journal.run_claim(run_id)
-    assert claim["worker_id"] != a_claim["worker_id"] and claim["takeovers"] == 1
     comps = {c["node_key"]: c for c in journal.compensations(run_id)}
     attempts_b = journal.attempts(comps["b"]["compensation_id"])
     assert len(attempts_b) == 1  # never re-sent
-    time.sleep(3.0 if case != "no-exit-record" else 0)  # an App B did not wait for ends by itself
+    call_b = _call_of(journal, comps["b"])
+    assert call_b["worker_id"] == executor and call_b["claims"] == 1  # never claimed again
+    time.sleep(3.0 if case != "no-exit-record" else 0)  # an App nobody waited for ends by itself
     names = [m["name"] for m in fleet.markers(shared["log"])]
     assert names.count("c") == 1  # saved success: never run again (R-R2)
     if case == "exit-record":
         assert comps["b"]["status"] == "succeeded" and attempts_b[0]["status"] == "succeeded"
         assert comps["a"]["status"] == "succeeded"  # released, and undone after b (R-C3)
         assert names == ["c", "b", "a"]
+        assert call_b["decided_by"] == ("executor" if killed == "scheduler" else "takeover")
     else:
         assert comps["b"]["status"] == "unknown" and attempts_b[0]["status"] == "unknown", comps["b"]
         assert comps["a"]["status"] == "blocked"  # upstream of an unknown one waits for an operator
         assert "a" not in names
         assert names.count("b") == (0 if case == "no-exit-record" else 1)
+        assert call_b["decided_by"] == "takeover"
     messages = [m["text"] for m in journal.messages(run_id)]
-    assert any("stopped renewing its lease; taking the run over" in t for t in messages)
+    if killed == "executor":  # the scheduler lived on: it kept the run and decided the call itself
+        assert claim["worker_id"] == scheduler and claim["takeovers"] == 0
+    else:
+        assert claim["worker_id"] != scheduler and claim["takeovers"] == 1
+        assert any("stopped renewing its lease; taking the run over" in t for t in messages)
+
+
+def test_one_runs_calls_execute_on_several_workers_in_reverse_order(shared, tmp_path):
+    """R-S2: one scheduler (S, ``--executors 0``) orders a diamond's compensations; two executor workers
+    (X, Y, one slot each) run them: the two independent branches' attempts land on both, while reverse
+    dependency order and hold-back still hold (marker timestamps: bottom before left/right before top)."""
+    journal = shared["journal"]
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "diamond", project, comp_sleep={"left": 1.5, "right": 1.5})
+    [run_id] = fleet.submit({"diamond": wf}, 1)
+    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    procs = [s]
+    try:
+        _wait(lambda: journal.run_claim(run_id), 60, "S to claim the run")
+        procs += [fleet.start_worker(tmp_path / f"home{n}", tmp_path, n, concurrency=1) for n in ("X", "Y")]
+        fleet.wait_all_ended(journal, [run_id], timeout=180, procs=procs)
+    finally:
+        _stop(procs)
+    assert [p.returncode for p in procs] == [0, 0, 0], [(tmp_path / f"{n}.out").read_text()[-2000:] for n in "SXY"]
+    fleet.check_runs(journal, [run_id], shared["log"])
+    comps = {c["node_key"]: c for c in journal.compensations(run_id)}
+    ran_on = {k: _call_of(journal, c)["worker_id"] for k, c in comps.items()}
+    assert ran_on["left"] != ran_on["right"], ran_on  # the branches ran at once, one on each executor
+    scheduler = journal.run_claim(run_id)["worker_id"]
+    calls = journal.dispatched_calls(run_id)
+    assert scheduler not in {c["worker_id"] for c in calls} and len({c["worker_id"] for c in calls}) == 2
+    assert len(calls) == 5 + 4 and {c["status"] for c in calls} == {"done"}  # 5 node calls, 4 attempts
+    marks = {m["name"]: m for m in fleet.markers(shared["log"])}
+    assert marks["left"]["t0"] < marks["right"]["t1"] and marks["right"]["t0"] < marks["left"]["t1"]  # at once
+    assert max(marks["left"]["t1"], marks["right"]["t1"]) <= marks["top"]["t0"]  # top held back until both
 
 
 def test_submit_needs_a_shared_journal(tmp_path, make_project, write_workflow, monkeypatch):

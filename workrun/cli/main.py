@@ -167,13 +167,25 @@ def stop(
                 time.sleep(0.1)
         else:
             try:
-                stop_orphaned_run(svc, rid)
+                with _dispatching(svc, rid):  # shared journal: its calls are ended through their claims
+                    stop_orphaned_run(svc, rid)
             finally:
                 lock.release()
         status = svc.journal.run(rid)["status"]
         console.print(f"run {rid}: {status}" + (": side effects were NOT undone; `workrun compensate "
                                                f"{rid}` undoes them" if status == "stopped" else ""))
     raise typer.Exit(0)
+
+
+def _dispatching(svc, run_id: str):
+    """On a shared journal, the run's App processes are reached through their executors' claims (R-S2)."""
+    from contextlib import nullcontext
+
+    if not shared_journal():
+        return nullcontext()
+    from workrun.workers import dispatching
+
+    return dispatching(svc, run_id)
 
 
 class _StopClaim:
@@ -300,13 +312,18 @@ def _submit(spec, inputs: dict, eval_run: bool, json_mode: bool) -> None:
 
 @app.command()
 def worker(
-    concurrency: int = typer.Option(2, "--concurrency", "-c", min=1, max=64, help="Runs driven at once."),
+    concurrency: int = typer.Option(2, "--concurrency", "-c", min=1, max=64,
+                                    help="Runs driven at once (and App processes run at once, unless --executors)."),
     idle_exit: Optional[float] = typer.Option(None, "--idle-exit", min=0,
                                               help="End after this many seconds with nothing to claim."),
+    executors: Optional[int] = typer.Option(None, "--executors", min=0, max=256,
+                                            help="App processes run at once for any run (default: as many as "
+                                            "--concurrency; 0: only schedule runs)."),
 ) -> None:
-    """Claim and drive runs from a shared journal (WORKRUN_JOURNAL=postgresql://…) until stopped (R-S2).
+    """Claim and drive runs, and run their App calls, from a shared journal (WORKRUN_JOURNAL=postgresql://…)
+    until stopped (R-S2).
 
-    Ctrl-C or SIGTERM: claim nothing new and end after the runs in hand; a second one ends at once
+    Ctrl-C or SIGTERM: claim nothing new and end after the runs and calls in hand; a second one ends at once
     (claims then pass to other workers when the lease, WORKRUN_LEASE seconds, has passed).
     """
     import os
@@ -320,7 +337,7 @@ def worker(
         needs_workers(svc)
         data_dir = svc.data_dir
     w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False),
-               idle_exit=idle_exit)
+               idle_exit=idle_exit, executors=executors)
 
     def on_signal(signum: int, frame: object) -> None:
         if w.draining.is_set():
@@ -330,8 +347,10 @@ def worker(
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    console.print(f"worker {w.worker_id} (concurrency {concurrency}, lease {lease:g} s) on the shared journal")
+    console.print(f"worker {w.worker_id} (concurrency {concurrency}, executors {w.slots}, lease {lease:g} s) on "
+                  "the shared journal")
     code = w.run()
-    console.print(f"worker {w.worker_id}: drove {w.driven} run(s)")
+    console.print(f"worker {w.worker_id}: drove {w.driven} run(s), executed "
+                  f"{w.executors.executed if w.executors else 0} call(s)")
     raise typer.Exit(code)
 

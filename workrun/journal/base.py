@@ -34,7 +34,7 @@ FAULT_POINTS = (
     "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
     "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
     "run.waiting", "run.terminated", "ticket.opened", "ticket.changed", "action.intent", "action.sending",
-    "action.finished", "notify.intent", "notify.sending", "notify.finished",
+    "action.finished", "notify.intent", "notify.sending", "notify.finished", "run.claimed", "call.claimed",
 )
 
 
@@ -401,7 +401,7 @@ class Journal(Protocol):
 
 
 class SharedJournal(Journal, Protocol):
-    """A journal many workers share (PostgreSQL, R-S1..R-S4): run claims with leases, and code snapshots.
+    """A journal many workers share (PostgreSQL, R-S1..R-S4): run and call claims with leases, code snapshots.
 
     A claim is one run: ``claim_run`` picks, with ``SELECT … FOR UPDATE SKIP LOCKED``, the oldest run that
     needs work and has no live claim (or the given run), records ``(worker_id, lease_until)`` and returns
@@ -431,6 +431,48 @@ class SharedJournal(Journal, Protocol):
 
     def run_claim(self, run_id: str) -> Row | None:
         """The run's claim (``worker_id``, ``lease_until``, ``takeovers``, the worker's ``host`` and ``pid``)."""
+
+    # -- claims of single calls (``dispatched_calls``): see workrun/dispatch.py --------------------
+
+    def dispatch_call(self, call_id: str, run_id: str | None, call: Row, now: float) -> bool:
+        """Queue one App process (node call or compensation attempt); False when ``call_id`` exists (fenced)."""
+
+    def set_call_timeout(self, call_id: str, timeout: float) -> None:
+        """Give a queued call its timeout in seconds; executors claim only calls that have one."""
+
+    def claim_calls(self, worker_id: str, host: str, now: float, lease: float, limit: int, exec_root: str,
+                    run_ids: list[str] | None = None) -> list[Row]:
+        """Claim up to ``limit`` queued calls, oldest first (``SKIP LOCKED``); each goes to exactly one claimer."""
+
+    def call_started(self, call_id: str, worker_id: str, pid: int, proc_start: str | None, deadline: float) -> bool:
+        """Record a claimed call's process; False when the claim is no longer ``worker_id``'s."""
+
+    def finish_call(self, call_id: str, worker_id: str, outcome: Row, collected: Row, now: float) -> bool:
+        """Store an executor's outcome, only while it holds the claim; True when stored."""
+
+    def settle_call(self, call_id: str, worker_id: str, outcome: Row, collected: Row, now: float) -> bool:
+        """Store a scheduler's R-R3 decision on ``worker_id``'s expired claim; True when stored."""
+
+    def requeue_call(self, call_id: str, worker_id: str, now: float) -> bool:
+        """Queue again an expired claim whose process provably never started; True when done."""
+
+    def fence_call(self, call_id: str, run_id: str | None, now: float) -> bool:
+        """Make an unclaimed (or never queued) call unable to ever start; True when it is fenced."""
+
+    def request_call_stop(self, call_ids: Iterable[str]) -> None:
+        """Ask the executors of these calls to end their processes (R-C9)."""
+
+    def renew_calls(self, worker_id: str, now: float, lease: float, call_ids: Iterable[str]) -> dict[str, bool]:
+        """Renew call claims; ``{call_id: stop_requested}`` for those still ``worker_id``'s."""
+
+    def dispatched_call(self, call_id: str) -> Row | None:
+        """One dispatched call's row, or None."""
+
+    def dispatched_calls(self, run_id: str) -> list[Row]:
+        """A run's dispatched calls, in queue order."""
+
+    def wait_for_calls(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds until a call may have become claimable."""
 
     def put_snapshot(self, snapshot: str, manifest: Row, read: Callable[[str], bytes], now: float) -> None:
         """Store a code snapshot's manifest and missing objects (``read(digest) -> bytes``) at once (R-S4)."""

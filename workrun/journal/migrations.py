@@ -288,4 +288,36 @@ MIGRATIONS: list[str] = [
         data BLOB NOT NULL
     );
     """,
+    # 8: claims of single App processes (R-S2): a run's scheduler dispatches each node call and compensation
+    # attempt it decides to start; any worker's executor claims one (SKIP LOCKED) and stores its outcome.
+    # call_id is the scheduler's call directory name (an operation id, or ``<compensation id>-<attempt>``).
+    # status: queued -> claimed -> done, or queued -> fenced (it can never start); claimed -> queued again only
+    # when its executor's lease passed and its process provably never started. ``timeout`` is set once the
+    # scheduler knows the deadline (executors claim only rows that have one). Used on PostgreSQL only.
+    """
+    CREATE TABLE dispatched_calls (
+        call_id TEXT PRIMARY KEY,
+        run_id TEXT,
+        status TEXT NOT NULL,
+        call TEXT NOT NULL,
+        timeout REAL,
+        queued_at REAL NOT NULL,
+        claims INTEGER NOT NULL DEFAULT 0,
+        worker_id TEXT,
+        host TEXT,
+        lease_until REAL,
+        claimed_at REAL,
+        exec_dir TEXT,
+        pid INTEGER,
+        proc_start TEXT,
+        deadline REAL,
+        stop_requested INTEGER NOT NULL DEFAULT 0,
+        outcome TEXT,
+        collected TEXT,
+        decided_by TEXT,
+        done_at REAL
+    );
+    CREATE INDEX dispatched_calls_queue ON dispatched_calls(status, queued_at);
+    CREATE INDEX dispatched_calls_worker ON dispatched_calls(worker_id, status);
+    """,
 ]

@@ -28,6 +28,13 @@ planner — and a claim is a row of ``run_claims`` with the worker's id and a
 lease (``lease_until``, epoch seconds) that the worker's heartbeat renews. A
 claim whose lease has passed may be taken over; the taker then settles the
 run's in-flight calls by R-R3 before doing anything else.
+
+Under the run claim, each App process the scheduler starts is a row of
+``dispatched_calls`` (``queued`` -> ``claimed`` -> ``done``, or ``fenced``) that
+executors claim the same way (:meth:`PostgresJournal.claim_calls`); every write
+on it is conditional on the status and claimant it expects, so a call is
+claimed once, fenced calls never start, and an executor that lost its claim
+stores nothing (see :mod:`workrun.dispatch`).
 """
 
 from __future__ import annotations
@@ -256,6 +263,8 @@ class PostgresJournal(SqliteJournal):
             self._exec("UPDATE workers SET stopped_at = %s WHERE worker_id = %s", (now, worker_id))
             self._exec("UPDATE run_claims SET lease_until = %s, claimed_at = %s WHERE worker_id = %s "
                        "AND lease_until > %s", (now, now, worker_id, now))
+            self._exec("UPDATE dispatched_calls SET lease_until = %s WHERE worker_id = %s AND status = 'claimed' "
+                       "AND lease_until > %s", (now, worker_id, now))
 
     _NEEDS_WORK = """(
         r.status = 'running'
@@ -336,6 +345,137 @@ class PostgresJournal(SqliteJournal):
                            "WHERE k.run_id = ?", (run_id,))
         return rows[0] if rows else None
 
+    # -- claims of single calls: node calls and compensation attempts (R-S2) --------
+
+    def dispatch_call(self, call_id: str, run_id: str | None, call: dict[str, Any], now: float) -> bool:
+        """Queue one App process for any worker's executor; False when a row already holds ``call_id``
+        (recovery fenced it first: the call can then never start). It is claimable once it has a timeout
+        (:meth:`set_call_timeout`).
+
+        Args:
+            call: ``{project, entry, envelope, warm, offline, snapshot}`` (JSON).
+        """
+        rows = self._exec("INSERT INTO dispatched_calls (call_id, run_id, status, call, queued_at) "
+                          "VALUES (%s, %s, 'queued', %s, %s) ON CONFLICT (call_id) DO NOTHING RETURNING call_id",
+                          (call_id, run_id, json.dumps(call), now))
+        return bool(rows)
+
+    def set_call_timeout(self, call_id: str, timeout: float) -> None:
+        """Give a queued call its timeout (seconds, counted by the executor from the process's start), once;
+        executors may claim it from now on."""
+        rows = self._exec("UPDATE dispatched_calls SET timeout = %s WHERE call_id = %s AND timeout IS NULL "
+                          "AND status = 'queued' RETURNING call_id", (timeout, call_id))
+        if rows:
+            self._exec("NOTIFY workrun_calls", ())
+
+    def claim_calls(self, worker_id: str, host: str, now: float, lease: float, limit: int, exec_root: str,
+                    run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """Claim up to ``limit`` queued calls, oldest first, with ``SELECT … FOR UPDATE SKIP LOCKED``: of
+        racing executors each row goes to exactly one. Each claim records the worker, its host, the lease
+        (``now + lease``) and the directory it will run in (``exec_root`` + call id + ``.`` + claim number:
+        a fresh one per claim).
+
+        Args:
+            run_ids: claim only calls of these runs (a lone ``workrun run`` executes its own), None: any.
+
+        Returns:
+            The claimed rows (``call`` decoded).
+        """
+        only = "AND run_id = ANY(%(runs)s) " if run_ids is not None else ""
+        rows = self._exec(
+            "UPDATE dispatched_calls SET status = 'claimed', worker_id = %(me)s, host = %(host)s, "
+            "lease_until = %(until)s, claimed_at = %(now)s, claims = claims + 1, "
+            "exec_dir = %(root)s || call_id || '.' || (claims + 1) WHERE call_id IN (SELECT call_id "
+            "FROM dispatched_calls WHERE status = 'queued' AND timeout IS NOT NULL " + only +
+            "ORDER BY queued_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) RETURNING *",
+            {"me": worker_id, "host": host, "until": now + lease, "now": now, "root": exec_root, "limit": limit,
+             "runs": run_ids})
+        if rows:
+            faults.hit("call.claimed")
+        return [_decode_call(r) for r in rows]
+
+    def call_started(self, call_id: str, worker_id: str, pid: int, proc_start: str | None, deadline: float) -> bool:
+        """Record the started process of a claimed call; False when this worker no longer holds the claim."""
+        return bool(self._exec("UPDATE dispatched_calls SET pid = %s, proc_start = %s, deadline = %s "
+                               "WHERE call_id = %s AND status = 'claimed' AND worker_id = %s RETURNING call_id",
+                               (pid, proc_start, deadline, call_id, worker_id)))
+
+    def finish_call(self, call_id: str, worker_id: str, outcome: dict[str, Any], collected: dict[str, Any],
+                    now: float) -> bool:
+        """Store a call's outcome, only while ``worker_id`` still holds its claim (fencing by the conditional
+        write: a worker that lost the claim stores nothing); True when stored."""
+        rows = self._exec("UPDATE dispatched_calls SET status = 'done', outcome = %s, collected = %s, done_at = %s, "
+                          "decided_by = 'executor' WHERE call_id = %s AND status = 'claimed' AND worker_id = %s "
+                          "RETURNING call_id", (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id))
+        return bool(rows)
+
+    def settle_call(self, call_id: str, worker_id: str, outcome: dict[str, Any], collected: dict[str, Any],
+                    now: float) -> bool:
+        """A scheduler's R-R3 decision on a call whose executor's lease passed: stored only if that executor
+        (``worker_id``) still holds the expired claim; True when stored."""
+        rows = self._exec("UPDATE dispatched_calls SET status = 'done', outcome = %s, collected = %s, done_at = %s, "
+                          "decided_by = 'takeover' WHERE call_id = %s AND status = 'claimed' AND worker_id = %s "
+                          "AND lease_until < %s RETURNING call_id",
+                          (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id, now))
+        return bool(rows)
+
+    def requeue_call(self, call_id: str, worker_id: str, now: float) -> bool:
+        """Queue again a call whose executor (``worker_id``) let its lease pass before its process started
+        (the caller fenced that executor's directory first, so it can never start there); True when done."""
+        rows = self._exec("UPDATE dispatched_calls SET status = 'queued', worker_id = NULL, host = NULL, "
+                          "lease_until = NULL, exec_dir = NULL, pid = NULL, proc_start = NULL, deadline = NULL "
+                          "WHERE call_id = %s AND status = 'claimed' AND worker_id = %s AND lease_until < %s "
+                          "RETURNING call_id", (call_id, worker_id, now))
+        if rows:
+            self._exec("NOTIFY workrun_calls", ())
+        return bool(rows)
+
+    def fence_call(self, call_id: str, run_id: str | None, now: float) -> bool:
+        """Make a call that no executor claimed unable to ever start: a queued row becomes ``fenced``, a
+        missing one is written ``fenced``. True when the call is fenced (it never started)."""
+        with self._lock:
+            rows = self._exec("UPDATE dispatched_calls SET status = 'fenced', done_at = %s "
+                              "WHERE call_id = %s AND status IN ('queued', 'fenced') RETURNING call_id", (now, call_id))
+            if rows:
+                return True
+            return bool(self._exec(
+                "INSERT INTO dispatched_calls (call_id, run_id, status, call, timeout, queued_at, done_at) "
+                "VALUES (%s, %s, 'fenced', '{}', 0, %s, %s) ON CONFLICT (call_id) DO NOTHING RETURNING call_id",
+                (call_id, run_id, now, now)))
+
+    def request_call_stop(self, call_ids: Iterable[str]) -> None:
+        """Ask the executors of these calls to end their processes (R-C9)."""
+        self._exec("UPDATE dispatched_calls SET stop_requested = 1 WHERE call_id = ANY(%s) AND status = 'claimed'",
+                   (list(call_ids),))
+
+    def renew_calls(self, worker_id: str, now: float, lease: float, call_ids: Iterable[str]) -> dict[str, bool]:
+        """Renew the leases of the calls ``worker_id`` executes; return ``{call_id: stop_requested}`` for
+        those still its own (a missing one was settled by a scheduler: the worker lost it)."""
+        rows = self._exec("UPDATE dispatched_calls SET lease_until = %s WHERE worker_id = %s AND status = 'claimed' "
+                          "AND call_id = ANY(%s) RETURNING call_id, stop_requested",
+                          (now + lease, worker_id, list(call_ids)))
+        return {r["call_id"]: bool(r["stop_requested"]) for r in rows}
+
+    def dispatched_call(self, call_id: str) -> dict[str, Any] | None:
+        """One dispatched call's row (``call``, ``outcome``, ``collected`` decoded), or None."""
+        rows = self._query("SELECT * FROM dispatched_calls WHERE call_id = ?", (call_id,))
+        return _decode_call(rows[0]) if rows else None
+
+    def dispatched_calls(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's dispatched calls, in the order they were queued."""
+        return [_decode_call(r) for r in self._query(
+            "SELECT * FROM dispatched_calls WHERE run_id = ? ORDER BY queued_at, rowid", (run_id,))]
+
+    def wait_for_calls(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds until a call is queued (``LISTEN workrun_calls``) on this connection,
+        which must be used for nothing else meanwhile."""
+        with self._lock:
+            if not getattr(self, "_listening", False):
+                self._pg.execute("LISTEN workrun_calls")
+                self._listening = True
+            for _ in self._pg.notifies(timeout=timeout, stop_after=1):
+                pass
+
     # -- code snapshots in the database (R-S4) -------------------------------
 
     def put_snapshot(self, snapshot: str, manifest: dict[str, Any], read: Any, now: float) -> None:
@@ -375,6 +515,13 @@ class PostgresJournal(SqliteJournal):
         if not rows:
             raise KeyError(digest)
         return bytes(rows[0]["data"])
+
+
+def _decode_call(row: dict[str, Any]) -> dict[str, Any]:
+    for name in ("call", "outcome", "collected"):
+        if isinstance(row.get(name), str):
+            row[name] = json.loads(row[name])
+    return row
 
 
 def _flags(params: Any) -> Any:
