@@ -213,18 +213,28 @@ class DispatchRunner:
         if not self.journal.dispatch_call(call_id, self.run_id, call, time.time()):
             return SendResult(False, failure=Failure.NOT_SENT, error=f"request {call_id} was fenced: never sent")
         self.journal.set_call_timeout(call_id, request.timeout)
+        return self._await_request(call_id, recovering=False)
+
+    def settle_request(self, call_id: str) -> SendResult:
+        """What became of a request a dead scheduler left in flight (R-R3, R-H2): its stored result; a live
+        executor's is waited for; one no executor holds (queued, or never queued) is fenced and was never
+        sent (``sent`` False, failure ``not_started``); an expired claim is decided as in :meth:`send_request`.
+        """
+        return self._await_request(call_id, recovering=True)
+
+    def _await_request(self, call_id: str, *, recovering: bool) -> SendResult:
         pause = POLL_MIN
         while True:
             row = self.journal.dispatched_call(call_id)
-            assert row is not None  # queued above; rows are never deleted
             now = time.time()
+            if row is None or row["status"] == "queued" and (recovering or self._stopping.is_set()):
+                self.journal.fence_call(call_id, self.run_id, now)  # conditional: a claimed row is left alone
+                continue
             if row["status"] == "done":
                 return SendResult.from_data(row["outcome"])
             if row["status"] == "fenced":
-                return SendResult(False, failure=Failure.NOT_SENT, error="stopped before it was sent")
-            if row["status"] == "queued" and self._stopping.is_set():
-                self.journal.fence_call(call_id, self.run_id, now)
-                continue
+                return SendResult(False, failure=Failure.NOT_STARTED if recovering else Failure.NOT_SENT,
+                                  error="not sent: stopped before any worker claimed it")
             if row["status"] == "claimed" and row["lease_until"] + LEASE_SLACK < now:
                 if row["pid"] is None:  # no "about to send" mark: never sent, any executor may send it
                     self.journal.requeue_call(call_id, row["worker_id"], now, unsent=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.backoff import backoff_delay
+from workrun.dispatch import DispatchRunner
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
 from workrun.outcomes import Failure
@@ -243,11 +244,20 @@ def settle_request(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
 
     ``starting``: the guard had not let it out yet, nothing was sent -> ``failed`` (not started: it may be
     sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
+    On a shared journal the request's claim decides instead (:meth:`DispatchRunner.settle_request`): the
+    result a worker stored, a live worker's awaited, an unclaimed one fenced (not started).
 
     Returns:
         The operation row afterwards.
     """
-    if op["status"] == "starting":
+    if isinstance(svc.runner, DispatchRunner):  # a shared journal: a worker's executor may hold it (R-S2)
+        got = svc.runner.settle_request(op["operation_id"])
+        if got.succeeded:
+            svc.journal.finish_operation(op["operation_id"], status="succeeded", result=got.result(), at=svc.now())
+        else:
+            svc.journal.finish_operation(op["operation_id"], status="unknown" if got.failure is Failure.UNKNOWN
+                                         else "failed", failure=got.failure, error=got.error, at=svc.now())
+    elif op["status"] == "starting":
         svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
                                      error="not started: the runner stopped before the request was sent")
     else:

@@ -129,6 +129,32 @@ def test_requests_and_reverse_actions_are_sent_once_by_another_worker_and_the_se
         assert SECRET not in (tmp_path / f"{name}.out").read_text(errors="replace")
 
 
+def test_scheduler_killed_with_its_request_queued_the_next_one_uses_what_a_worker_sent(shared, tmp_path):
+    """R-R3 across workers: the scheduler dies after queueing a request no executor claimed yet; a worker's
+    executor sends it, and the scheduler that takes the run over journals that result (one operation, one
+    request at the server), never a second send."""
+    journal, server = shared
+    server.route("POST", "/api/orders", status=201, json={"id": 7})
+    server.route("POST", "/api/payments", status=402, body="declined")
+    server.route("DELETE", "/api/orders/7", status=204)
+    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
+    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    procs = [s]
+    try:
+        _wait(lambda: journal.dispatched_calls(run_id), 60, "S to queue the first request")
+        os.kill(s.pid, signal.SIGKILL)
+        s.wait(timeout=60)
+        y = fleet.start_worker(tmp_path / "homeY", tmp_path, "Y", concurrency=1)
+        procs.append(y)
+        _wait(lambda: _ended(journal, run_id), 120, "the run to end")
+    finally:
+        _stop(procs)
+    [order] = journal.operations(run_id, "order")
+    assert order["status"] == "succeeded"
+    assert journal.run_claim(run_id)["takeovers"] == 1
+    assert [server.count("POST", "/api/orders"), server.count("DELETE", "/api/orders/7")] == [1, 1]
+
+
 @pytest.mark.parametrize("killed", ["after-about-to-send", "before-about-to-send"])
 def test_executor_killed_around_about_to_send(shared, tmp_path, killed):
     """R-H2 + R-R3 across workers: an executor killed once its "about to send" is committed leaves the request

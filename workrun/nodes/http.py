@@ -432,10 +432,16 @@ def recover_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str,
 
     ``starting``: nothing was sent -> ``not_started``, the compensation ``pending`` again (not counted).
     ``running``: it may have been sent -> ``unknown`` (re-sent only when the action is idempotent).
+    On a shared journal the request's claim decides (:meth:`DispatchRunner.settle_request`).
     """
     cid = comp["compensation_id"]
     number = attempt["number"]
     now = svc.now()
+    if isinstance(svc.runner, DispatchRunner):  # a shared journal: a worker's executor may hold it (R-S2)
+        got = svc.runner.settle_request(f"{cid}.{number}")
+        if got.failure is not Failure.NOT_STARTED:
+            return finish_http_attempt(svc, comp, attempt, got)
+        attempt = {**attempt, "status": "starting"}  # fenced before any worker claimed it: never sent
     if attempt["status"] == "starting":
         svc.journal.finish_attempt(cid, number, status="not_started", failure=Failure.NOT_STARTED,
                                    error="not started: the runner stopped before it was sent", result=None, at=now,
