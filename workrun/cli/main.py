@@ -110,7 +110,7 @@ def rerun(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to run again (id or unique prefix)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
-    yes: bool = typer.Option(False, "--yes", help="Approve tool calls that ask for confirmation."),
+    yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
 ) -> None:
     """Start a new run with the same workflow and inputs (R-W5); the old run's record is untouched."""
     from workrun.models import WorkflowSpec
@@ -137,7 +137,7 @@ def stop(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to stop (id or unique prefix)."),
     timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
 ) -> None:
-    """Stop a running run from another terminal (R-C9): its App processes end, nothing is compensated."""
+    """Stop a running or waiting run from another terminal (R-C9): its App processes end, nothing is compensated."""
     from workrun.lock import SchedulerLock
     from workrun.recovery import stop_orphaned_run
 
@@ -243,11 +243,11 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
 
 @app.command()
 def compensate(
-    run_id: str = typer.Argument(..., metavar="RUN", help="A stopped (or failed) run (id or unique prefix)."),
+    run_id: str = typer.Argument(..., metavar="RUN", help="A stopped, terminated or failed run (id or unique prefix)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
-    """Explicitly compensate a run the user stopped (R-C9), or finish a failed run's compensation."""
+    """Explicitly compensate a stopped or terminated run (R-C9), or finish a failed run's compensation."""
     from workrun.operator import actor
     from workrun.recovery import compensate_now
     from workrun.views import run_view
