@@ -336,7 +336,7 @@ def worker(
     with reading() as svc:
         needs_workers(svc)
         data_dir = svc.data_dir
-    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False),
+    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False, with_run=True),
                idle_exit=idle_exit, executors=executors)
 
     def on_signal(signum: int, frame: object) -> None:
