@@ -161,7 +161,9 @@ def stop(
             lock.acquire()
         except WorkrunError:
             holder = lock.holder()
-            console.print(f"stop requested; the scheduler (pid {holder.get('pid', '?')}) is ending run {rid}")
+            who = (f"worker {holder['worker_id']} (host {holder.get('host', '?')}, pid {holder.get('pid', '?')})"
+                   if holder.get("worker_id") else f"the scheduler (pid {holder.get('pid', '?')})")
+            console.print(f"stop requested; {who} is ending run {rid}")
             end = time.monotonic() + timeout
             while time.monotonic() < end and svc.journal.run(rid)["status"] == "running":
                 time.sleep(0.1)
@@ -172,8 +174,11 @@ def stop(
             finally:
                 lock.release()
         status = svc.journal.run(rid)["status"]
-        console.print(f"run {rid}: {status}" + (": side effects were NOT undone; `workrun compensate "
-                                               f"{rid}` undoes them" if status == "stopped" else ""))
+        done = any(o["status"] == "succeeded" for o in svc.journal.operations(rid))
+        console.print(f"run {rid}: {status}" + ((": side effects were NOT undone; `workrun compensate "
+                                                f"{rid}` undoes them") if status == "stopped" and done else
+                                               ": no call had succeeded, nothing to undo" if status == "stopped"
+                                               else ""))
     raise typer.Exit(0)
 
 
