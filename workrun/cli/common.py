@@ -21,7 +21,7 @@ __all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "run_cl
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
-JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON (SPEC §9) instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
 
 
