@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -378,3 +379,30 @@ def test_an_unavailable_environment_leaves_the_compensation_pending(tmp_path):
     assert [(c["status"], c["reason"]) for c in comps if c["node_key"] == "b"] == [
         ("pending", "environment unavailable: offline")]
     assert runner.started == []
+
+
+def test_an_edit_between_two_calls_in_one_process_changes_the_fingerprint_and_config(tmp_path, monkeypatch):
+    """The per-process caches (issue 14) never hide a change: the second call journals the new code."""
+    from workrun import filestamps
+    from workrun.apps import load_app
+    from workrun.operations import call_app
+
+    runner = FakeRunner({"main.py": lambda c: Exit(result={"n": 1})})
+    svc, run_id, _ = _process_run(tmp_path, runner)
+    proj = tmp_path / "projects" / "step"
+    monkeypatch.setattr(filestamps, "RACY_SECONDS", 0.05)  # the files count as settled soon: the caches are used
+    time.sleep(0.1)
+
+    def call() -> dict:
+        op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
+                      depends_on=[])
+        return svc.journal.operation(op["operation_id"])
+
+    first = call()
+    assert call()["fingerprint"] == first["fingerprint"]
+    (proj / "main.py").write_text((proj / "main.py").read_text() + "#\n")
+    (proj / "pyproject.toml").write_text((proj / "pyproject.toml").read_text() + "\n")
+    second = call()
+    assert first["fingerprint"] != second["fingerprint"]
+    assert first["fingerprint_files"]["main.py"] != second["fingerprint_files"]["main.py"]
+    assert first["fingerprint_files"]["pyproject.toml"] != second["fingerprint_files"]["pyproject.toml"]

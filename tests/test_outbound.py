@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -303,3 +304,23 @@ def test_an_unexpected_error_is_an_outcome_not_a_crash(monkeypatch: pytest.Monke
         assert (got.sent, got.failure) == outcome
         assert got.error is not None and ("RuntimeError" in got.error or "unforeseen" in got.error)
         assert server.count("POST", "/x") == (1 if where == "after" else 0)
+
+
+def test_queued_request_keeps_env_references_and_is_filled_where_it_is_sent():
+    """R-H5 + R-S2: the queued form holds no secret; ``env.NAME`` is read by the sender, and a template value
+    that merely looks like an env reference stays text (never resolved)."""
+    from workrun.outbound import RequestError, from_queued
+
+    req = prepare(method="POST", url=parse_url("http://127.0.0.1:9/o/{{ inputs.x }}"),
+                  headers={"Authorization": "Bearer {{ env.TOKEN }}", "X-Note": "{{ inputs.x }}"},
+                  body={"x": "{{ inputs.x }}"}, timeout=3, lookup=lambda ref: "{{ env.TOKEN }}",
+                  idempotency_key="op-1", environ={"TOKEN": "here"})
+    queued = req.queued()
+    assert "here" not in json.dumps(queued)
+    sent = from_queued(json.loads(json.dumps(queued)), {"TOKEN": "there"})
+    assert sent.headers["Authorization"] == "Bearer there" and sent.secrets == ["there"]
+    assert sent.headers["X-Note"] == "{{ env.TOKEN }}"  # data, not a reference
+    assert (sent.target, sent.body, sent.shown(), sent.headers["Idempotency-Key"]) == (
+        req.target, req.body, req.shown(), "op-1")
+    with pytest.raises(RequestError, match="TOKEN is not set"):
+        from_queued(queued, {})

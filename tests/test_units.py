@@ -172,3 +172,14 @@ def test_workflow_name_survives_templated_nodes(tmp_path: Path) -> None:
     assert load_workflow(wf, {}, executors)[0].name == "cleanup-tutorial"
     wf.write_text('[nodes.a]\nkind = "remote_agent"\nurl = "http://127.0.0.1:9/"\nmessage = "hi"\n')
     assert load_workflow(wf, {}, executors)[0].name == "wf"
+
+
+@pytest.mark.parametrize("with_run", [False, True])
+def test_progress_lines_name_their_run_when_a_worker_drives_several(capsys, with_run):
+    """``workrun worker`` drives several runs at once: its progress lines start with the run id."""
+    from workrun.cli.output import CliReporter
+
+    CliReporter(with_run=with_run).message("run_abc123", "charge", "info", "call op_1 started")
+    out = capsys.readouterr().out
+    assert "charge" in out and "call op_1 started" in out
+    assert ("run_abc123 charge" in out) is with_run

@@ -11,7 +11,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workrun.errors import ConfigError
+from workrun.filestamps import StampedCache
 from workrun.models import AppSpec
 from workrun.outbound import check_action
 
@@ -30,6 +34,7 @@ __all__ = [
     "fingerprint",
     "load_app",
     "load_project",
+    "one_reading",
     "pydantic_error",
     "toml_type",
 ]
@@ -131,20 +136,11 @@ def _inside(project: Path, rel: str, file: str, field: str) -> Path:
     return target
 
 
-def load_project(project: Path) -> dict[str, AppSpec]:
-    """Read and validate every App of a project.
+_PARSED: StampedCache[tuple[str, dict[str, AppSpec]]] = StampedCache()
 
-    Args:
-        project: the App project directory.
 
-    Returns:
-        ``{app name: AppSpec}``.
-
-    Raises:
-        ConfigError: missing files, bad TOML, unknown keys, bad types, entry paths
-            that escape the project or a compensation entry equal to the entry (R-A4).
-    """
-    project = Path(project)
+def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
+    """``(pyproject path, {name: AppSpec})`` as declared, validated field by field (entry paths not checked)."""
     pyproject, data = _read_pyproject(project)
     file = str(pyproject)
     apps_table: Any = data
@@ -164,9 +160,38 @@ def load_project(project: Path) -> dict[str, AppSpec]:
         if not isinstance(table, dict):
             raise ConfigError("must be a table", file=file, field=prefix)
         try:
-            spec = AppSpec.model_validate({**table, "name": name})
+            apps[name] = AppSpec.model_validate({**table, "name": name})
         except ValidationError as exc:
             raise pydantic_error(exc, file, prefix) from None
+    return file, apps
+
+
+def load_project(project: Path) -> dict[str, AppSpec]:
+    """Read and validate every App of a project.
+
+    The parsed ``pyproject.toml`` is kept per process while its stat stamp holds
+    (:mod:`workrun.filestamps`): an edited file is always read again. Entry paths are
+    checked on every call.
+
+    Args:
+        project: the App project directory.
+
+    Returns:
+        ``{app name: AppSpec}`` (a new dict; the specs are frozen).
+
+    Raises:
+        ConfigError: missing files, bad TOML, unknown keys, bad types, entry paths
+            that escape the project or a compensation entry equal to the entry (R-A4).
+    """
+    project = Path(project)
+    if not project.is_dir():  # checked before the cache: a removed project is never served from it
+        raise ConfigError("App project directory not found", file=str(project))
+    pyproject = project / "pyproject.toml"
+    file, declared = _PARSED.get(os.path.abspath(project), [pyproject, project / "uv.lock"],
+                                 lambda: _parse_apps(project))
+    apps: dict[str, AppSpec] = {}
+    for name, spec in declared.items():
+        prefix = f"tool.workrun.apps.{name}"
         entry = _inside(project, spec.entry, file, f"{prefix}.entry")
         if spec.compensation is not None and spec.compensation.entry is not None:
             field = f"{prefix}.compensation.entry"
@@ -179,13 +204,41 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     return apps
 
 
+_READING = threading.local()
+
+
+@contextmanager
+def one_reading() -> Iterator[None]:
+    """Within the block, this thread reads each (project, App) once (:func:`load_app`): e.g. a workflow is
+    checked against one reading of each App project, however many nodes call it (issue 14)."""
+    outer = getattr(_READING, "apps", None)
+    if outer is None:
+        _READING.apps = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _READING.apps = None
+
+
 def load_app(project: Path, app: str, *, file: str | None = None, field: str | None = None) -> AppSpec:
-    """Return one validated App of a project.
+    """Return one validated App of a project (the same one again inside :func:`one_reading`).
 
     Raises:
         ConfigError: as :func:`load_project`, or when the App is not declared
             (reported against ``file``/``field`` when given, e.g. the workflow node).
     """
+    memo: dict[tuple[str, str], AppSpec] | None = getattr(_READING, "apps", None)
+    key = (os.path.abspath(project), app)
+    if memo is not None and key in memo:
+        return memo[key]
+    spec = _load_app(project, app, file=file, field=field)
+    if memo is not None:
+        memo[key] = spec
+    return spec
+
+
+def _load_app(project: Path, app: str, *, file: str | None, field: str | None) -> AppSpec:
     apps = load_project(project)
     if app not in apps:
         known = ", ".join(sorted(apps)) or "none"
@@ -258,36 +311,52 @@ def _git_ignored(project: Path, rels: list[str]) -> set[str]:
     return {p for p in proc.stdout.decode(errors="surrogateescape").split("\0") if p}
 
 
-def _fingerprinted_files(project: Path) -> list[Path]:
-    """The exact file set: every ``*.py`` under the project (outside excluded dirs and dot-dirs, and
-    not ignored by git), plus top-level ``pyproject.toml``, ``uv.lock`` and ``.python-version``
-    (always, even when git ignores them)."""
-    found: list[Path] = []
-    for name in FINGERPRINT_TOP_FILES:
-        if (project / name).is_file():
-            found.append(project / name)
+def _fingerprinted_files(project: Path) -> list[str]:
+    """The exact file set, as posix paths relative to ``project``: every ``*.py`` under the project
+    (outside excluded dirs and dot-dirs, and not ignored by git), plus top-level ``pyproject.toml``,
+    ``uv.lock`` and ``.python-version`` (always, even when git ignores them)."""
+    root = os.fspath(project)
+    found = [name for name in FINGERPRINT_TOP_FILES if os.path.isfile(os.path.join(root, name))]
     sources: list[str] = []
-    for root, dirs, files in os.walk(project):
+    for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in FINGERPRINT_EXCLUDED_DIRS and not d.startswith("."))
-        for f in files:
-            if f.endswith(".py"):
-                sources.append(Path(root, f).relative_to(project).as_posix())
+        rel = os.path.relpath(folder, root)
+        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        sources += [prefix + f for f in files if f.endswith(".py")]
     ignored = _git_ignored(project, sources)
-    found += [project / rel for rel in sources if rel not in ignored]
-    return found
+    return found + [rel for rel in sources if rel not in ignored]
+
+
+_HASHES: StampedCache[str] = StampedCache(size=4096)
+
+
+def _file_hash(path: str) -> str:
+    """sha256 hex of one file, kept while its stat stamp holds (:mod:`workrun.filestamps`).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    def read() -> str:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+
+    return _HASHES.get(path, [path], read)
 
 
 def fingerprint(project: Path) -> Fingerprint:
     """Compute the code fingerprint of an App project (R-J2).
 
+    The file set is listed on every call; each file's hash is kept per process while its stat
+    stamp holds, so an edited, added or removed file always changes the fingerprint.
+
     Returns:
         A :class:`Fingerprint` with per-file hashes so a change can be named (R-C8).
     """
-    project = Path(project)
+    root = os.path.abspath(project)
     files: dict[str, str] = {}
-    for path in _fingerprinted_files(project):
+    for rel in _fingerprinted_files(Path(root)):
         try:
-            files[path.relative_to(project).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+            files[rel] = _file_hash(os.path.join(root, rel))
         except OSError:
             continue
     lines = "".join(f"{p}\0{h}\n" for p, h in sorted(files.items()))

@@ -30,8 +30,28 @@ scheduler died still runs once (as a locally started process would); ``stop``
 fences a queued row (a conditional write) so it can never start late.
 
 What is dispatched: App processes (``process`` and ``tool`` nodes, Agent tool
-calls and discovery, compensation scripts). **HTTP** requests (``http`` nodes,
-HTTP reverse actions) and remote A2A tasks are sent by the run's scheduler itself.
+calls and discovery, compensation scripts) and HTTP requests (``http`` nodes,
+HTTP reverse actions; rows whose ``call`` has ``kind = "http"``). Remote A2A
+tasks are sent by the run's scheduler itself.
+
+**HTTP requests** (:meth:`DispatchRunner.send_request`): the scheduler journals
+the intent (``starting``) and queues the request as prepared, except that
+``{{ env.NAME }}`` in header values stays a reference
+(:meth:`~workrun.outbound.PreparedRequest.queued`): nothing secret is stored. The
+executor that claims it reads ``env.NAME`` from **its own** environment at send
+time (so every worker that may send must have those variables, and
+``WORKRUN_HTTP_ALLOW`` if the request needs it; the run's ``http_allow`` travels
+with the request), passes the same outbound guard, and commits "about to send"
+(:meth:`~workrun.journal.postgres.PostgresJournal.http_sending`: the claim's mark
+and the operation's or attempt's ``running``, in one transaction, only while it
+holds the claim and the operation/attempt is still ``starting``) before a byte
+leaves (R-H1, R-H2). It stores the :class:`~workrun.outbound.SendResult` with
+the same conditional write as an App call's outcome; the scheduler journals it
+exactly as a request it sent itself. Takeover of a request whose executor's
+lease passed: no "about to send" mark -> it was never sent: queued again
+(conditional on the mark still being absent); the mark set and no result ->
+``unknown`` (re-sent only when ``idempotent``, by the node or action's own rules,
+with the same Idempotency-Key).
 The scheduler checks that the App's environment can be prepared on its machine
 before dispatching (so ``environment unavailable`` keeps its meaning, R-A8); the
 executor prepares its own (cached), and materialises a code snapshot from the
@@ -54,6 +74,8 @@ from typing import Any
 from workrun import settings
 from workrun.errors import EnvironmentUnavailableError
 from workrun.journal import open_journal
+from workrun.outbound import PreparedRequest, RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
+from workrun.outcomes import Failure
 from workrun.runner import calldir
 from workrun.runner.base import AppRunner, Collected, Outcome, Started
 from workrun.runner.forkserver import launch_mode
@@ -68,6 +90,10 @@ POLL_MAX = 0.25
 LEASE_SLACK = 1.0  # seconds past an executor's lease before its call is decided by R-R3
 UNCLAIMED_SAY = 10.0  # seconds a handed-out call waits unclaimed before the run says why it waits
 _STORED = threading.Condition()  # an executor of this process stored an outcome: waiting schedulers look at once
+
+
+class _NotMine(Exception):
+    """"About to send" was refused: the claim or the intent was settled meanwhile; nothing is sent."""
 
 
 def _outcome(data: dict[str, Any] | None) -> Outcome:
@@ -182,6 +208,61 @@ class DispatchRunner:
                                  f"call {row['call_id']} has waited {waited:.0f} s for an executor: every executor "
                                  "slot is busy, or no worker with executor slots is running on this journal "
                                  "(start `workrun worker`; `--executors 0` only schedules)")
+
+    def send_request(self, call_id: str, request: PreparedRequest, allow: list[str],
+                     mark: dict[str, Any]) -> SendResult:
+        """Have any worker's executor send an HTTP request and return what happened (see the module doc).
+
+        Args:
+            call_id: the request's id (the operation id, or ``<compensation id>.<attempt number>``).
+            request: from :func:`~workrun.outbound.prepare` (only its :meth:`queued` form is stored).
+            allow: the run's ``http_allow`` entries (the sender adds its own ``WORKRUN_HTTP_ALLOW``).
+            mark: what "about to send" sets ``running``: ``{"operation_id"}`` or ``{"compensation_id",
+                "number"}`` (its intent is already journaled ``starting``).
+
+        Returns:
+            The stored :class:`~workrun.outbound.SendResult`; ``unknown`` when its executor's lease passed
+            after "about to send"; not sent when it was stopped before any executor claimed it.
+        """
+        call = {"kind": "http", "request": request.queued(), "allow": list(allow), "mark": mark}
+        if not self.journal.dispatch_call(call_id, self.run_id, call, time.time()):
+            return SendResult(False, failure=Failure.NOT_SENT, error=f"request {call_id} was fenced: never sent")
+        self.journal.set_call_timeout(call_id, request.timeout)
+        return self._await_request(call_id, recovering=False)
+
+    def settle_request(self, call_id: str) -> SendResult:
+        """What became of a request a dead scheduler left in flight (R-R3, R-H2): its stored result; a live
+        executor's is waited for; one no executor holds (queued, or never queued) is fenced and was never
+        sent (``sent`` False, failure ``not_started``); an expired claim is decided as in :meth:`send_request`.
+        """
+        return self._await_request(call_id, recovering=True)
+
+    def _await_request(self, call_id: str, *, recovering: bool) -> SendResult:
+        pause = POLL_MIN
+        while True:
+            row = self.journal.dispatched_call(call_id)
+            now = time.time()
+            if row is None or row["status"] == "queued" and (recovering or self._stopping.is_set()):
+                self.journal.fence_call(call_id, self.run_id, now)  # conditional: a claimed row is left alone
+                continue
+            if row["status"] == "done":
+                return SendResult.from_data(row["outcome"])
+            if row["status"] == "fenced":
+                return SendResult(False, failure=Failure.NOT_STARTED if recovering else Failure.NOT_SENT,
+                                  error="not sent: stopped before any worker claimed it")
+            if row["status"] == "claimed" and row["lease_until"] + LEASE_SLACK < now:
+                if row["pid"] is None:  # no "about to send" mark: never sent, any executor may send it
+                    self.journal.requeue_call(call_id, row["worker_id"], now, unsent=True)
+                    continue
+                lost = SendResult(True, failure=Failure.UNKNOWN,
+                                  error=f"outcome unknown: worker {row['worker_id']} stopped renewing its claim "
+                                  "while the request was in flight")
+                if self.journal.settle_call(call_id, row["worker_id"], lost.data(), {}, now):
+                    return lost
+                continue
+            with _STORED:
+                _STORED.wait(pause)
+            pause = min(POLL_MAX, pause * 1.5)
 
     def _settle(self, row: dict[str, Any], *, ending: bool) -> Outcome | None:
         """Decide a call whose executor's lease passed (R-R3) and store it on the expired claim; None when
@@ -334,6 +415,9 @@ class Executors:
         exec_dir = Path(row["exec_dir"])
         call = row["call"]
         try:
+            if call.get("kind") == "http":
+                self._send(row)
+                return
             shutil.rmtree(exec_dir, ignore_errors=True)  # a claim is fresh: nothing ever ran in this directory
             exec_dir.mkdir(parents=True)
             outcome, got = self._run(row, exec_dir, call)
@@ -350,6 +434,30 @@ class Executors:
             with self._mutex:
                 self._pids.pop(cid, None)
                 self._stopping.discard(cid)
+
+    def _send(self, row: dict[str, Any]) -> None:
+        """Send a claimed HTTP request (see the module doc): env read here, "about to send" committed first."""
+        cid, me, call = row["call_id"], self.beat.worker_id, row["call"]
+        try:
+            request = from_queued(call["request"])  # env.NAME from this worker's environment, now (R-H5)
+            allow = parse_allow(call.get("allow") or []) + allow_from_env()
+        except (RequestError, ValueError) as exc:
+            got = SendResult(False, failure=Failure.NOT_SENT, error=f"not sent by worker {me}: {exc}")
+        else:
+            def about_to_send() -> None:
+                now = time.time()
+                if not self._journal.http_sending(cid, me, call["mark"], now, now + request.timeout):
+                    raise _NotMine
+
+            try:
+                got = send(request, allow, before_send=about_to_send)
+            except _NotMine:
+                got = SendResult(False, failure=Failure.NOT_SENT, error=f"not sent by worker {me}: its claim "
+                                 "or the request's intent was settled meanwhile")
+        if self._journal.finish_call(cid, me, got.data(), {}, time.time()):
+            self.executed += 1
+            with _STORED:
+                _STORED.notify_all()
 
     def _run(self, row: dict[str, Any], exec_dir: Path, call: dict[str, Any]) -> tuple[Outcome, Collected]:
         project = Path(call["project"])

@@ -17,6 +17,7 @@ The engine knows no node kind: it is handed executors ``{kind: executor}``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -41,7 +42,10 @@ from workrun.ticket_records import (
     ticket_row,
 )
 
-__all__ = ["Engine", "create_run"]
+__all__ = ["STOP_POLL_SECONDS", "Engine", "create_run"]
+
+STOP_POLL_SECONDS = 0.05
+"""How often (seconds) a running engine looks in the journal for a stop asked from another terminal (R-C9)."""
 
 
 def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eval_run: bool = False,
@@ -71,12 +75,24 @@ class Engine:
     def __init__(self, svc: Services, executors: Mapping[str, NodeExecutor]) -> None:
         self.svc = svc
         self.executors = executors
+        self._stop_checked: dict[str, float] = {}  # run id -> monotonic time of the last journal look
 
     # -- helpers -----------------------------------------------------------
 
-    def _stop_requested(self, run_id: str) -> bool:
+    def _stop_requested(self, run_id: str, *, fresh: bool = True) -> bool:
+        """True when this process is stopping or ``workrun stop`` flagged the run in the journal (R-C9).
+
+        Args:
+            fresh: look in the journal now. False (the scheduling loop): at most every
+                :data:`STOP_POLL_SECONDS`, so a fast chain does not re-read the run twice per call
+                (each node's ``should_stop`` still looks before its call starts).
+        """
         if self.svc.stopping():
             return True
+        now = time.monotonic()
+        if not fresh and now - self._stop_checked.get(run_id, -STOP_POLL_SECONDS) < STOP_POLL_SECONDS:
+            return False
+        self._stop_checked[run_id] = now
         if self.svc.journal.run(run_id)["stop_requested"]:
             self.svc.request_stop()
             return True
@@ -103,17 +119,25 @@ class Engine:
 
     # -- running one node --------------------------------------------------
 
-    def _run_node(self, run_id: str, spec: WorkflowSpec, key: str) -> NodeOutcome:
+    def _run_node(self, run_id: str, spec: WorkflowSpec, key: str, nodes: dict[str, dict[str, Any]] | None = None,
+                  inputs: dict[str, Any] | None = None) -> NodeOutcome:
+        """Run one node to its outcome and journal it.
+
+        ``nodes`` (the run's node rows when the node was scheduled: every dependency had ended) and
+        ``inputs`` (the run's inputs) spare the journal reads when the caller has them.
+        """
         svc = self.svc
         node = spec.nodes[key]
         policy = node.on_failure
-        nodes = {n["node_key"]: n for n in svc.journal.nodes(run_id)}
+        if nodes is None:
+            nodes = {n["node_key"]: n for n in svc.journal.nodes(run_id)}
         if nodes[key]["status"] != "running":
             svc.journal.start_node(run_id, key, at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
         ops = svc.journal.operation_statuses(run_id)
-        run = svc.journal.run(run_id)
-        context = {"inputs": run["inputs"], "nodes": {
+        if inputs is None:
+            inputs = svc.journal.run(run_id)["inputs"]
+        context = {"inputs": inputs, "nodes": {
             k: {"result": n["result"]} for k, n in nodes.items()
             if n["status"] == "succeeded" or (n["handled"] and n["result"] is not None)}}
         depends_on: list[str] = []
@@ -213,6 +237,7 @@ class Engine:
         if run["status"] != "running":
             return str(run["status"])
         spec = WorkflowSpec.model_validate(run["spec"])
+        inputs = run["inputs"]
         settle_operations(svc, run_id)
         standby = {n.on_failure.fallback for n in spec.nodes.values() if n.on_failure.fallback}
         deps = {k: _deps(n) for k, n in spec.nodes.items()}
@@ -227,9 +252,9 @@ class Engine:
             nodes = status_of()
             for key, n in nodes.items():  # a node left running by a dead runner resumes where it was
                 if n["status"] == "running":
-                    futures[pool.submit(self._run_node, run_id, spec, key)] = key
+                    futures[pool.submit(self._run_node, run_id, spec, key, nodes, inputs)] = key
             while True:
-                stopping = self._stop_requested(run_id)
+                stopping = self._stop_requested(run_id, fresh=False)
                 nodes = status_of()
                 if not stopping and failed_node is None and not terminated:
                     active = set(futures.values())
@@ -239,7 +264,7 @@ class Engine:
                         if len(futures) >= svc.concurrency:
                             break
                         if all(nodes[d]["status"] == "succeeded" or nodes[d]["handled"] for d in deps[key]):
-                            futures[pool.submit(self._run_node, run_id, spec, key)] = key
+                            futures[pool.submit(self._run_node, run_id, spec, key, nodes, inputs)] = key
                             active.add(key)
                 if not futures:
                     break

@@ -22,6 +22,7 @@ from typing import Any
 
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.backoff import backoff_delay
+from workrun.dispatch import DispatchRunner
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
 from workrun.outcomes import Failure
@@ -181,7 +182,9 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dic
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
     svc.journal.finish_operation(op["operation_id"], failure=failure, at=svc.now(), **fields)
-    shutil.rmtree(call_dir, ignore_errors=True)
+    # the outcome is journaled: the directory goes, off the call's path; its files are reused when the
+    # supervisor recorded the App's exit (it ended every process of the call, SPEC §17)
+    svc.discard(call_dir, recycle=got is not None and outcome.failure is None and not outcome.unknown)
     return svc.journal.operation(op["operation_id"])
 
 
@@ -189,7 +192,13 @@ def current_owner() -> tuple[int, str | None]:
     """This process as the owner of the calls it makes: ``(pid, start time)`` (the start time tells a reused
     pid apart; None off Linux). Recovery leaves a call alone while its owner lives (issue 10, item 8)."""
     pid = os.getpid()
-    return pid, proc_start_time(pid)
+    owner = _OWNER.get(pid)
+    if owner is None:  # per pid: a forked child is another owner
+        owner = _OWNER[pid] = (pid, proc_start_time(pid))
+    return owner
+
+
+_OWNER: dict[int, tuple[int, str | None]] = {}
 
 
 def _owner_gone(op: dict[str, Any]) -> bool:
@@ -235,11 +244,20 @@ def settle_request(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
 
     ``starting``: the guard had not let it out yet, nothing was sent -> ``failed`` (not started: it may be
     sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
+    On a shared journal the request's claim decides instead (:meth:`DispatchRunner.settle_request`): the
+    result a worker stored, a live worker's awaited, an unclaimed one fenced (not started).
 
     Returns:
         The operation row afterwards.
     """
-    if op["status"] == "starting":
+    if isinstance(svc.runner, DispatchRunner):  # a shared journal: a worker's executor may hold it (R-S2)
+        got = svc.runner.settle_request(op["operation_id"])
+        if got.succeeded:
+            svc.journal.finish_operation(op["operation_id"], status="succeeded", result=got.result(), at=svc.now())
+        else:
+            svc.journal.finish_operation(op["operation_id"], status="unknown" if got.failure is Failure.UNKNOWN
+                                         else "failed", failure=got.failure, error=got.error, at=svc.now())
+    elif op["status"] == "starting":
         svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
                                      error="not started: the runner stopped before the request was sent")
     else:

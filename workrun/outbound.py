@@ -59,6 +59,7 @@ __all__ = [
     "check_request",
     "check_templates",
     "env_names",
+    "from_queued",
     "parse_allow",
     "parse_url",
     "prepare",
@@ -335,6 +336,8 @@ class PreparedRequest:
         shown_body: the body as journaled: a JSON value for a table, text for a string, or None.
         timeout: seconds for the whole exchange (R-H4).
         secrets: the environment values placed in headers (scrubbed from anything recorded).
+        header_parts: header name -> ``[["text", TEXT] | ["env", NAME], ...]``: the value as filled except
+            that ``{{ env.NAME }}`` stays a reference (what :meth:`queued` stores; never a secret).
     """
 
     method: str
@@ -346,6 +349,7 @@ class PreparedRequest:
     shown_body: Any
     timeout: float
     secrets: list[str] = field(default_factory=list)
+    header_parts: dict[str, list[list[str]]] = field(default_factory=dict)
 
     @property
     def full_url(self) -> str:
@@ -356,6 +360,52 @@ class PreparedRequest:
         """The request as journaled (R-H1): ``{method, url, headers, body}`` with secrets redacted (R-H5)."""
         return {"method": self.method, "url": self.full_url, "headers": dict(self.shown_headers),
                 "body": self.shown_body}
+
+
+    def queued(self) -> dict[str, Any]:
+        """The request as a worker may queue it for another to send (R-S2, R-H5): everything filled except
+        ``{{ env.NAME }}`` in header values, kept as references (so nothing secret is stored). JSON-safe;
+        :func:`from_queued` builds the request again where it is sent."""
+        return {"method": self.method, "url": self.url.origin(), "target": self.target,
+                "headers": {k: [list(p) for p in v] for k, v in self.header_parts.items()},
+                "body": self.body.decode("utf-8") if self.body is not None else None,
+                "shown_body": self.shown_body, "timeout": self.timeout}
+
+
+def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> PreparedRequest:
+    """Build a queued request (:meth:`PreparedRequest.queued`) again, reading ``env.NAME`` from ``environ``
+    (default ``os.environ``: the sending worker's own environment) now (R-H5).
+
+    Raises:
+        RequestError: an environment variable is not set on this machine, or a filled header value holds a
+            line break, NUL or a character that is not ASCII.
+    """
+    environ = os.environ if environ is None else environ
+    sent: dict[str, str] = {}
+    shown: dict[str, str] = {}
+    secrets: list[str] = []
+    for name, parts in data["headers"].items():
+        value, text = [], []
+        for kind, part in parts:
+            if kind == "env":
+                if part not in environ:
+                    raise RequestError(f"environment variable {part} is not set on this worker")
+                secrets.append(environ[part])
+                value.append(environ[part])
+                text.append("{{ env." + part + " }}")
+            else:
+                value.append(part)
+                text.append(part)
+        sent[name] = "".join(value)
+        if any(c in sent[name] for c in "\r\n\0"):
+            raise RequestError(f"header {name}: the filled value holds a line break or NUL")
+        if not sent[name].isascii():
+            raise RequestError(f"header {name}: the filled value holds a character that is not ASCII")
+        shown[name] = "".join(text)
+    body = data["body"].encode("utf-8") if data["body"] is not None else None
+    return PreparedRequest(data["method"], parse_url(data["url"]), data["target"], sent, shown, body,
+                           data["shown_body"], float(data["timeout"]), [s for s in secrets if s],
+                           {k: [list(p) for p in v] for k, v in data["headers"].items()})
 
 
 class RequestError(ValueError):
@@ -406,6 +456,7 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
 
     sent: dict[str, str] = {}
     shown: dict[str, str] = {}
+    parts: dict[str, list[list[str]]] = {}
     for name, template in headers.items():
         value = _fill(template, with_env, encode=False)
         if any(c in value for c in "\r\n\0"):
@@ -414,6 +465,7 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
             raise RequestError(f"header {name}: the filled value holds a character that is not ASCII")
         sent[name] = value
         shown[name] = _fill(template, without_env, encode=False)
+        parts[name] = _parts(template, lookup)
     shown_body = _fill_value(body, lookup) if body is not None else None
     data: bytes | None = None
     lower = {k.lower() for k in sent}
@@ -427,12 +479,29 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
             sent["Content-Type"] = shown["Content-Type"] = "application/json"
     if "idempotency-key" not in lower:
         sent["Idempotency-Key"] = shown["Idempotency-Key"] = idempotency_key
+    for name in sent.keys() - parts.keys():  # added above: literal text
+        parts[name] = [["text", sent[name]]]
     if data is not None and len(data) > REQUEST_LIMIT:
         raise RequestError(f"request body is {len(data)} bytes, over 1 MiB")
     if sum(len(k) + len(v.encode("utf-8")) + 4 for k, v in sent.items()) > HEADERS_LIMIT:
         raise RequestError("request headers over 64 KiB")
     return PreparedRequest(method, url, target, sent, shown, data, shown_body, float(timeout),
-                           [s for s in secrets if s])
+                           [s for s in secrets if s], parts)
+
+
+def _parts(template: str, lookup: Callable[[str], Any]) -> list[list[str]]:
+    """A header template as ``["text", TEXT]`` and ``["env", NAME]`` parts, other templates filled."""
+    out: list[list[str]] = []
+    at = 0
+    for m in _TEMPLATE.finditer(template):
+        if m.start() > at:
+            out.append(["text", template[at:m.start()]])
+        env = _ENV_REF.match(m.group(1))
+        out.append(["env", env.group(1)] if env else ["text", _text(lookup(m.group(1)))])
+        at = m.end()
+    if at < len(template):
+        out.append(["text", template[at:]])
+    return out
 
 
 # -- the guard --------------------------------------------------------------------------------------------------------
@@ -615,6 +684,18 @@ class SendResult:
     def result(self) -> dict[str, Any]:
         """The operation's result (R-H1): ``{status, headers, body}``."""
         return {"status": self.status, "headers": dict(self.headers), "body": self.body}
+
+    def data(self) -> dict[str, Any]:
+        """JSON-safe fields (stored by a worker that sent the request for its scheduler, R-S2)."""
+        return {"sent": self.sent, "status": self.status, "headers": dict(self.headers), "body": self.body,
+                "failure": self.failure.value if self.failure is not None else None, "error": self.error,
+                "response_tail": self.response_tail, "address": self.address}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> SendResult:
+        """The result :meth:`data` stored."""
+        failure = data.get("failure")
+        return cls(**{**data, "failure": Failure(failure) if failure is not None else None})
 
 
 def _scrub(value: Any, secrets: list[str]) -> Any:

@@ -7,6 +7,9 @@ journal.
 
 from __future__ import annotations
 
+import os
+import queue
+import shutil
 import threading
 import time
 import uuid
@@ -17,7 +20,7 @@ from workrun import settings
 from workrun.journal import Journal, open_journal
 from workrun.paths import data_dir as default_data_dir
 from workrun.paths import private_umask
-from workrun.runner import AppRunner, LocalRunner
+from workrun.runner import AppRunner, LocalRunner, calldir
 from workrun.runner.forkserver import launch_mode
 
 __all__ = ["Confirm", "Reporter", "Services", "new_id"]
@@ -45,6 +48,48 @@ class Confirm(Protocol):
 class _Silent:
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         pass
+
+
+class _Janitor:
+    """One daemon thread removing directories handed to it, in order."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Path, Path | None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="workrun-janitor", daemon=True)
+        self._thread.start()
+
+    def clear_leftovers(self, calls: Path) -> None:
+        """Queue what runners that were killed left in ``calls/.trash`` for removal (moved aside first, so
+        the directories discarded from now on are not caught in it)."""
+        try:
+            names = [n for n in os.listdir(calls) if n.startswith(".trash")]
+        except OSError:
+            return
+        for name in names:
+            old = calls / name
+            if name == ".trash":
+                aside = calls / f".trash-{uuid.uuid4().hex[:8]}"
+                try:
+                    os.rename(old, aside)
+                except OSError:
+                    continue
+                old = aside
+            self.put(old)
+
+    def put(self, path: Path, recycle_into: Path | None = None) -> None:
+        self._queue.put((path, recycle_into))
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            path, calls = item
+            if calls is not None:
+                calldir.recycle(path, calls)
+            shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove what is queued, then end the thread."""
+        self._queue.put(None)
+        self._thread.join()
 
 
 class Services:
@@ -83,6 +128,8 @@ class Services:
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.confirm: Confirm | None = confirm
+        self._janitor: _Janitor | None = None
+        self._janitor_lock = threading.Lock()
 
     @property
     def journal(self) -> Journal:
@@ -104,11 +151,45 @@ class Services:
         """
         path = self.data_dir / "calls" / name
         if replace and path.exists():
-            import shutil
-
             shutil.rmtree(path)
-        path.mkdir(parents=True, exist_ok=False)
+        if not calldir.take_dir(path):  # an empty directory of an earlier call, else a new one
+            path.mkdir(parents=True, exist_ok=False)
         return path
+
+    def discard(self, path: Path, *, recycle: bool = False) -> None:
+        """Remove a finished call's directory, mostly off the caller's path (issue 14).
+
+        The directory is renamed at once into ``.trash`` beside it (its name is free again when this
+        returns) and removed by a background thread. Only for a directory whose outcome is journaled
+        and whose process has ended. :meth:`close` waits for every removal; what a runner killed
+        meanwhile leaves in ``.trash`` is removed by the next one that discards a directory there.
+
+        Args:
+            recycle: the call's supervisor recorded the App's exit (so every process of the call has
+                ended): its output and input files are emptied and kept for later calls
+                (:func:`workrun.runner.calldir.recycle`).
+        """
+        trash = path.parent / ".trash"
+        target = trash / f"{path.name}.{uuid.uuid4().hex[:8]}"
+        with self._janitor_lock:
+            if self._janitor is None:
+                self._janitor = _Janitor()
+                self._janitor.clear_leftovers(path.parent)
+        try:
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                if not path.exists():
+                    return
+                trash.mkdir(exist_ok=True)
+                os.rename(path, target)
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        with self._janitor_lock:
+            if self._janitor is None:  # closed meanwhile
+                self._janitor = _Janitor()
+            self._janitor.put(target, path.parent if recycle else None)
 
     def say(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """Record a node/run message in the journal and show it (R-C6: statuses on node messages)."""
@@ -133,6 +214,10 @@ class Services:
     def close(self) -> None:
         """End the runner's fork servers (calls in flight go on) and close the journal."""
         self.runner.close()
+        with self._janitor_lock:
+            janitor, self._janitor = self._janitor, None
+        if janitor is not None:
+            janitor.close()
         if self._journal is not None:
             self._journal.close()
             self._journal = None

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workrun.apps import load_app, pydantic_error, toml_type
+from workrun.apps import load_app, one_reading, pydantic_error, toml_type
 from workrun.errors import ConfigError
 from workrun.models import (
     NODE_MODELS,
@@ -212,35 +212,36 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
     action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
-    for key, table in nodes_table.items():
-        prefix = f"nodes.{key}"
-        if not _KEY.match(key):
-            raise ConfigError("node keys use letters, digits, '_' and '-'", file=file, field=prefix)
-        if not isinstance(table, dict):
-            raise ConfigError("must be a table", file=file, field=prefix)
-        table = dict(table)
-        if "project" in table and isinstance(table["project"], str):
-            table["project"] = str((base / table["project"]).resolve())
-        if isinstance(table.get("tools"), list):
-            table["tools"] = [
-                {**t, "project": str((base / t["project"]).resolve())}
-                if isinstance(t, dict) and isinstance(t.get("project"), str) else t
-                for t in table["tools"]
-            ]
-        kind = table.get("kind", "process")
-        if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
-            known = ", ".join(repr(k) for k in executors)
-            raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
-        table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
-        try:
-            node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
-        except ValidationError as exc:
-            raise pydantic_error(exc, file, prefix) from None
-        outputs[key] = executors[kind].check(node, Where(file, prefix))
-        actions = _check_reverse_actions(node, inputs, file, prefix)
-        actions += [node.on_failure.action] if node.on_failure.action is not None else []
-        action_refs += [r for a in actions for r in template_refs(a.model_dump(), prefix)]
-        nodes[key] = node
+    with one_reading():  # each App project is read once however many nodes call it
+        for key, table in nodes_table.items():
+            prefix = f"nodes.{key}"
+            if not _KEY.match(key):
+                raise ConfigError("node keys use letters, digits, '_' and '-'", file=file, field=prefix)
+            if not isinstance(table, dict):
+                raise ConfigError("must be a table", file=file, field=prefix)
+            table = dict(table)
+            if "project" in table and isinstance(table["project"], str):
+                table["project"] = str((base / table["project"]).resolve())
+            if isinstance(table.get("tools"), list):
+                table["tools"] = [
+                    {**t, "project": str((base / t["project"]).resolve())}
+                    if isinstance(t, dict) and isinstance(t.get("project"), str) else t
+                    for t in table["tools"]
+                ]
+            kind = table.get("kind", "process")
+            if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
+                known = ", ".join(repr(k) for k in executors)
+                raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
+            table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
+            try:
+                node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
+            except ValidationError as exc:
+                raise pydantic_error(exc, file, prefix) from None
+            outputs[key] = executors[kind].check(node, Where(file, prefix))
+            actions = _check_reverse_actions(node, inputs, file, prefix)
+            actions += [node.on_failure.action] if node.on_failure.action is not None else []
+            action_refs += [r for a in actions for r in template_refs(a.model_dump(), prefix)]
+            nodes[key] = node
 
     policies = {k: n.on_failure for k, n in nodes.items()}
     refs_of: dict[str, list[tuple[str, str]]] = {}

@@ -105,6 +105,7 @@ def test_stop_of_orphaned_run_marks_node_stopped(workrun, write_workflow, make_p
     proc.wait()
     res = workrun("stop", view["run_id"])
     assert res.code == 0, res
+    assert "no call had succeeded, nothing to undo" in res.out, res
     view = workrun("runs", "show", view["run_id"], "--json").json()
     assert view["status"] == "stopped"
     assert [n["status"] for n in view["nodes"]] == ["stopped"]

@@ -338,6 +338,7 @@ def test_stop_reaches_the_worker_driving_the_run(shared, tmp_path):
         _wait(lambda: [o for o in journal.operations(run_id, "b") if o["status"] == "running"], 120, "b to run")
         stopped = _cli("stop", run_id, env={"WORKRUN_HOME": str(tmp_path / "elsewhere")})
         assert stopped.returncode == 0, stopped
+        assert "stop requested; worker wkr_" in stopped.stdout and "NOT undone" in stopped.stdout, stopped.stdout
         assert journal.run(run_id)["status"] == "stopped"
     finally:
         _stop([w])

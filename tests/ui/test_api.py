@@ -198,3 +198,30 @@ def test_apps_page_lists_apps_only_not_http_requests(ui_server, workrun, write_w
         assert workrun("run", wf).code == 0
     page = ui_server().client().get("/apps").text
     assert "not an App project" not in page and "no longer in pyproject.toml" not in page
+
+
+def test_run_page_shows_a_reverse_actions_http_status_and_response(ui_server, workrun, write_workflow) -> None:
+    """A reverse action's attempt shows its HTTP status and response tail (escaped), as `compensations show` does."""
+    from _kit.http_server import TestServer
+
+    with TestServer() as server:
+        server.route("POST", "/orders", status=201, json={"id": 7})
+        server.route("DELETE", "/orders/7", status=200, body='<b>deleted</b> 7')
+        wf = write_workflow("rev", f"""
+            name = "rev"
+            http_allow = ["127.0.0.1:{server.port}"]
+            [nodes.order]
+            kind = "http"
+            method = "POST"
+            url = "{server.url}/orders"
+            compensation = {{ method = "DELETE", url = "{server.url}/orders/{{{{ original.result.body.id }}}}" }}
+            [nodes.boom]
+            kind = "http"
+            needs = ["order"]
+            method = "GET"
+            url = "{server.url}/missing"
+        """)
+        res = workrun("run", wf, "--json")
+        assert res.code == 1, res
+    page = ui_server().client().get(f"/runs/{res.json()['run_id']}").text
+    assert "HTTP 200" in page and "response: &lt;b&gt;deleted&lt;/b&gt; 7" in page

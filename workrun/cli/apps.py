@@ -85,7 +85,7 @@ def _coerce(value: object) -> object:
 
 @app.command("run")
 def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App project directory."),
-        app_name: str = typer.Argument(..., metavar="APP", help="The App's name in [tool.workrun.apps]."),
+        app_name: str = typer.Argument(..., metavar="APP", help="The App's name (under tool.workrun.apps)."),
         input: List[str] = typer.Option([], "--input", "-i", help="Input KEY=VALUE (repeatable)."),
         tool: Optional[str] = typer.Option(None, "--tool", help="For a Tool App: the tool to call."),
         json_mode: bool = JsonOpt) -> None:

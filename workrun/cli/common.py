@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ __all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "run_cl
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
-JsonOpt = typer.Option(False, "--json", help="Print one JSON object (SPEC §9) instead of tables.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON (SPEC §9) instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
 
 
@@ -60,6 +61,7 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     from workrun.lock import SchedulerLock
     from workrun.services import Services
 
+    gc.freeze()  # what start-up loaded lives as long as the command: later collections skip it (issue 14)
     svc = Services(reporter=CliReporter(quiet=json_mode))
     shared = shared_journal()
     if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory

@@ -110,7 +110,7 @@ def rerun(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to run again (id or unique prefix)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
-    yes: bool = typer.Option(False, "--yes", help="Approve tool calls that ask for confirmation."),
+    yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
 ) -> None:
     """Start a new run with the same workflow and inputs (R-W5); the old run's record is untouched."""
     from workrun.models import WorkflowSpec
@@ -137,7 +137,7 @@ def stop(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to stop (id or unique prefix)."),
     timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
 ) -> None:
-    """Stop a running run from another terminal (R-C9): its App processes end, nothing is compensated."""
+    """Stop a running or waiting run from another terminal (R-C9): its App processes end, nothing is compensated."""
     from workrun.lock import SchedulerLock
     from workrun.recovery import stop_orphaned_run
 
@@ -163,7 +163,9 @@ def stop(
             lock.acquire()
         except WorkrunError:
             holder = lock.holder()
-            console.print(f"stop requested; the scheduler (pid {holder.get('pid', '?')}) is ending run {rid}")
+            who = (f"worker {holder['worker_id']} (host {holder.get('host', '?')}, pid {holder.get('pid', '?')})"
+                   if holder.get("worker_id") else f"the scheduler (pid {holder.get('pid', '?')})")
+            console.print(f"stop requested; {who} is ending run {rid}")
             end = time.monotonic() + timeout
             lock = None
             while time.monotonic() < end and svc.journal.run(rid)["status"] == "running":
@@ -183,8 +185,11 @@ def stop(
             finally:
                 lock.release()
         status = svc.journal.run(rid)["status"]
-        console.print(f"run {rid}: {status}" + (": side effects were NOT undone; `workrun compensate "
-                                               f"{rid}` undoes them" if status == "stopped" else ""))
+        done = any(o["status"] == "succeeded" for o in svc.journal.operations(rid))
+        console.print(f"run {rid}: {status}" + ((": side effects were NOT undone; `workrun compensate "
+                                                f"{rid}` undoes them") if status == "stopped" and done else
+                                               ": no call had succeeded, nothing to undo" if status == "stopped"
+                                               else ""))
     raise typer.Exit(0)
 
 
@@ -261,11 +266,11 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
 
 @app.command()
 def compensate(
-    run_id: str = typer.Argument(..., metavar="RUN", help="A stopped (or failed) run (id or unique prefix)."),
+    run_id: str = typer.Argument(..., metavar="RUN", help="A stopped, terminated or failed run (id or unique prefix)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
-    """Explicitly compensate a run the user stopped (R-C9), or finish a failed run's compensation."""
+    """Explicitly compensate a stopped or terminated run (R-C9), or finish a failed run's compensation."""
     from workrun.operator import actor
     from workrun.recovery import compensate_now
     from workrun.views import run_view
@@ -354,7 +359,7 @@ def worker(
     with reading() as svc:
         needs_workers(svc)
         data_dir = svc.data_dir
-    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False),
+    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False, with_run=True),
                idle_exit=idle_exit, executors=executors)
 
     def on_signal(signum: int, frame: object) -> None:

@@ -85,8 +85,9 @@ def styled(status: str | None) -> str:
 class CliReporter:
     """Prints progress messages as they are journaled (live progress; silent in ``--json`` mode)."""
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, *, with_run: bool = False) -> None:
         self.quiet = quiet
+        self.with_run = with_run  # a worker drives several runs at once: each line names its run
 
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """Print one progress line: time, node, text."""
@@ -94,6 +95,8 @@ class CliReporter:
             return
         stamp = datetime.now().strftime("%H:%M:%S")
         where = f"{node_key:<12}" if node_key else f"{'run':<12}"
+        if self.with_run and run_id:
+            where = f"{run_id} {where}"
         style = _LEVEL_STYLE.get(level, "")
         body = escape(text)
         try:

@@ -457,8 +457,14 @@ class SharedJournal(Journal, Protocol):
     def settle_call(self, call_id: str, worker_id: str, outcome: Row, collected: Row, now: float) -> bool:
         """Store a scheduler's R-R3 decision on ``worker_id``'s expired claim; True when stored."""
 
-    def requeue_call(self, call_id: str, worker_id: str, now: float) -> bool:
-        """Queue again an expired claim whose process provably never started; True when done."""
+    def requeue_call(self, call_id: str, worker_id: str, now: float, *, unsent: bool = False) -> bool:
+        """Queue again an expired claim whose process provably never started; True when done. ``unsent``:
+        only while the claim has no "about to send" mark (an HTTP request, :meth:`http_sending`)."""
+
+    def http_sending(self, call_id: str, worker_id: str, mark: Row, now: float, deadline: float) -> bool:
+        """Commit "about to send" for a claimed HTTP request (R-H1, R-H2) in one transaction: the claim's mark
+        and the operation's or attempt's ``running``; False (nothing written) when ``worker_id`` no longer
+        holds the claim or the operation/attempt is no longer ``starting``."""
 
     def fence_call(self, call_id: str, run_id: str | None, now: float) -> bool:
         """Make an unclaimed (or never queued) call unable to ever start; True when it is fenced."""

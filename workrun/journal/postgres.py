@@ -50,7 +50,7 @@ from typing import Any
 from workrun import faults
 from workrun.errors import JournalError, JournalVersionError, StaleStatusError
 from workrun.journal.migrations import MIGRATIONS
-from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal
+from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal, _update
 from workrun.states import check
 
 __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
@@ -427,16 +427,65 @@ class PostgresJournal(SqliteJournal):
                           (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id, now))
         return bool(rows)
 
-    def requeue_call(self, call_id: str, worker_id: str, now: float) -> bool:
+    def requeue_call(self, call_id: str, worker_id: str, now: float, *, unsent: bool = False) -> bool:
         """Queue again a call whose executor (``worker_id``) let its lease pass before its process started
-        (the caller fenced that executor's directory first, so it can never start there); True when done."""
+        (the caller fenced that executor's directory first, so it can never start there); True when done.
+
+        Args:
+            unsent: an HTTP request: only while its claim has no "about to send" mark (``pid`` NULL, see
+                :meth:`http_sending`), so a request that may have left is never queued again (R-H2).
+        """
         rows = self._exec("UPDATE dispatched_calls SET status = 'queued', worker_id = NULL, host = NULL, "
                           "lease_until = NULL, exec_dir = NULL, pid = NULL, proc_start = NULL, deadline = NULL "
                           "WHERE call_id = %s AND status = 'claimed' AND worker_id = %s AND lease_until < %s "
+                          + ("AND pid IS NULL " if unsent else "") +
                           "RETURNING call_id", (call_id, worker_id, now))
         if rows:
             self._exec("NOTIFY workrun_calls", ())
         return bool(rows)
+
+    def http_sending(self, call_id: str, worker_id: str, mark: dict[str, Any], now: float, deadline: float) -> bool:
+        """Commit "about to send" for an HTTP request a worker claimed (R-H1, R-H2, R-S2), in one transaction:
+        the claim's mark (``pid`` 0, ``deadline``) and the operation's (``op.started``) or attempt's
+        (``attempt.started``) ``running``, both conditional: False, nothing written, when ``worker_id`` no
+        longer holds the claim or the operation/attempt is no longer ``starting`` (a restarted scheduler
+        settled it as never sent). The request may leave only after True.
+
+        Args:
+            mark: ``{"operation_id": ID}`` or ``{"compensation_id": ID, "number": N}``.
+            now: seconds since the epoch (the operation's ``started_at``).
+            deadline: when the exchange's timeout ends (seconds since the epoch).
+        """
+        key: tuple[Any, ...]
+        if "operation_id" in mark:
+            table, key, fault = "operations", (mark["operation_id"],), "op.started"
+            fields: dict[str, Any] = {"status": "running", "pid": None, "proc_start": None, "started_at": now,
+                                      "deadline": deadline}
+        else:
+            table, key, fault = "attempts", (mark["compensation_id"], int(mark["number"])), "attempt.started"
+            fields = {"status": "running", "pid": None, "proc_start": None, "deadline": deadline}
+        psycopg = self._psycopg
+        wrote = False
+        with self._lock:
+            try:
+                with self._pg.transaction() as tx:
+                    held = self._pg.execute("UPDATE dispatched_calls SET pid = 0, deadline = %s WHERE call_id = %s "
+                                            "AND status = 'claimed' AND worker_id = %s RETURNING call_id",
+                                            (deadline, call_id, worker_id)).fetchall()
+                    where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
+                    row = self._pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE", key).fetchone()
+                    if not held or row is None or row["status"] != "starting":
+                        raise psycopg.Rollback(tx)
+                    sql, params = _update(table, key, fields)
+                    self._pg.execute(to_pg(sql), _flags(params))
+                    wrote = True
+            except psycopg.Error as exc:
+                raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
+                                   "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        if not wrote:  # rolled back: nothing written, the request must not leave
+            return False
+        faults.hit(fault)
+        return True
 
     def fence_call(self, call_id: str, run_id: str | None, now: float) -> bool:
         """Make a call that no executor claimed unable to ever start: a queued row becomes ``fenced``, a

@@ -198,9 +198,25 @@ class SqliteJournal:
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         with self._lock:
             try:
-                return self._db.execute(sql, params).fetchall()
+                cursor = self._db.cursor()
+                cursor.row_factory = None  # plain tuples: the dicts are built below, column names looked up once
+                rows = cursor.execute(sql, params).fetchall()
+                description = cursor.description
+                cursor.close()
             except sqlite3.Error as exc:
                 raise JournalError(f"journal read failed: {exc}", file=str(self.path)) from None
+        if not rows:
+            return []
+        names = [d[0] for d in description]
+        decode = [(i, name) for i, name in enumerate(names) if name in _JSON_COLUMNS]
+        out = []
+        for row in rows:
+            item = dict(zip(names, row, strict=True))
+            for i, name in decode:
+                if isinstance(row[i], str):
+                    item[name] = json.loads(row[i])
+            out.append(item)
+        return out
 
     def close(self) -> None:
         """Close the connection."""

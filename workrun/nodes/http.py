@@ -16,14 +16,19 @@ key of the request it repeats.
 A reverse action attempt follows the same shape with ``attempt.intent`` -> ``attempt.started`` ->
 ``attempt.finished``; its key is the compensation id, and its ledger row records ``http_status`` and
 ``response_tail`` (the first 2 KiB of the response body) instead of an exit code and stderr (R-H7).
+
+On a shared journal (the run's runner is a :class:`~workrun.dispatch.DispatchRunner`) the request is
+queued instead of sent here: any worker's executor claims it, commits ``op.started``/``attempt.started``
+itself before sending, and stores the result this scheduler journals (R-S2; see :mod:`workrun.dispatch`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from workrun.backoff import backoff_delay
+from workrun.dispatch import DispatchRunner
 from workrun.errors import ConfigError, StaleStatusError
 from workrun.models import AppSpec, HttpNode, HttpRequestSpec, NodeSpec, OutputField
 from workrun.nodes.base import NodeJob, Where
@@ -63,6 +68,28 @@ RESULT_FIELDS: dict[str, OutputField] = {"status": OutputField(type="integer", r
                                          "body": OutputField(type="object")}
 
 
+class _SentElsewhere(Mapping[str, str]):
+    """The environment a scheduler prepares a dispatched request with: every ``env.NAME`` reads as empty here;
+    the worker that sends it reads the real value from its own environment (R-H5, R-S2)."""
+
+    def __getitem__(self, name: str) -> str:
+        return ""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _env_of(svc: Services) -> Mapping[str, str] | None:
+    """Where ``env.NAME`` is read: here (None: ``os.environ``), or by the sending worker when dispatched."""
+    return _SentElsewhere() if isinstance(svc.runner, DispatchRunner) else None
+
+
 def _allow(spec_allow: list[str] | None) -> AllowList:
     return parse_allow(list(spec_allow or [])) + allow_from_env()
 
@@ -99,7 +126,7 @@ def _key_of(op: dict[str, Any]) -> str:
 
 
 def _send_operation(svc: Services, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
-                    depends_on: list[str], allow: AllowList) -> dict[str, Any]:
+                    depends_on: list[str], allow: AllowList, spec_allow: list[str]) -> dict[str, Any]:
     row = {
         "operation_id": op_id, "run_id": run_id, "node_key": node.key, "tool_call_index": None, "app": KIND,
         "project": "", "kind": KIND, "tool_name": None, "config": node.model_dump(mode="json"),
@@ -113,7 +140,10 @@ def _send_operation(svc: Services, *, run_id: str, node: HttpNode, op_id: str, r
         now = svc.now()
         svc.journal.operation_running(op_id, pid=None, proc_start=None, started_at=now, deadline=now + request.timeout)
 
-    got = send(request, allow, before_send=about_to_send)
+    if isinstance(svc.runner, DispatchRunner):  # a shared journal: any worker's executor sends it (R-S2)
+        got = svc.runner.send_request(op_id, request, spec_allow, {"operation_id": op_id})
+    else:
+        got = send(request, allow, before_send=about_to_send)
     return _finish_operation(svc, op_id, got)
 
 
@@ -183,7 +213,8 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
             resend_key = _key_of(last)
     budget = policy.attempts() if policy.retry else (2 if node.idempotent else 1)
     try:
-        allow = _allow((svc.journal.run(run_id)["spec"] or {}).get("http_allow"))  # WORKRUN_HTTP_ALLOW read now
+        spec_allow = list((svc.journal.run(run_id)["spec"] or {}).get("http_allow") or [])
+        allow = _allow(spec_allow)  # WORKRUN_HTTP_ALLOW read now
         url = parse_url(node.url)
     except ConfigError as exc:
         return NodeOutcome("failed", error=exc.line())
@@ -194,13 +225,14 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
         op_id = new_id("op")
         try:
             request = prepare(method=node.method, url=url, headers=node.headers, body=node.body, timeout=node.timeout,
-                              lookup=_node_lookup(job.context), idempotency_key=resend_key or op_id)
+                              lookup=_node_lookup(job.context), idempotency_key=resend_key or op_id,
+                              environ=_env_of(svc))
         except KeyError as exc:
             return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
         except RequestError as exc:
             return NodeOutcome("failed", error=str(exc))
         op = _send_operation(svc, run_id=run_id, node=node, op_id=op_id, request=request,
-                             depends_on=job.depends_on, allow=allow)
+                             depends_on=job.depends_on, allow=allow, spec_allow=spec_allow)
         job.say("info" if op["status"] == "succeeded" else "error",
                 f"operation {op_id} ({node.method} {request.full_url}): {op['status']}"
                 + (f": {op['error']}" if op["error"] else "")
@@ -316,9 +348,11 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
     action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
     run = svc.journal.run(comp["run_id"])
     try:
-        allow = _allow((run["spec"] or {}).get("http_allow"))
+        spec_allow = list((run["spec"] or {}).get("http_allow") or [])
+        allow = _allow(spec_allow)
         request = prepare(method=action.method, url=parse_url(action.url), headers=action.headers, body=action.body,
-                          timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op), idempotency_key=cid)
+                          timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op), idempotency_key=cid,
+                          environ=_env_of(svc))
     except KeyError as exc:
         got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
@@ -331,7 +365,11 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
 
     svc.say(comp["run_id"], comp["node_key"], "info",
             f"compensation {cid} of {comp['node_key']}: attempt {number}: {action.method} {request.full_url}")
-    got = send(request, allow, before_send=about_to_send)
+    if isinstance(svc.runner, DispatchRunner):  # a shared journal: any worker's executor sends it (R-S2)
+        got = svc.runner.send_request(f"{cid}.{number}", request, spec_allow,
+                                      {"compensation_id": cid, "number": number})
+    else:
+        got = send(request, allow, before_send=about_to_send)
     return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
 
@@ -394,10 +432,16 @@ def recover_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str,
 
     ``starting``: nothing was sent -> ``not_started``, the compensation ``pending`` again (not counted).
     ``running``: it may have been sent -> ``unknown`` (re-sent only when the action is idempotent).
+    On a shared journal the request's claim decides (:meth:`DispatchRunner.settle_request`).
     """
     cid = comp["compensation_id"]
     number = attempt["number"]
     now = svc.now()
+    if isinstance(svc.runner, DispatchRunner):  # a shared journal: a worker's executor may hold it (R-S2)
+        got = svc.runner.settle_request(f"{cid}.{number}")
+        if got.failure is not Failure.NOT_STARTED:
+            return finish_http_attempt(svc, comp, attempt, got)
+        attempt = {**attempt, "status": "starting"}  # fenced before any worker claimed it: never sent
     if attempt["status"] == "starting":
         svc.journal.finish_attempt(cid, number, status="not_started", failure=Failure.NOT_STARTED,
                                    error="not started: the runner stopped before it was sent", result=None, at=now,

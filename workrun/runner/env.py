@@ -18,6 +18,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from workrun.errors import EnvironmentUnavailableError
+from workrun.filestamps import StampedCache
 from workrun.paths import user_umask
 from workrun_sdk import _wire
 
@@ -94,12 +95,20 @@ def app_environment(venv_python: str, sdk_dir: Path, call_dir: Path) -> dict[str
     return env
 
 
+_ENV_FILES = ("pyproject.toml", "uv.lock", ".python-version")
+_ENV_KEYS: StampedCache[str] = StampedCache()
+
+
 def _env_key(project: Path) -> str:
-    h = hashlib.sha256()
-    for name in ("pyproject.toml", "uv.lock", ".python-version"):
-        p = project / name
-        h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
-    return h.hexdigest()
+    """sha256 over the files that define the environment; kept while their stat stamps hold."""
+    def compute() -> str:
+        h = hashlib.sha256()
+        for name in _ENV_FILES:
+            p = project / name
+            h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
+        return h.hexdigest()
+
+    return _ENV_KEYS.get(str(project), [project / name for name in _ENV_FILES], compute)
 
 
 def _private_tree(root: Path) -> None:

@@ -252,15 +252,15 @@ class ForkServers:
             ForkServerError: no server could start the call (nothing of the call ran).
         """
         server_env = {k: v for k, v in env.items() if k != "WORKRUN_CALL_DIR"}
-        ident = (python, str(sdk_dir), (os.path.realpath(warm[0]), warm[1]) if warm else None)
+        real_entry = os.path.realpath(entry)
+        warm_entry = (real_entry if os.fspath(entry) == warm[0] else os.path.realpath(warm[0])) if warm else None
+        ident = (python, str(sdk_dir), (warm_entry, warm[1]) if warm else None)
         state = (_env_state(python), tuple(sorted(server_env.items())))
-        request = {"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": os.path.realpath(entry),
-                   "args": []}
+        request = {"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": real_entry, "args": []}
         problem: BaseException | None = None
         for _ in range(2):
             try:
-                server = self._server(ident, state, python, sdk_dir, server_env, cwd,
-                                      os.path.realpath(warm[0]) if warm else None)
+                server = self._server(ident, state, python, sdk_dir, server_env, cwd, warm_entry)
             except (EOFError, OSError, ValueError) as exc:  # no server: the request was never sent
                 problem = exc
                 continue

@@ -12,7 +12,7 @@ from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
 from workrun.runner.env import EnvManager, app_environment, sdk_path
 from workrun.runner.forkserver import ForkServers
-from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait
+from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait, wait_exit
 
 __all__ = ["LocalRunner"]
 
@@ -59,6 +59,7 @@ class LocalRunner:
               warm: str | None = None) -> Started:
         """Write ``input.json`` and start the call's supervisor in its own group: forked by the environment's
         fork server (``launch="fork"``) or ``python <sdk>/workrun_sdk/_launch.py ENTRY`` (``"spawn"``)."""
+        calldir.place_outputs(call_dir)
         calldir.write_input(call_dir, {"grace": self.grace, **envelope})
         sdk = self.sdk_dir
         env = app_environment(python, sdk, call_dir)
@@ -110,7 +111,7 @@ class LocalRunner:
             if deadline is not None and time.time() >= deadline:
                 kill_group(pid, self.grace)
                 return Outcome(timed_out=True, signal=signal.SIGTERM)
-            time.sleep(0.05)
+            wait_exit(pid, 1.0 if deadline is None else min(1.0, deadline - time.time()))
         return calldir.read_exit(call_dir) or Outcome(unknown=True)
 
     def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:

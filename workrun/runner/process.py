@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -22,7 +23,7 @@ from workrun.runner.base import Outcome
 from workrun.runner.calldir import read_exit
 from workrun.runner.forkserver import ForkedProcess
 
-__all__ = ["Watchdog", "alive", "kill_group", "proc_start_time", "spawn_app_process", "wait"]
+__all__ = ["Watchdog", "alive", "kill_group", "proc_start_time", "spawn_app_process", "wait", "wait_exit"]
 
 
 def spawn_app_process(argv: list[str], cwd: Path, env: dict[str, str], stdout: Path,
@@ -74,6 +75,22 @@ def alive(pid: int, start: str | None) -> bool:
     return start is None or now == start
 
 
+def wait_exit(pid: int, timeout: float) -> None:
+    """Block until ``pid`` (not necessarily our child) exits or ``timeout`` seconds pass (a pidfd on Linux;
+    a short sleep elsewhere). Returns None: the caller looks again with :func:`alive`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        time.sleep(min(timeout, 0.05))
+        return
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll(max(0, int(timeout * 1000)))
+    finally:
+        os.close(fd)
+
+
 def _signal_group(pgid: int, sig: int) -> bool:
     """Send ``sig`` to the group; False when the group is gone."""
     try:
@@ -121,19 +138,23 @@ class _Watched:
 class Watchdog:
     """Ends process groups at their deadline or when the run is stopped.
 
-    One background thread checks every ``tick`` seconds: a group past its deadline
-    gets SIGTERM, and SIGKILL ``grace`` seconds later if it is still there.
+    One background thread sleeps until the next thing is due (at most ``tick`` seconds
+    when something is due, so a clock change is caught): a group past its deadline
+    gets SIGTERM, and SIGKILL ``grace`` seconds later if it is still there. With
+    nothing watched, or nothing due soon, it sleeps until woken by :meth:`watch`
+    or :meth:`stop_all` (no polling while calls run, issue 14).
 
     Args:
         grace: seconds between SIGTERM and SIGKILL.
-        tick: seconds between checks.
+        tick: the longest sleep (seconds) while a deadline or a SIGKILL is pending.
     """
 
-    def __init__(self, grace: float = 5.0, tick: float = 0.05) -> None:
+    def __init__(self, grace: float = 5.0, tick: float = 1.0) -> None:
         self.grace = grace
         self.tick = tick
         self._procs: dict[int, _Watched] = {}
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._stop_all = False
         self._thread = threading.Thread(target=self._loop, name="workrun-watchdog", daemon=True)
         self._thread.start()
@@ -145,6 +166,7 @@ class Watchdog:
             self._procs[pid] = watched
             if self._stop_all:
                 self._end(pid, watched, stopped=True)
+            self._wake.notify()
         return watched
 
     def forget(self, pid: int) -> None:
@@ -158,6 +180,7 @@ class Watchdog:
             self._stop_all = True
             for pid, watched in list(self._procs.items()):
                 self._end(pid, watched, stopped=True)
+            self._wake.notify()
 
     def _end(self, pid: int, watched: _Watched, *, stopped: bool = False, timed_out: bool = False) -> None:
         watched.stopped = watched.stopped or stopped
@@ -169,11 +192,22 @@ class Watchdog:
         if _signal_group(pid, signal.SIGTERM):
             watched.term_at = time.monotonic()
 
+    def _due_in(self) -> float | None:
+        """Seconds until the next deadline or SIGKILL (capped at ``tick``); None when nothing is pending."""
+        now, mono = time.time(), time.monotonic()
+        waits = []
+        for w in self._procs.values():
+            if w.term_at is None:
+                waits.append(w.deadline - now)
+            elif not w.killed:
+                waits.append(w.term_at + self.grace + SUPERVISOR_MARGIN - mono)
+        return min(self.tick, max(0.0, min(waits))) if waits else None
+
     def _loop(self) -> None:
         while True:
-            time.sleep(self.tick)
-            now, mono = time.time(), time.monotonic()
             with self._lock:
+                self._wake.wait(self._due_in())
+                now, mono = time.time(), time.monotonic()
                 for pid, watched in list(self._procs.items()):
                     if not watched.ending and (watched.stopped or watched.timed_out or now >= watched.deadline):
                         self._end(pid, watched, timed_out=not watched.stopped)

@@ -1,0 +1,203 @@
+"""HTTP requests and reverse actions sent by workers on a shared PostgreSQL journal (R-S2, R-H1, R-H2, R-H5).
+
+A scheduler-only worker (``--executors 0``) drives the run; executor workers claim its requests
+with ``SKIP LOCKED`` and send them to a real loopback server that counts what arrived.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from _kit import fleet
+from _kit.http_server import TestServer
+
+SECRET = "tok-41c9e2-ONLY-ON-THE-EXECUTOR"
+
+
+@pytest.fixture
+def shared(pg_url, monkeypatch, tmp_path):
+    """A shared journal with a 3 s lease, the scheduler's own TOKEN (not the secret), a loopback server."""
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    monkeypatch.setenv("WORKRUN_LEASE", "3")
+    monkeypatch.setenv("TOKEN", "scheduler-side-value")  # workers inherit it unless given their own
+    journal = open_journal(tmp_path)
+    with TestServer() as server:
+        yield journal, server
+    journal.close()
+
+
+def _workflow(tmp_path, server: TestServer) -> dict[str, object]:
+    auth = 'headers = { Authorization = "Bearer {{ env.TOKEN }}" }'
+    path = tmp_path / "orders.toml"
+    path.write_text(f"""name = "orders"
+http_allow = ["127.0.0.1:{server.port}"]
+[inputs]
+run = "?"
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/orders"
+{auth}
+compensation = {{ method = "DELETE", url = "{server.url}/api/orders/{{{{ original.result.body.id }}}}", \
+headers = {{ Authorization = "Bearer {{{{ env.TOKEN }}}}" }}, backoff = 0 }}
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/payments"
+needs = ["order"]
+""")
+    return {"orders": path}
+
+
+def _wait(predicate, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _worker_id(journal, proc) -> str:
+    return _wait(lambda: next((w["worker_id"] for w in journal.workers() if w["pid"] == proc.pid), None), 60,
+                 f"worker pid {proc.pid} to register")
+
+
+def _stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _ended(journal, run_id):
+    run = journal.run(run_id)
+    comps = journal.compensations(run_id)
+    return run["status"] not in ("pending", "running") and all(
+        c["status"] not in ("pending", "running") for c in comps)
+
+
+def test_requests_and_reverse_actions_are_sent_once_by_another_worker_and_the_secret_is_stored_nowhere(
+        shared, tmp_path):
+    journal, server = shared
+    server.route("POST", "/api/orders", status=201, json={"id": 7})
+    server.route("POST", "/api/payments", status=402, body="declined")
+    server.route("DELETE", "/api/orders/7", status=204)
+    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
+    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    x = fleet.start_worker(tmp_path / "homeX", tmp_path, "X", concurrency=1, env={"TOKEN": SECRET})
+    try:
+        scheduler, executor = _worker_id(journal, s), _worker_id(journal, x)
+        _wait(lambda: _ended(journal, run_id), 120, "the run and its compensation to end")
+    finally:
+        _stop([s, x])
+    assert journal.run_claim(run_id)["worker_id"] == scheduler != executor
+    assert journal.run(run_id)["status"] == "failed"
+    [comp] = journal.compensations(run_id)
+    assert comp["status"] == "succeeded"
+    assert [server.count("POST", "/api/orders"), server.count("POST", "/api/payments"),
+            server.count("DELETE", "/api/orders/7")] == [1, 1, 1]
+    assert {r.headers["Authorization"] for r in server.received if r.path.startswith("/api/orders")} == {
+        f"Bearer {SECRET}"}  # read from the sending worker's environment, at send time
+    calls = journal.dispatched_calls(run_id)
+    assert [c["call"]["kind"] for c in calls] == ["http"] * 3
+    assert {(c["worker_id"], c["status"], c["decided_by"], c["claims"]) for c in calls} == {
+        (executor, "done", "executor", 1)}
+    ops = {o["node_key"]: o for o in journal.operations(run_id)}
+    assert ops["order"]["status"] == "succeeded" and ops["pay"]["status"] == "failed"
+    assert ops["order"]["input"]["headers"]["Authorization"] == "Bearer {{ env.TOKEN }}"
+    tables = [r["table_name"] for r in journal._query(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")]
+    assert "dispatched_calls" in tables and "operations" in tables
+    for table in tables:
+        dump = "\n".join(r["t"] for r in journal._query(f"SELECT t::text AS t FROM {table} t"))
+        assert SECRET not in dump, table
+    for name in ("S", "X"):
+        assert SECRET not in (tmp_path / f"{name}.out").read_text(errors="replace")
+
+
+def test_scheduler_killed_with_its_request_queued_the_next_one_uses_what_a_worker_sent(shared, tmp_path):
+    """R-R3 across workers: the scheduler dies after queueing a request no executor claimed yet; a worker's
+    executor sends it, and the scheduler that takes the run over journals that result (one operation, one
+    request at the server), never a second send."""
+    journal, server = shared
+    server.route("POST", "/api/orders", status=201, json={"id": 7})
+    server.route("POST", "/api/payments", status=402, body="declined")
+    server.route("DELETE", "/api/orders/7", status=204)
+    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
+    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    procs = [s]
+    try:
+        _wait(lambda: journal.dispatched_calls(run_id), 60, "S to queue the first request")
+        os.kill(s.pid, signal.SIGKILL)
+        s.wait(timeout=60)
+        y = fleet.start_worker(tmp_path / "homeY", tmp_path, "Y", concurrency=1)
+        procs.append(y)
+        _wait(lambda: _ended(journal, run_id), 120, "the run to end")
+    finally:
+        _stop(procs)
+    [order] = journal.operations(run_id, "order")
+    assert order["status"] == "succeeded"
+    assert journal.run_claim(run_id)["takeovers"] == 1
+    assert [server.count("POST", "/api/orders"), server.count("DELETE", "/api/orders/7")] == [1, 1]
+
+
+@pytest.mark.parametrize("killed", ["after-about-to-send", "before-about-to-send"])
+def test_executor_killed_around_about_to_send(shared, tmp_path, killed):
+    """R-H2 + R-R3 across workers: an executor killed once its "about to send" is committed leaves the request
+    ``unknown`` (never re-sent: it is not idempotent); one killed after its claim but before that mark sent
+    nothing, so its request is queued again and sent once by another executor."""
+    journal, server = shared
+    if killed == "after-about-to-send":
+        server.route("POST", "/api/orders", hang=60)  # received, never answered while the executor lives
+    else:
+        server.route("POST", "/api/orders", status=201, json={"id": 7})
+    server.route("POST", "/api/payments", status=402, body="declined")
+    server.route("DELETE", "/api/orders/7", status=204)
+    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
+    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    procs = [s]
+    try:
+        _wait(lambda: journal.run_claim(run_id), 60, "S to claim the run")
+        fault = {} if killed == "after-about-to-send" else {"WORKRUN_FAULT": "call.claimed"}
+        x = fleet.start_worker(tmp_path / "homeX", tmp_path, "X", concurrency=1, env=fault)
+        procs.append(x)
+        if killed == "after-about-to-send":
+            _wait(lambda: server.count("POST", "/api/orders"), 60, "the request to reach the server")
+            x_id = _worker_id(journal, x)
+            os.kill(x.pid, signal.SIGKILL)
+        else:
+            x_id = _worker_id(journal, x)
+        assert x.wait(timeout=60) == -signal.SIGKILL
+        y = fleet.start_worker(tmp_path / "homeY", tmp_path, "Y", concurrency=1)
+        procs.append(y)
+        y_id = _worker_id(journal, y)
+        _wait(lambda: _ended(journal, run_id), 120, "the run to end")
+        time.sleep(1.0)  # room for a wrong re-send to arrive
+    finally:
+        server.release()
+        _stop(procs)
+    [order] = journal.operations(run_id, "order")
+    [call] = [c for c in journal.dispatched_calls(run_id) if c["call_id"] == order["operation_id"]]
+    assert server.count("POST", "/api/orders") == 1
+    if killed == "after-about-to-send":
+        assert order["status"] == "unknown" and order["failure"] == "unknown"
+        assert (call["worker_id"], call["claims"], call["decided_by"]) == (x_id, 1, "takeover")
+        assert server.count("POST", "/api/payments") == 0  # the node failed: nothing downstream ran
+    else:
+        assert order["status"] == "succeeded"
+        assert (call["worker_id"], call["claims"], call["decided_by"]) == (y_id, 2, "executor")
+        assert server.count("DELETE", "/api/orders/7") == 1
