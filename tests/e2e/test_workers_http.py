@@ -98,12 +98,17 @@ def test_requests_and_reverse_actions_are_sent_once_by_another_worker_and_the_se
     server.route("DELETE", "/api/orders/7", status=204)
     [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
     s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
-    x = fleet.start_worker(tmp_path / "homeX", tmp_path, "X", concurrency=1, env={"TOKEN": SECRET})
+    procs = [s]
     try:
-        scheduler, executor = _worker_id(journal, s), _worker_id(journal, x)
+        scheduler = _worker_id(journal, s)
+        # S schedules the run before X exists: otherwise X could take the run (and be its scheduler) first
+        _wait(lambda: (journal.run_claim(run_id) or {}).get("worker_id") == scheduler, 60, "S to claim the run")
+        x = fleet.start_worker(tmp_path / "homeX", tmp_path, "X", concurrency=1, env={"TOKEN": SECRET})
+        procs.append(x)
+        executor = _worker_id(journal, x)
         _wait(lambda: _ended(journal, run_id), 120, "the run and its compensation to end")
     finally:
-        _stop([s, x])
+        _stop(procs)
     assert journal.run_claim(run_id)["worker_id"] == scheduler != executor
     assert journal.run(run_id)["status"] == "failed"
     [comp] = journal.compensations(run_id)
