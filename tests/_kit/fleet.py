@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -195,3 +196,16 @@ def check_runs(journal: Any, run_ids: list[str], log: Path) -> dict[str, int]:
                 assert first["t1"] <= later["t0"], (run_id, f"{key} must be undone before {dep}", first, later)
         total += len(comps)
     return {"runs": len(run_ids), "compensations": total}
+
+
+def stop_workers(procs: list[Any]) -> None:
+    """SIGTERM each worker still running (it finishes the runs in hand), then wait up to 60 s each, else kill."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

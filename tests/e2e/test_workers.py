@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from _kit import fleet
+from _kit.processes import wait_for
 
 
 @pytest.fixture
@@ -33,18 +34,6 @@ def shared(pg_url, monkeypatch, tmp_path):
     journal = open_journal(tmp_path)
     yield {"journal": journal, "log": log, "url": pg_url}
     journal.close()
-
-
-def _stop(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def _cli(*args, env=None, timeout=120):
@@ -67,7 +56,7 @@ def test_four_workers_compensate_every_run_once_in_reverse_order(shared, tmp_pat
     try:
         fleet.wait_all_ended(shared["journal"], run_ids, timeout=600, procs=procs)
     finally:
-        _stop(procs)
+        fleet.stop_workers(procs)
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [(tmp_path / f"w{i}.out").read_text()[-2000:]
                                                            for i in range(4)]
     got = fleet.check_runs(shared["journal"], run_ids, shared["log"])
@@ -86,16 +75,6 @@ def _attempt_running(journal, node):
                           "USING (compensation_id) JOIN dispatched_calls d ON d.call_id = a.compensation_id || '-' || "
                           "a.number WHERE c.node_key = ? AND a.status = 'running' AND d.pid IS NOT NULL", (node,))
     return rows[0] if rows else None
-
-
-def _wait(predicate, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _call_of(journal, comp, number=1):
@@ -127,15 +106,15 @@ def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_pat
         others = []
     else:  # the scheduler first (it claims the run), then the executor (nothing left to schedule)
         a = s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
-        _wait(lambda: journal.run_claim(run_id), 60, "S to claim the run")
+        wait_for(lambda: journal.run_claim(run_id), 60, "S to claim the run")
         x = fleet.start_worker(tmp_path / "homeA", tmp_path, "A", concurrency=1)
         a, others = (x, [s]) if killed == "executor" else (s, [x])
     try:
-        attempt = _wait(lambda: _attempt_running(journal, "b"), 120, "b's compensation attempt to run")
+        attempt = wait_for(lambda: _attempt_running(journal, "b"), 120, "b's compensation attempt to run")
         started = Path(str(shared["log"]) + ".started.b")
-        _wait(started.exists, 60, "b's compensate script to start")  # past its imports: truly mid-attempt
+        wait_for(started.exists, 60, "b's compensate script to start")  # past its imports: truly mid-attempt
     except AssertionError:
-        _stop([a, *others])
+        fleet.stop_workers([a, *others])
         raise AssertionError((tmp_path / "A.out").read_text()[-3000:]) from None
     scheduler = journal.run_claim(run_id)["worker_id"]
     executor = attempt["worker_id"]
@@ -156,7 +135,7 @@ def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_pat
     finally:
         if b.poll() is None:
             b.kill()
-        _stop(others)
+        fleet.stop_workers(others)
     out = (tmp_path / "B.out").read_text()
     assert b.returncode == 0, out[-3000:]
     assert all(p.returncode == 0 for p in others), [(tmp_path / "S.out").read_text()[-3000:]]
@@ -199,11 +178,11 @@ def test_one_runs_calls_execute_on_several_workers_in_reverse_order(shared, tmp_
     s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
     procs = [s]
     try:
-        _wait(lambda: journal.run_claim(run_id), 60, "S to claim the run")
+        wait_for(lambda: journal.run_claim(run_id), 60, "S to claim the run")
         procs += [fleet.start_worker(tmp_path / f"home{n}", tmp_path, n, concurrency=1) for n in ("X", "Y")]
         fleet.wait_all_ended(journal, [run_id], timeout=180, procs=procs)
     finally:
-        _stop(procs)
+        fleet.stop_workers(procs)
     assert [p.returncode for p in procs] == [0, 0, 0], [(tmp_path / f"{n}.out").read_text()[-2000:] for n in "SXY"]
     fleet.check_runs(journal, [run_id], shared["log"])
     comps = {c["node_key"]: c for c in journal.compensations(run_id)}
@@ -337,13 +316,13 @@ def test_stop_reaches_the_worker_driving_the_run(shared, tmp_path):
     run_id = json.loads(submitted.stdout)["run_id"]
     w = fleet.start_worker(tmp_path / "home", tmp_path, "w", concurrency=1)
     try:
-        _wait(lambda: [o for o in journal.operations(run_id, "b") if o["status"] == "running"], 120, "b to run")
+        wait_for(lambda: [o for o in journal.operations(run_id, "b") if o["status"] == "running"], 120, "b to run")
         stopped = _cli("stop", run_id, env={"WORKRUN_HOME": str(tmp_path / "elsewhere")})
         assert stopped.returncode == 0, stopped
         assert "stop requested; worker wkr_" in stopped.stdout and "NOT undone" in stopped.stdout, stopped.stdout
         assert journal.run(run_id)["status"] == "stopped"
     finally:
-        _stop([w])
+        fleet.stop_workers([w])
     assert w.returncode == 0, (tmp_path / "w.out").read_text()[-3000:]
     assert journal.compensations(run_id) == []
     assert [n["status"] for n in journal.nodes(run_id)] == ["succeeded", "stopped", "skipped", "skipped"]
@@ -361,7 +340,7 @@ def test_resume_right_after_a_killed_run_waits_out_its_lease_and_finishes_it(sha
     runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf), "--input", "run=k"],
                               stdout=out, stderr=subprocess.STDOUT)
     try:
-        _wait(Path(str(shared["log"]) + ".started.b").exists, 120, "b's compensate script to start")
+        wait_for(Path(str(shared["log"]) + ".started.b").exists, 120, "b's compensate script to start")
     finally:
         runner.kill()
         runner.wait()
@@ -396,7 +375,7 @@ def test_stop_of_a_run_whose_runner_was_killed_ends_it_once_the_lease_passes(sha
                               stdout=out, stderr=subprocess.STDOUT)
     pid_file = Path(str(shared["log"]) + ".pid")
     try:
-        _wait(lambda: pid_file.exists() and pid_file.read_text(), 120, "b's App to start")
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), 120, "b's App to start")
     finally:
         runner.kill()
         runner.wait()
@@ -407,7 +386,7 @@ def test_stop_of_a_run_whose_runner_was_killed_ends_it_once_the_lease_passes(sha
     assert journal.run(run["run_id"])["status"] == "stopped", stopped.stdout
     assert [n["status"] for n in journal.nodes(run["run_id"])] == ["succeeded", "stopped", "skipped", "skipped"]
     assert journal.compensations(run["run_id"]) == []
-    _wait(lambda: not os.path.exists(f"/proc/{app_pid}") or "Z" in Path(f"/proc/{app_pid}/stat").read_text()
+    wait_for(lambda: not os.path.exists(f"/proc/{app_pid}") or "Z" in Path(f"/proc/{app_pid}/stat").read_text()
           .split(")")[-1].split()[0], 30, "b's App process to end")
 
 
@@ -419,13 +398,13 @@ def test_a_scheduler_without_executors_says_why_the_run_waits(shared, tmp_path):
     [run_id] = fleet.submit({"chain": fleet.write_workflow(tmp_path, "chain", project)}, 1)
     s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
     try:
-        said = _wait(lambda: [m["text"] for m in journal.messages(run_id) if "waited" in m["text"]], 120,
+        said = wait_for(lambda: [m["text"] for m in journal.messages(run_id) if "waited" in m["text"]], 120,
                      "the run to say why it waits")
         shown = _cli("runs", "show", run_id)
     finally:
         s.send_signal(signal.SIGTERM)  # its run cannot end: the second signal ends the worker now
         time.sleep(1)
-        _stop([s])
+        fleet.stop_workers([s])
     assert "executor" in said[0] and "--executors 0" in said[0], said
     assert fleet.markers(shared["log"]) == []
     assert shown.returncode == 0 and "waited" in shown.stdout, shown

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
 from _kit import fleet
 from _kit.http_server import TestServer
+from _kit.processes import wait_for
 
 SECRET = "tok-41c9e2-ONLY-ON-THE-EXECUTOR"
 
@@ -56,31 +56,9 @@ needs = ["order"]
     return {"orders": path}
 
 
-def _wait(predicate, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _worker_id(journal, proc) -> str:
-    return _wait(lambda: next((w["worker_id"] for w in journal.workers() if w["pid"] == proc.pid), None), 60,
+    return wait_for(lambda: next((w["worker_id"] for w in journal.workers() if w["pid"] == proc.pid), None), 60,
                  f"worker pid {proc.pid} to register")
-
-
-def _stop(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def _ended(journal, run_id):
@@ -102,13 +80,13 @@ def test_requests_and_reverse_actions_are_sent_once_by_another_worker_and_the_se
     try:
         scheduler = _worker_id(journal, s)
         # S schedules the run before X exists: otherwise X could take the run (and be its scheduler) first
-        _wait(lambda: (journal.run_claim(run_id) or {}).get("worker_id") == scheduler, 60, "S to claim the run")
+        wait_for(lambda: (journal.run_claim(run_id) or {}).get("worker_id") == scheduler, 60, "S to claim the run")
         x = fleet.start_worker(tmp_path / "homeX", tmp_path, "X", concurrency=1, env={"TOKEN": SECRET})
         procs.append(x)
         executor = _worker_id(journal, x)
-        _wait(lambda: _ended(journal, run_id), 120, "the run and its compensation to end")
+        wait_for(lambda: _ended(journal, run_id), 120, "the run and its compensation to end")
     finally:
-        _stop(procs)
+        fleet.stop_workers(procs)
     assert journal.run_claim(run_id)["worker_id"] == scheduler != executor
     assert journal.run(run_id)["status"] == "failed"
     [comp] = journal.compensations(run_id)
@@ -146,14 +124,14 @@ def test_scheduler_killed_with_its_request_queued_the_next_one_uses_what_a_worke
     s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
     procs = [s]
     try:
-        _wait(lambda: journal.dispatched_calls(run_id), 60, "S to queue the first request")
+        wait_for(lambda: journal.dispatched_calls(run_id), 60, "S to queue the first request")
         os.kill(s.pid, signal.SIGKILL)
         s.wait(timeout=60)
         y = fleet.start_worker(tmp_path / "homeY", tmp_path, "Y", concurrency=1)
         procs.append(y)
-        _wait(lambda: _ended(journal, run_id), 120, "the run to end")
+        wait_for(lambda: _ended(journal, run_id), 120, "the run to end")
     finally:
-        _stop(procs)
+        fleet.stop_workers(procs)
     [order] = journal.operations(run_id, "order")
     assert order["status"] == "succeeded"
     assert journal.run_claim(run_id)["takeovers"] == 1
@@ -176,12 +154,12 @@ def test_executor_killed_around_about_to_send(shared, tmp_path, killed):
     s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
     procs = [s]
     try:
-        _wait(lambda: journal.run_claim(run_id), 60, "S to claim the run")
+        wait_for(lambda: journal.run_claim(run_id), 60, "S to claim the run")
         fault = {} if killed == "after-about-to-send" else {"WORKRUN_FAULT": "call.claimed"}
         x = fleet.start_worker(tmp_path / "homeX", tmp_path, "X", concurrency=1, env=fault)
         procs.append(x)
         if killed == "after-about-to-send":
-            _wait(lambda: server.count("POST", "/api/orders"), 60, "the request to reach the server")
+            wait_for(lambda: server.count("POST", "/api/orders"), 60, "the request to reach the server")
             x_id = _worker_id(journal, x)
             os.kill(x.pid, signal.SIGKILL)
         else:
@@ -190,11 +168,11 @@ def test_executor_killed_around_about_to_send(shared, tmp_path, killed):
         y = fleet.start_worker(tmp_path / "homeY", tmp_path, "Y", concurrency=1)
         procs.append(y)
         y_id = _worker_id(journal, y)
-        _wait(lambda: _ended(journal, run_id), 120, "the run to end")
+        wait_for(lambda: _ended(journal, run_id), 120, "the run to end")
         time.sleep(1.0)  # room for a wrong re-send to arrive
     finally:
         server.release()
-        _stop(procs)
+        fleet.stop_workers(procs)
     [order] = journal.operations(run_id, "order")
     [call] = [c for c in journal.dispatched_calls(run_id) if c["call_id"] == order["operation_id"]]
     assert server.count("POST", "/api/orders") == 1
