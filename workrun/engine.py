@@ -93,7 +93,7 @@ class Engine:
         if not fresh and now - self._stop_checked.get(run_id, -STOP_POLL_SECONDS) < STOP_POLL_SECONDS:
             return False
         self._stop_checked[run_id] = now
-        if self.svc.journal.run(run_id)["stop_requested"]:
+        if self.svc.journal.stop_requested(run_id):
             self.svc.request_stop()
             return True
         return False
@@ -245,8 +245,18 @@ class Engine:
         terminated = False
         futures: dict[Future[NodeOutcome], str] = {}
 
+        known: dict[str, dict[str, Any]] = {}  # node rows read so far; re-read only when a node's state moved
+
         def status_of() -> dict[str, dict[str, Any]]:
-            return {n["node_key"]: n for n in svc.journal.nodes(run_id)}
+            """The run's node rows: their states looked up each time (a person may resume a ticket meanwhile),
+            a whole row (with its result) read again only when its state changed, so a long chain does not
+            decode every result at every step (issue 14)."""
+            states = svc.journal.node_states(run_id)
+            moved = [s["node_key"] for s in states if (k := known.get(s["node_key"])) is None
+                     or k["status"] != s["status"] or k["handled"] != s["handled"]]
+            for row in svc.journal.nodes(run_id, moved) if moved else ():
+                known[row["node_key"]] = row
+            return {s["node_key"]: known[s["node_key"]] for s in states}
 
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
             nodes = status_of()

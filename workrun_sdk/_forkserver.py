@@ -91,8 +91,12 @@ def _call(request: dict, keep_fds: tuple[int, ...]) -> None:
         for fd in keep_fds:
             os.close(fd)
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        env = request["env"]
+        for name in [n for n in os.environ if n not in env]:  # the server's environment is the call's minus a
+            del os.environ[name]                               # few names: change only what differs
+        for name, value in env.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
         call_dir = request["call_dir"]
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(os.path.join(call_dir, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

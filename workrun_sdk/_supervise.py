@@ -256,6 +256,9 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
         signal.pthread_sigmask(signal.SIG_SETMASK, set(old_mask) - set(_WAKE))  # the App gets them as usual
         sys.argv = [entry, *args]
         sys.path[0] = os.path.dirname(entry)
+        call = sys.modules.get("workrun_sdk._call")
+        if call is not None:  # loaded already (a fork server's call): the App need not read input.json again
+            call._cache[directory] = envelope
         _exit_like_python(run_app(entry, envelope))
     status: list[int] = []
     recorded: list[int] = []

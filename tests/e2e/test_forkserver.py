@@ -173,3 +173,41 @@ def test_servers_end_with_the_runner_also_when_it_is_killed(workrun, write_workf
     while _servers_of(isolated_env) and time.monotonic() < end:
         time.sleep(0.05)
     assert _servers_of(isolated_env) == []
+
+
+@pytest.mark.parametrize("launch", ["fork", "spawn"])
+def test_a_call_sees_exactly_its_environment_and_its_input_once_read(make_project, tmp_path, launch):
+    """The fork server hands a call exactly the environment the runner built (only the names that differ from
+    the server's are changed in the forked supervisor), and the App reads the input the supervisor read."""
+    import time
+
+    from workrun.runner.local import LocalRunner
+
+    project = make_project("envapp", '[tool.workrun.apps.envapp]\nentry = "main.py"\n', {"main.py": """
+        import os
+        from workrun_sdk import process
+        process.result({"env": dict(os.environ), "input": process.input()})
+    """})
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    runner = LocalRunner(data, grace=1.0, launch=launch)
+    try:
+        python = runner.prepare(project)
+        for i, extra in enumerate(({}, {"WORKRUN_TEST_ONLY_HERE": "x"})):
+            call_dir = data / "calls" / f"c{i}"
+            call_dir.mkdir(parents=True)
+            os.environ.update(extra)  # the next call's environment has one name more than the server's
+            try:
+                started = runner.start(python, project, project / "main.py", call_dir,
+                                       {"kind": "process", "input": {"i": i}, "context": None, "tool": None})
+                want = app_environment(python, runner.sdk_dir, call_dir)
+            finally:
+                for name in extra:
+                    del os.environ[name]
+            assert runner.wait(started, time.time() + 60).exit_code == 0, (call_dir / "stderr").read_text()
+            got = runner.collect(call_dir).result
+            assert got["input"] == {"i": i}
+            got_env = {k: v for k, v in got["env"].items() if k not in ("PWD", "LC_CTYPE")}
+            assert got_env == {k: v for k, v in want.items() if k not in ("PWD", "LC_CTYPE")}
+    finally:
+        runner.close()

@@ -116,8 +116,15 @@ class Journal(Protocol):
     def runs_with_open_remote_tasks(self) -> list[str]:
         """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first."""
 
-    def nodes(self, run_id: str) -> list[Row]:
-        """The run's nodes in workflow order."""
+    def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[Row]:
+        """The run's nodes in workflow order (only those named in ``keys`` when given)."""
+
+    def node_states(self, run_id: str) -> list[Row]:
+        """``{node_key, status, handled}`` of the run's nodes in workflow order: the scheduler's cheap look
+        (no result to decode, issue 14)."""
+
+    def stop_requested(self, run_id: str) -> bool:
+        """True when ``workrun stop`` flagged the run (R-C9; exact id, False for an unknown one)."""
 
     def messages(self, run_id: str) -> list[Row]:
         """All messages of a run, oldest first."""

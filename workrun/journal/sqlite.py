@@ -435,9 +435,23 @@ class SqliteJournal:
             "(SELECT operation_id FROM compensations))")
         return [r["run_id"] for r in rows]
 
-    def nodes(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's nodes in workflow order."""
-        return self._query("SELECT * FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
+    def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The run's nodes in workflow order (only those named in ``keys`` when given)."""
+        if keys is None:
+            return self._query("SELECT * FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
+        if not keys:
+            return []
+        return self._query(f"SELECT * FROM nodes WHERE run_id = ? AND node_key IN ({', '.join('?' * len(keys))}) "
+                           "ORDER BY position", (run_id, *keys))
+
+    def node_states(self, run_id: str) -> list[dict[str, Any]]:
+        """``{node_key, status, handled}`` of the run's nodes in workflow order (no JSON to decode)."""
+        return self._query("SELECT node_key, status, handled FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
+
+    def stop_requested(self, run_id: str) -> bool:
+        """True when ``workrun stop`` flagged the run (exact id; False for an unknown one)."""
+        rows = self._query("SELECT stop_requested FROM runs WHERE run_id = ?", (run_id,))
+        return bool(rows and rows[0]["stop_requested"])
 
     def messages(self, run_id: str) -> list[dict[str, Any]]:
         """All messages of a run, oldest first."""
