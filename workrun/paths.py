@@ -30,6 +30,17 @@ def _refuse(path: Path, from_env: bool, message: str) -> ConfigError:
     return ConfigError(f"{message} (WORKRUN_HOME chooses another data directory)", file=str(path))
 
 
+def existing_data_dir() -> Path | None:
+    """The configured data directory when it already exists (nothing is created or checked; None on a bad
+    ``WORKRUN_HOME``): for work done ahead of a command that will check it (issue 14)."""
+    try:
+        home = settings.current().home
+    except Exception:  # a bad setting: the command itself reports it (exit 2)
+        return None
+    path = home if home is not None else Path(platformdirs.user_data_dir("workrun", appauthor=False))
+    return path if path.is_dir() else None
+
+
 def data_dir(*, write: bool = True) -> Path:
     """Return the data directory, created 0700 if missing (R-J4, SPEC §17).
 

@@ -211,3 +211,65 @@ def test_a_call_sees_exactly_its_environment_and_its_input_once_read(make_projec
             assert got_env == {k: v for k, v in want.items() if k not in ("PWD", "LC_CTYPE")}
     finally:
         runner.close()
+
+
+def test_a_prestarted_server_is_taken_over_by_the_first_call_of_its_environment(env_of):
+    """The server ``prestart`` starts ahead of time serves the first call whose environment matches (no second
+    server); a server started for another environment is not used, and close ends it too."""
+    from workrun.runner import forkserver
+
+    project, python, sdk_dir, data = env_of
+    env = app_environment(python, sdk_dir, data / "calls" / "x")
+    forkserver.prestart(python, sdk_dir, env, project)
+    forkserver.prestart(python, sdk_dir, {**env, "WORKRUN_TEST_OTHER": "1"}, project)
+    early = [e.server.proc.pid for e in forkserver._EARLY.values() if e.server is not None]
+    assert len(early) == 2
+    servers = ForkServers()
+    try:
+        _call(servers, env_of, "c1", None)
+        used = _server_pids(servers)
+        assert len(used) == 1 and used[0] in early
+        assert len(forkserver._EARLY) == 1  # the other environment's server is still waiting
+    finally:
+        servers.close()
+    assert forkserver._EARLY == {}
+    for pid in early:
+        deadline = __import__("time").monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and __import__("time").monotonic() < deadline:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            __import__("time").sleep(0.02)
+        else:
+            assert not os.path.exists(f"/proc/{pid}"), f"server {pid} still runs after close"
+
+
+def test_workrun_run_starts_the_first_environment_server_once_ahead_of_the_call(workrun, write_workflow,
+                                                                              make_project, isolated_env):
+    """``workrun run`` starts the first process node's fork server while it loads (issue 14); the call is then
+    served by it: during the call exactly one server of this data dir is alive."""
+    project = make_project("count", '[tool.workrun.apps.count]\nentry = "main.py"\n', {"main.py": f"""
+        import os
+        from workrun_sdk import process
+        servers = {{}}  # pid -> parent pid of every live process running this data dir's fork server script
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{{name}}/cmdline", "rb") as fh:
+                    argv = fh.read().split(b"\\0")
+                with open(f"/proc/{{name}}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and any(a.endswith(b"_forkserver.py")
+                                        and a.startswith({str(isolated_env).encode()!r}) for a in argv):
+                servers[int(name)] = int(fields[1])
+        # a supervisor and its App are forks of a server (same command line): count the servers themselves
+        process.result({{"servers": sum(1 for parent in servers.values() if parent not in servers)}})
+    """})
+    wf = write_workflow("count", f'[nodes.a]\nproject = "{project}"\napp = "count"\n')
+    first = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork"})  # syncs the environment, copies the SDK
+    assert first.code == 0, first
+    second = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork"})
+    assert second.code == 0, second
+    assert [o["result"] for o in json.loads(second.out)["operations"]] == [{"servers": 1}]
+    assert _servers_of(isolated_env) == []

@@ -14,7 +14,9 @@ code; a usage error exits 2; Ctrl-C 130; anything else is one ``internal error``
 from __future__ import annotations
 
 import gc
+import os
 import sys
+from pathlib import Path
 
 __all__ = ["main", "run"]
 
@@ -106,6 +108,47 @@ def _failed(exc: BaseException, debug: bool) -> int:
     return 1
 
 
+def _first_project(workflow: str) -> str | None:
+    """The ``project`` of the workflow file's first process node, resolved against the file's folder, or None
+    (not a readable workflow: the command itself reports why)."""
+    import tomllib
+
+    try:
+        with open(workflow, "rb") as fh:
+            nodes = tomllib.load(fh).get("nodes")
+    except (OSError, ValueError):
+        return None
+    for node in (nodes or {}).values() if isinstance(nodes, dict) else ():
+        if isinstance(node, dict) and node.get("kind", "process") == "process" \
+                and isinstance(node.get("project"), str):
+            return os.path.join(os.path.dirname(os.path.abspath(workflow)), node["project"])
+    return None
+
+
+def _ahead(args: list[str]) -> None:
+    """For ``workrun run WORKFLOW …``: start the fork server of the first process node's App environment in a
+    background thread, while this process loads the rest of itself (issue 14, R-P1). Only an already
+    synced environment of an existing data directory is used; anything else is left to the command."""
+    words = [a for a in args if a != "--debug"]
+    if len(words) < 2 or words[0] != "run" or os.environ.get("WORKRUN_JOURNAL"):
+        return
+    workflow = next((w for w in words[1:] if not w.startswith("-")), None)
+    if workflow is None or not workflow.endswith(".toml"):
+        return
+    import threading
+
+    from workrun.paths import existing_data_dir
+    from workrun.runner.local import prestart_fork_server  # imported here, not in the thread (no import race)
+
+    def start() -> None:
+        project = _first_project(workflow)
+        data = existing_data_dir() if project else None
+        if project and data:
+            prestart_fork_server(data, Path(project))
+
+    threading.Thread(target=start, name="workrun-prestart", daemon=True).start()
+
+
 def run(args: list[str]) -> int:
     """Run one command line and return its exit code (SPEC §10); errors become one line on stderr.
 
@@ -113,6 +156,7 @@ def run(args: list[str]) -> int:
         args: the arguments after the program name.
     """
     try:
+        _ahead(args)
         code = _quick(args)
         if code is None:
             from workrun.cli.main import app

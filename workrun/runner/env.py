@@ -22,7 +22,7 @@ from workrun.filestamps import StampedCache
 from workrun.paths import user_umask
 from workrun_sdk import _wire
 
-__all__ = ["EnvManager", "app_environment", "clean_env", "sdk_path", "uv_bin"]
+__all__ = ["EnvManager", "app_environment", "clean_env", "existing_sdk_path", "sdk_path", "uv_bin"]
 
 _KEEP_UV = {"UV_CACHE_DIR", "UV_OFFLINE", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX",
             "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_PYTHON_INSTALL_DIR", "UV_PYTHON_DOWNLOADS", "UV_LINK_MODE",
@@ -60,18 +60,29 @@ def uv_bin() -> str:
         return found
 
 
+def _sdk_copy(data_dir: Path) -> tuple[Path, list[Path], str]:
+    """``(copy directory, SDK source files, digest)``: the copy is named by the SDK's content hash."""
+    import workrun_sdk
+
+    src = Path(workrun_sdk.__file__).parent
+    files = sorted(p for p in src.glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+    return data_dir / "sdk" / digest, files, digest
+
+
+def existing_sdk_path(data_dir: Path) -> Path | None:
+    """:func:`sdk_path` when the copy is there already, else None (nothing is written)."""
+    target, _, _ = _sdk_copy(data_dir)
+    return target if (target / "workrun_sdk" / "__init__.py").is_file() else None
+
+
 def sdk_path(data_dir: Path) -> Path:
     """Return a directory holding only a copy of this runner's ``workrun_sdk`` (for ``PYTHONPATH``).
 
     Copied once per SDK content hash, so App processes import the SDK of the
     runner's own version and nothing else of the runner's environment.
     """
-    import workrun_sdk
-
-    src = Path(workrun_sdk.__file__).parent
-    files = sorted(p for p in src.glob("*.py"))
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
-    target = data_dir / "sdk" / digest
+    target, files, digest = _sdk_copy(data_dir)
     if not (target / "workrun_sdk" / "__init__.py").is_file():
         tmp = data_dir / "sdk" / f".{digest}.{os.getpid()}.{threading.get_ident()}"
         (tmp / "workrun_sdk").mkdir(parents=True, exist_ok=True)
@@ -136,6 +147,20 @@ class EnvManager:
         self.data_dir = data_dir
         self._ready: dict[tuple[str, str], str] = {}
         self._mutex = threading.Lock()
+
+    def ready_python(self, project: Path) -> str | None:
+        """The environment's python when it is synced for the project's current lock (nothing is synced or
+        locked here), else None: for work done ahead of a call that may not come (issue 14)."""
+        project = Path(project).resolve()
+        venv_python = project / ".venv" / "bin" / "python"
+        ident = hashlib.sha256(str(project).encode()).hexdigest()[:16]
+        try:
+            known = json.loads((self.data_dir / "envs" / f"{ident}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(known, dict) or known.get("key") != _env_key(project) or not venv_python.exists():
+            return None
+        return str(venv_python)
 
     def python(self, project: Path, *, offline: bool = False) -> str:
         """Return the environment's python, syncing first if the lock changed or ``.venv`` is gone.

@@ -36,7 +36,7 @@ from typing import Any
 
 from workrun.errors import UsageError
 
-__all__ = ["LAUNCH_ENV", "ForkServers", "ForkServerError", "ForkedProcess", "launch_mode"]
+__all__ = ["LAUNCH_ENV", "ForkServers", "ForkServerError", "ForkedProcess", "launch_mode", "prestart"]
 
 LAUNCH_ENV = "WORKRUN_LAUNCH"
 _READY_TIMEOUT = 60.0  # seconds for a server to load (a warm Tool App module may import a lot)
@@ -199,6 +199,76 @@ def _env_state(python: str) -> tuple[int, ...]:
     return tuple(stamps)
 
 
+def _key(python: str, sdk_dir: Path, env: dict[str, str],
+         warm: tuple[str | None, str] | None) -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, str]]:
+    """``(ident, state, server environment)`` of the server a call with this environment uses (see module doc)."""
+    server_env = {k: v for k, v in env.items() if k != "WORKRUN_CALL_DIR"}
+    ident = (python, str(sdk_dir), warm)
+    return ident, (_env_state(python), tuple(sorted(server_env.items()))), server_env
+
+
+class _Early:
+    """A plain server started ahead of its first call (:func:`prestart`); ``done`` is set once it is up or
+    failed (``server`` None)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.server: _Server | None = None
+
+
+_EARLY: dict[tuple[Any, ...], _Early] = {}
+_EARLY_LOCK = threading.Lock()
+
+
+def prestart(python: str, sdk_dir: Path, env: dict[str, str], cwd: Path) -> None:
+    """Start the plain fork server that calls with environment ``env`` will use, ahead of the first call.
+
+    Blocks until the server is up (run it in a thread: ``workrun run`` does this while it loads the rest of
+    itself, issue 14). The first :class:`ForkServers` that needs a server of this key takes this one over;
+    one nobody takes is ended by :meth:`ForkServers.close` or when this process exits (its request pipe
+    closes). Never raises: a server that does not start is simply not there, and the call starts its own.
+    """
+    ident, state, server_env = _key(python, sdk_dir, env, None)
+    early = _Early()
+    with _EARLY_LOCK:
+        if (ident, state) in _EARLY:
+            return
+        _EARLY[(ident, state)] = early
+    try:
+        server = _Server(python, sdk_dir, server_env, cwd, None)
+        if server.ready.get("ready"):
+            early.server = server
+        else:
+            server.close(wait=0.5)
+    except (EOFError, OSError, ValueError):
+        pass
+    finally:
+        early.done.set()
+
+
+def _take_early(ident: tuple[Any, ...], state: tuple[Any, ...]) -> _Server | None:
+    """The server :func:`prestart` started for this key, once it is up (None when there is none or it failed)."""
+    with _EARLY_LOCK:
+        early = _EARLY.pop((ident, state), None)
+    if early is None or not early.done.wait(_READY_TIMEOUT):
+        return None
+    server = early.server
+    if server is not None and server.proc.poll() is not None:
+        server.close(wait=0.5)
+        return None
+    return server
+
+
+def _close_early() -> None:
+    with _EARLY_LOCK:
+        left = [e for e in _EARLY.values() if e.done.is_set()]
+        for key in [k for k, e in _EARLY.items() if e.done.is_set()]:
+            del _EARLY[key]
+    for early in left:
+        if early.server is not None:
+            early.server.close(wait=0.5)
+
+
 class ForkServers:
     """The runner's fork servers, one per key; thread-safe; :meth:`close` ends them all (R-P2)."""
 
@@ -226,6 +296,10 @@ class ForkServers:
                     return known[1]
                 del self._servers[ident]
                 known[1].close(wait=0.5)
+            early = _take_early(ident, state) if warm is None else None
+            if early is not None:
+                self._servers[ident] = (state, early)
+                return early
             server = _Server(python, sdk_dir, env, cwd, warm)
             if not server.ready.get("ready"):
                 server.close(wait=0.5)
@@ -251,11 +325,9 @@ class ForkServers:
         Raises:
             ForkServerError: no server could start the call (nothing of the call ran).
         """
-        server_env = {k: v for k, v in env.items() if k != "WORKRUN_CALL_DIR"}
         real_entry = os.path.realpath(entry)
         warm_entry = (real_entry if os.fspath(entry) == warm[0] else os.path.realpath(warm[0])) if warm else None
-        ident = (python, str(sdk_dir), (warm_entry, warm[1]) if warm else None)
-        state = (_env_state(python), tuple(sorted(server_env.items())))
+        ident, state, server_env = _key(python, sdk_dir, env, (warm_entry, warm[1]) if warm else None)
         request = {"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": real_entry, "args": []}
         problem: BaseException | None = None
         for _ in range(2):
@@ -282,6 +354,7 @@ class ForkServers:
             servers, self._servers = [s for _, s in self._servers.values()], {}
         for server in servers:
             server.close()
+        _close_early()
 
 
 def _claimed(call_dir: Path) -> ForkedProcess | None:
