@@ -328,3 +328,36 @@ def test_a_waiting_run_with_an_action_owed_is_claimed(pg):
     a.finish_notification("ntf_1", "sent", at=6.0, http_status=200, error=None)
     assert not a.run_needs_work("run_wait01")
     assert a.claim_run("wkr_b", 20.0, 10.0) is None
+
+
+def test_messages_reach_other_readers_with_the_next_write_or_soon_after(journal, journal_backend, tmp_path):
+    """A message is in the journal for any reader with this process's next write, else within MESSAGE_DELAY
+    seconds, else at close; the node states, node_states and stop_requested reads agree with the rows."""
+    import time
+
+    from workrun.journal import open_journal
+    from workrun.journal.sqlite import MESSAGE_DELAY
+
+    _run(journal, "run_msg001", nodes=("a", "b"))
+    other = open_journal(tmp_path)  # another process's view (its own connection)
+    try:
+        journal.add_message("run_msg001", "a", "info", "a: running")
+        journal.start_node("run_msg001", "a", at=1.0)
+        assert [m["text"] for m in other.messages("run_msg001")] == ["a: running"]
+        assert other.node_states("run_msg001") == [{"node_key": "a", "status": "running", "handled": 0},
+                                                   {"node_key": "b", "status": "pending", "handled": 0}]
+        assert [n["node_key"] for n in other.nodes("run_msg001", ["b"])] == ["b"]
+        assert other.nodes("run_msg001", []) == []
+        journal.add_message("run_msg001", "a", "info", "said alone")
+        end = time.monotonic() + MESSAGE_DELAY + 10
+        while len(other.messages("run_msg001")) < 2 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert [m["text"] for m in other.messages("run_msg001")] == ["a: running", "said alone"]
+        assert not other.stop_requested("run_msg001") and not other.stop_requested("run_none")
+        journal.request_stop("run_msg001")
+        assert other.stop_requested("run_msg001")
+        journal.add_message("run_msg001", None, "info", "last words")
+        journal.close()
+        assert [m["text"] for m in other.messages("run_msg001")][-1] == "last words"
+    finally:
+        other.close()

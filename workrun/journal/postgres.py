@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
@@ -50,7 +51,7 @@ from typing import Any
 from workrun import faults
 from workrun.errors import JournalError, JournalVersionError, StaleStatusError
 from workrun.journal.migrations import MIGRATIONS
-from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal, _update
+from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal, _insert, _update
 from workrun.states import check
 
 __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
@@ -110,6 +111,7 @@ class PostgresJournal(SqliteJournal):
         self.url = url
         self.path = Path(_redact(url))  # for messages: never the password
         self._lock = threading.RLock()
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []  # stays empty: messages are written at once here
         self._pg: Any = None  # psycopg.Connection; the SQLite parent's ``_db`` is never used here
         try:
             self._pg = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
@@ -228,6 +230,11 @@ class PostgresJournal(SqliteJournal):
         """Close the connection."""
         with self._lock:
             self._pg.close()
+
+    def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
+        """Append a message at once: a shared journal's readers (other workers, dashboards) see it now."""
+        self._tx([_insert("messages", {"run_id": run_id, "node_key": node_key, "at": time.time(),
+                                       "level": level, "text": text})], None)
 
     # -- workers and run claims (R-S2) ---------------------------------------
 

@@ -28,7 +28,10 @@ from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
 from workrun.states import check
 
-__all__ = ["FAULT_POINTS", "SqliteJournal"]
+__all__ = ["FAULT_POINTS", "MESSAGE_DELAY", "SqliteJournal"]
+
+MESSAGE_DELAY = 0.1
+"""Seconds a progress message may wait for the next journal write before it is written on its own."""
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
                  "depends_on", "context", "args", "held_back_by", "request"}
@@ -106,6 +109,10 @@ class SqliteJournal:
     def __init__(self, path: Path, *, check: bool = True, read_only: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._pending: list[_Statement] = []  # messages not written yet (see add_message)
+        self._has_pending = threading.Event()
+        self._flusher: threading.Thread | None = None
+        self._closing = False
         tunables = settings.current()
         try:
             if read_only:
@@ -165,9 +172,12 @@ class SqliteJournal:
 
     def _tx(self, statements: Iterable[_Statement], fault: str | None, checks: Iterable[_Check] = ()) -> None:
         with self._lock:
+            pending, self._pending = self._pending, []  # messages said before this write go in with it
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
+                    for sql, params in pending:
+                        self._db.execute(sql, params)
                     for table, key, new, seen in checks:  # the state machine (workrun/states.py), under the lock
                         where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
                         row = self._db.execute(f"SELECT status FROM {table} WHERE {where}", key).fetchone()
@@ -183,12 +193,36 @@ class SqliteJournal:
                     self._db.execute("COMMIT")
                 except BaseException:
                     self._db.execute("ROLLBACK")
+                    self._pending[:0] = pending
                     raise
             except sqlite3.Error as exc:
                 raise JournalError(f"journal write failed: {exc}; nothing after this point was recorded. "
                                    "Fix the cause, then `workrun resume`", file=str(self.path)) from None
         if fault:
             faults.hit(fault)
+
+    def flush_messages(self) -> None:
+        """Write the messages :meth:`add_message` holds, now.
+
+        Raises:
+            JournalError: the journal cannot be written (they stay held).
+        """
+        with self._lock:
+            if self._pending:
+                self._tx([], None)
+
+    def _flush_later(self) -> None:
+        """The background writer of held messages: at most :data:`MESSAGE_DELAY` s after one is said."""
+        while True:
+            self._has_pending.wait()
+            if self._closing:
+                return
+            time.sleep(MESSAGE_DELAY)
+            self._has_pending.clear()
+            try:
+                self.flush_messages()
+            except (JournalError, sqlite3.ProgrammingError):  # the next write reports it; closed meanwhile
+                pass
 
     def _set(self, table: str, key: tuple[Any, ...], fault: str | None, fields: dict[str, Any],
              seen: str | None = None) -> None:
@@ -219,8 +253,14 @@ class SqliteJournal:
         return out
 
     def close(self) -> None:
-        """Close the connection."""
+        """Write the messages still held (best effort), then close the connection."""
         with self._lock:
+            try:
+                self.flush_messages()
+            except JournalError:
+                pass
+            self._closing = True
+            self._has_pending.set()
             self._db.close()
 
     # -- runs and nodes: writes ---------------------------------------------
@@ -271,9 +311,21 @@ class SqliteJournal:
         self._tx(stmts, f"run.{status}", checks)
 
     def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
-        """Append a message to a node (or the run when ``node_key`` is None)."""
-        self._tx([_insert("messages", {"run_id": run_id, "node_key": node_key, "at": time.time(),
-                                       "level": level, "text": text})], None)
+        """Append a message to a node (or the run when ``node_key`` is None).
+
+        Held, not written at once: it goes into the journal with this process's next write (the state change
+        it tells of, usually within a millisecond), or by a background writer within :data:`MESSAGE_DELAY`
+        seconds, or on :meth:`close` — one transaction fewer per message (issue 14). A process killed in
+        between loses only messages said after its last write; no state is held back.
+        """
+        stmt = _insert("messages", {"run_id": run_id, "node_key": node_key, "at": time.time(), "level": level,
+                                    "text": text})
+        with self._lock:
+            self._pending.append(stmt)
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_later, name="workrun-messages", daemon=True)
+                self._flusher.start()
+        self._has_pending.set()
 
     # -- operations: writes -------------------------------------------------
 
@@ -454,7 +506,8 @@ class SqliteJournal:
         return bool(rows and rows[0]["stop_requested"])
 
     def messages(self, run_id: str) -> list[dict[str, Any]]:
-        """All messages of a run, oldest first."""
+        """All messages of a run, oldest first (those this process holds are written first)."""
+        self.flush_messages()
         return self._query("SELECT * FROM messages WHERE run_id = ? ORDER BY id", (run_id,))
 
     def operation(self, operation_id: str) -> dict[str, Any]:
