@@ -264,12 +264,15 @@ def test_workrun_run_starts_the_first_environment_server_once_ahead_of_the_call(
                                         and a.startswith({str(isolated_env).encode()!r}) for a in argv):
                 servers[int(name)] = int(fields[1])
         # a supervisor and its App are forks of a server (same command line): count the servers themselves
-        process.result({{"servers": sum(1 for parent in servers.values() if parent not in servers)}})
+        mask = os.umask(0o077)
+        process.result({{"servers": sum(1 for parent in servers.values() if parent not in servers),
+                         "umask": mask}})
     """})
     wf = write_workflow("count", f'[nodes.a]\nproject = "{project}"\napp = "count"\n')
     first = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork"})  # syncs the environment, copies the SDK
     assert first.code == 0, first
     second = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork"})
     assert second.code == 0, second
-    assert [o["result"] for o in json.loads(second.out)["operations"]] == [{"servers": 1}]
+    assert [o["result"] for o in json.loads(first.out)["operations"]] == [{"servers": 1, "umask": 0o077}]
+    assert [o["result"] for o in json.loads(second.out)["operations"]] == [{"servers": 1, "umask": 0o077}]
     assert _servers_of(isolated_env) == []

@@ -113,7 +113,8 @@ class ForkedProcess:
 class _Server:
     """One fork server process and its two pipes."""
 
-    def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None) -> None:
+    def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None,
+                 umask: int = -1) -> None:
         req_r, self._req = os.pipe()
         rep_r, rep_w = os.pipe()
         argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w)]
@@ -122,7 +123,7 @@ class _Server:
         try:
             self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         pass_fds=(req_r, rep_w), start_new_session=True)
+                                         pass_fds=(req_r, rep_w), start_new_session=True, umask=umask)
         except OSError:
             os.close(rep_r)
             os.close(self._req)
@@ -235,7 +236,9 @@ def prestart(python: str, sdk_dir: Path, env: dict[str, str], cwd: Path) -> None
             return
         _EARLY[(ident, state)] = early
     try:
-        server = _Server(python, sdk_dir, server_env, cwd, None)
+        # the umask a runner has once its data dir is open (workrun.paths.private_umask), which this
+        # process may not have set yet: calls forked from it get the same one as from any other server
+        server = _Server(python, sdk_dir, server_env, cwd, None, umask=0o077)
         if server.ready.get("ready"):
             early.server = server
         else:
