@@ -194,8 +194,8 @@ def main() -> None:
             slope = (w2 - w) / n * 1000
             print(f"  workrun run --json, WORKRUN_LAUNCH={launch}:")
             print(f"    (a) whole process {w:.3f} s = {w / bare:.2f}x the bare spawn loop (target <= 0.6x for fork)")
-            print(f"    (b) slope {n}->{2 * n}: {slope:.2f} ms/step = {slope - min_slope:+.2f} ms/step over the minimal "
-                  f"fork loop (target <= 3 for fork); start-up (intercept) {w - slope * n / 1000:.3f} s")
+            print(f"    (b) slope {n}->{2 * n}: {slope:.2f} ms/step = {slope - min_slope:+.2f} ms/step over the "
+                  f"minimal fork loop (target <= 3 for fork); start-up (intercept) {w - slope * n / 1000:.3f} s")
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def main() -> None:
 
         t0 = time.perf_counter()
         svc = Services(home, check=True)
-        svc.journal  # open: quick_check + migrations
+        _ = svc.journal  # open: quick_check + migrations
         t_open = time.perf_counter() - t0
         pending = unfinished_runs(svc)
         recover_operations(svc, None)
