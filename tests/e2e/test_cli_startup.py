@@ -57,7 +57,7 @@ def test_quick_match_takes_only_plain_read_command_lines():
     for args in (["runs", "list", "--limit=3"], ["runs", "list", "--limit", "x"], ["runs", "list", "--limit", "-1"],
                  ["runs", "list", "--json", "--json"], ["runs", "list", "--help"], ["runs", "show"],
                  ["runs", "show", "a", "b"], ["runs", "show", "--", "a"], ["runs", "list", "extra"],
-                 ["compensations", "list", "--run"], ["compensations", "retry", "c"], ["run", "wf.toml"],
+                 ["compensations", "list", "--run"], ["compensations", "retry", "c"],
                  ["runs"], [], ["--version"], ["runs", "list", "--debug"], ["runs", "show", ""]):
         assert quick.match(args) is None, args
 
@@ -102,3 +102,43 @@ def test_quick_path_prints_what_typer_prints(workrun, write_workflow, make_proje
     assert workrun("compensations", "list", "--status", "bogus").err.startswith("error: --status: ")
     bad = workrun("runs", "list", env={"WORKRUN_CONCURRENCY": "zero"})  # the root callback's settings check
     assert bad.code == 2 and bad.err.startswith("error: ") and bad.out == "", bad
+
+
+def test_quick_match_takes_only_plain_run_command_lines():
+    """``run`` (issue 14): a plain command line runs without typer; anything else is typer's to parse."""
+    run_workflow, kwargs = quick.match(["run", "wf.toml"])
+    assert (run_workflow.__module__, run_workflow.__name__) == ("workrun.cli.running", "run_workflow")
+    assert kwargs == {"workflow": "wf.toml", "inputs": [], "json_mode": False, "wait": False, "eval_run": False,
+                      "yes": False}
+    assert quick.match(["--debug", "run", "--json", "-i", "a=1", "wf.toml", "--input", "b=x y", "--eval", "--yes",
+                        "--wait"])[1] == {"workflow": "wf.toml", "inputs": ["a=1", "b=x y"], "json_mode": True,
+                                          "wait": True, "eval_run": True, "yes": True}
+    for args in (["run"], ["run", "a.toml", "b.toml"], ["run", "wf.toml", "--input=a=1"], ["run", "wf.toml", "-i"],
+                 ["run", "wf.toml", "-i", "-x"], ["run", "wf.toml", "--submit"], ["run", "--help"],
+                 ["run", "wf.toml", "--json", "--json"], ["run", "--", "wf.toml"], ["run", ""], ["rerun", "r"]):
+        assert quick.match(args) is None, args
+
+
+def test_run_imports_no_typer_and_answers_as_typer_does(workrun, write_workflow, marker_project, tmp_path):
+    """A plain ``workrun run`` never imports typer, and its output and exit code match the typer path's (the same
+    command line written with ``--``, which only typer parses)."""
+    wf = write_workflow("one", f"""
+        [inputs]
+        name = "x"
+        [nodes.a]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = "{{{{ inputs.name }}}}" }}
+    """)
+    env = {"TEST_LOG": str(tmp_path / "log.jsonl")}
+    names = _imported("run", str(wf), "--json", "--input", "name=y")
+    assert "typer" not in names and "click" not in names and "pydantic" in names, names
+    fast, slow = workrun("run", wf, "--json", "-i", "name=z", env=env), workrun("run", "--json", "-i", "name=z",
+                                                                                   "--", wf, env=env)
+    assert fast.code == slow.code == 0, (fast, slow)
+    for got in (fast.json(), slow.json()):
+        assert got["status"] == "succeeded" and [o["result"]["name"] for o in got["operations"]] == ["z"]
+    for path, options in ((tmp_path / "none.toml", []), (wf, ["--input", "nokey"]), (wf, ["--input", "other=1"])):
+        fast, slow = workrun("run", path, *options), workrun("run", *options, "--", path)
+        assert (fast.code, fast.out, fast.err) == (slow.code, slow.out, slow.err), (path, options, fast, slow)
+        assert fast.code == 2 and fast.err.startswith("error: ") and fast.err.count("\n") == 1, fast

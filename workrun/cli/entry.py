@@ -1,8 +1,8 @@
 """The ``workrun`` console script and ``python -m workrun`` (R-P3: fast start-up).
 
 :func:`main` answers ``workrun --version`` without importing typer, rich or the engine.
-Any other command line goes to :func:`run`: a plain read command runs through
-:mod:`workrun.cli.quick` (no typer parsing, so no pydantic), everything else through the
+Any other command line goes to :func:`run`: a plain read command, or a plain ``run WORKFLOW``, runs
+through :mod:`workrun.cli.quick` (no typer parsing), everything else through the
 typer app of :mod:`workrun.cli.main`, imported only then; the command modules import what
 a command needs inside it.
 
@@ -57,8 +57,8 @@ def _quick(args: list[str]) -> int | None:
     from workrun import settings
 
     settings.current()  # what the root callback checks first (SPEC §17)
-    command(**kwargs)
-    return 0
+    code = command(**kwargs)  # a read command returns None (exit 0); run returns its exit code
+    return code if isinstance(code, int) else 0
 
 
 def _failed(exc: BaseException, debug: bool) -> int:

@@ -8,7 +8,6 @@ compensation did not finish; 2 bad usage, config or input, unknown id;
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -21,8 +20,9 @@ from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
-from workrun.cli.common import JsonOpt, WaitOpt, ask, finish_run, reading, run_claim, scheduling, shared_journal
+from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling, shared_journal
 from workrun.cli.output import console, print_json, run_table
+from workrun.cli.running import audit_run, run_workflow, start_run
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
 
@@ -55,32 +55,6 @@ def _root(
     settings.current()  # every WORKRUN_* setting is checked before anything runs (SPEC §17)
 
 
-def _audit_run(svc, run_id: str, action: str, args: dict) -> None:
-    """Record a run-level operator action (R-O2, R-U4): who, when, what."""
-    from workrun.operator import actor
-
-    svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args})
-
-
-def _start_run(spec, inputs, *, json_mode: bool, wait: bool, yes: bool, eval_run: bool, rerun_of: str | None,
-               note: str, executors) -> int:
-    """Create a run, drive it (nodes, then compensation) and print it; return the exit code (shared by run/rerun)."""
-    from workrun.engine import create_run
-    from workrun.recovery import drive
-
-    with scheduling(json_mode, wait) as svc:
-        svc.assume_yes = yes
-        svc.confirm = ask if sys.stdin.isatty() and not json_mode else None
-        run_id = create_run(svc, spec, inputs, eval_run=eval_run, rerun_of=rerun_of)
-        if rerun_of:
-            _audit_run(svc, rerun_of, "rerun", {"new_run": run_id})
-        svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
-        with run_claim(svc, run_id, wait=True):  # shared journal: driven here, as a worker would (R-S3)
-            drive(svc, run_id, executors)
-        code = finish_run(svc, run_id, json_mode)
-        return 130 if svc.stopping() else code
-
-
 @app.command()
 def run(
     workflow: Path = typer.Argument(..., help="The workflow TOML file."),
@@ -93,16 +67,14 @@ def run(
     wait: bool = WaitOpt,
 ) -> None:
     """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130 (0 with --submit)."""
-    from workrun.nodes import default_executors
-    from workrun.templates import parse_inputs
-    from workrun.workflow import load_workflow
-
-    executors = default_executors()
-    spec, inputs = load_workflow(workflow, parse_inputs(input), executors)
     if submit:
+        from workrun.nodes import default_executors
+        from workrun.templates import parse_inputs
+        from workrun.workflow import load_workflow
+
+        spec, inputs = load_workflow(workflow, parse_inputs(input), default_executors())
         _submit(spec, inputs, eval_run, json_mode)
-    raise typer.Exit(_start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=eval_run,
-                                rerun_of=None, note=" (evaluation run)" if eval_run else "", executors=executors))
+    raise typer.Exit(run_workflow(workflow, input, eval_run=eval_run, yes=yes, json_mode=json_mode, wait=wait))
 
 
 @app.command()
@@ -128,8 +100,8 @@ def rerun(
         spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
     note = f" (re-run of {old['run_id']})" + ("" if path.is_file() else f"; {path} is gone, so the recorded "
                                                                        "workflow is used")
-    raise typer.Exit(_start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=bool(old["eval"]),
-                                rerun_of=old["run_id"], note=note, executors=executors))
+    raise typer.Exit(start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=bool(old["eval"]),
+                               rerun_of=old["run_id"], note=note, executors=executors))
 
 
 @app.command()
@@ -155,7 +127,7 @@ def stop(
             console.print(f"run {rid} is {run['status']}; nothing to stop")
             raise typer.Exit(0)
         svc.journal.request_stop(rid)
-        _audit_run(svc, rid, "stop", {})
+        audit_run(svc, rid, "stop", {})
         lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
             svc.data_dir)
         assert lock is not None

@@ -17,6 +17,10 @@ Shapes (options in any order after the subcommand; a leading ``--debug`` is allo
     runs show RUN [--json]
     compensations list [--json] [--status S] [--run R]
     compensations show ID [--json]
+    run WORKFLOW [--json] [--wait] [--eval] [--yes] [--input KEY=VALUE | -i KEY=VALUE]...
+
+``run`` needs pydantic (the workflow is validated) but not typer: it runs
+:func:`workrun.cli.running.run_workflow`, what the typer command calls (issue 14).
 """
 
 from __future__ import annotations
@@ -72,6 +76,36 @@ def _parse(shape: tuple[str | None, dict[str, str], dict[str, str]], rest: list[
     return kwargs
 
 
+_RUN_FLAGS = {"--json": "json_mode", "--wait": "wait", "--eval": "eval_run", "--yes": "yes"}
+
+
+def _parse_run(rest: list[str]) -> dict[str, Any] | None:
+    """``run``'s arguments as :func:`workrun.cli.running.run_workflow` takes them, or None (typer parses it)."""
+    kwargs: dict[str, Any] = {"json_mode": False, "wait": False, "eval_run": False, "yes": False}
+    seen: set[str] = set()
+    inputs: list[str] = []
+    workflow: str | None = None
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token in _RUN_FLAGS and token not in seen:
+            seen.add(token)
+            kwargs[_RUN_FLAGS[token]] = True
+        elif token in ("--input", "-i"):
+            if i + 1 >= len(rest) or not rest[i + 1] or rest[i + 1].startswith("-"):
+                return None
+            i += 1
+            inputs.append(rest[i])
+        elif token.startswith("-") or not token or workflow is not None:
+            return None
+        else:
+            workflow = token
+        i += 1
+    if workflow is None:
+        return None
+    return {**kwargs, "workflow": workflow, "inputs": inputs}
+
+
 def match(args: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
     """The read command a command line names, with every parameter's value; None: let typer parse it.
 
@@ -79,13 +113,21 @@ def match(args: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
         args: the arguments after the program name.
 
     Returns:
-        ``(function, kwargs)``: a function of :mod:`workrun.cli.reads` (what the typer command calls)
-        to call as ``function(**kwargs)``; it may raise a ``WorkrunError`` exactly as under typer.
+        ``(function, kwargs)``: a function of :mod:`workrun.cli.reads` or :mod:`workrun.cli.running` (what
+        the typer command calls) to call as ``function(**kwargs)``; it may raise a ``WorkrunError`` exactly
+        as under typer, and returns the exit code (None: 0).
         None for any other command line.
     """
     i = 0
     while i < len(args) and args[i] == "--debug":
         i += 1
+    if i < len(args) and args[i] == "run":
+        parsed = _parse_run(args[i + 1:])
+        if parsed is None:
+            return None
+        from workrun.cli.running import run_workflow
+
+        return run_workflow, parsed
     if len(args) < i + 2:
         return None
     key = (args[i], args[i + 1])
