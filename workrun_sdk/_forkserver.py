@@ -11,12 +11,20 @@ one at a time, single-threaded, over two pipes:
 - reply (one JSON line): ``{"pid": int, "start": str | null}`` — the supervisor's pid and its
   ``/proc`` start time — or ``{"error": str}``.
 
-For each request it forks a process that becomes the leader of a new session
-(so it outlives the server and the runner, and is ended by group like a
-spawned call), takes the call's cwd, replaces ``os.environ`` wholly, points
-stdin at ``/dev/null`` and stdout/stderr at the call's files, and runs
+For each request a process that is the leader of a new session (so it
+outlives the server and the runner, and is ended by group like a spawned call)
+takes the call's cwd, exactly the call's environment, stdin from ``/dev/null``
+and stdout/stderr appended to the call's files, and runs
 :func:`workrun_sdk._supervise.supervise` — exactly what the spawn launcher
-runs. The server reaps its exited supervisors; it exits when the request pipe
+runs. That process is forked *ahead* of its call: between calls the server
+keeps one spare supervisor, already its own session's leader and a
+subreaper, with its App process forked too; both wait on a pipe and run
+nothing of the App. A request is handed to the spare (the reply names it), so
+no fork is on the call's path; the next spare is forked after the reply. The
+supervisor claims the call directory before it hands the call to its App
+process, so no App code runs for a call that was fenced. A spare that died is
+forked around (a fresh supervisor, as before); an unused one is ended with the
+server. The server reaps its exited supervisors; it exits when the request pipe
 reaches EOF (the runner ended or closed it).
 
 What differs from a spawned call: the hash seed (``PYTHONHASHSEED``) and the
@@ -90,26 +98,105 @@ def _call(request: dict, keep_fds: tuple[int, ...]) -> None:
         os.setsid()
         for fd in keep_fds:
             os.close(fd)
-        os.chdir(request["cwd"])
-        env = request["env"]
-        for name in [n for n in os.environ if n not in env]:  # the server's environment is the call's minus a
-            del os.environ[name]                               # few names: change only what differs
-        for name, value in env.items():
-            if os.environ.get(name) != value:
-                os.environ[name] = value
-        call_dir = request["call_dir"]
-        null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(os.path.join(call_dir, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        err = os.open(os.path.join(call_dir, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        for fd, target in ((null, 0), (out, 1), (err, 2)):
-            os.dup2(fd, target)
-            os.close(fd)
+        _supervise.enter(request["cwd"], request["env"], request["call_dir"])
     except BaseException as exc:  # nothing of the call ran; the runner sees no claim and no record
-        try:
-            os.write(2, f"workrun fork server: cannot start the call: {exc}\n".encode())
-        finally:
-            os._exit(70)
+        _cannot_start(exc)
     _supervise.supervise(request["entry"], list(request.get("args") or []))
+
+
+def _cannot_start(exc: BaseException) -> None:
+    try:
+        os.write(2, f"workrun fork server: cannot start the call: {exc}\n".encode())
+    finally:
+        os._exit(70)
+
+
+class _Spare:
+    """A supervisor forked ahead of its call, with its App process forked too (R-P1, issue 14): the leader of
+    its own session already, it waits on a pipe for the next request; the server hands it over, so a call
+    starts without a fork on its path. It ends (with its App) when the pipe closes unused."""
+
+    def __init__(self, pid: int, start: str | None, fd: int) -> None:
+        self.pid, self.start, self.fd = pid, start, fd
+
+    def take(self, line: bytes) -> bool:
+        """Hand it the request; False when it cannot take it (it died: the caller forks instead)."""
+        data = memoryview(line + b"\n")
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(self.fd)
+
+    def end(self) -> None:
+        """End it unused (with its App process) and reap it."""
+        os.close(self.fd)
+        try:
+            os.killpg(self.pid, _supervise.signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _make_spare(keep_fds: tuple[int, ...]) -> _Spare | None:
+    """Fork the next call's supervisor (and its App process) now, between calls; None when it cannot."""
+    if not hasattr(_supervise.signal, "sigtimedwait"):
+        return None
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return None
+    _supervise._flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None
+    if pid == 0:
+        os.close(w)
+        _spare(r, keep_fds)
+    os.close(r)
+    return _Spare(pid, _start_time(pid), w)
+
+
+def _spare(fd: int, keep_fds: tuple[int, ...]) -> None:
+    """In a spare (see :class:`_Spare`): wait for the request, then supervise it (never returns)."""
+    _supervise.signal.pthread_sigmask(_supervise.signal.SIG_BLOCK, _supervise._WAKE)
+    try:
+        os.setsid()
+        for k in keep_fds:
+            os.close(k)
+        _supervise.become_subreaper()
+        app = _supervise.spare_app(close=fd)
+    except BaseException:
+        os._exit(70)
+    buffer = b""
+    while b"\n" not in buffer:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:  # not needed after all (the server ended): end the App process too
+            _supervise._drop(app)
+            os._exit(0)
+        buffer += chunk
+    os.close(fd)
+    try:
+        request = json.loads(buffer.split(b"\n", 1)[0])
+        _supervise.enter(request["cwd"], request["env"], request["call_dir"])
+    except BaseException as exc:  # nothing of the call ran; the runner sees no claim and no record
+        _supervise._drop(app)
+        _cannot_start(exc)
+    _supervise.supervise(request["entry"], list(request.get("args") or []), app)
 
 
 def _reap() -> None:
@@ -123,7 +210,9 @@ def _reap() -> None:
 
 
 def serve(request_fd: int, reply_fd: int) -> None:
-    """Serve fork requests until the request pipe reaches EOF."""
+    """Serve fork requests until the request pipe reaches EOF; a spare supervisor is kept ready between calls."""
+    keep = (request_fd, reply_fd)
+    spare = _make_spare(keep)
     buffer = b""
     while True:
         ready, _, _ = select.select([request_fd], [], [], 0.2)
@@ -138,14 +227,26 @@ def serve(request_fd: int, reply_fd: int) -> None:
             line, buffer = buffer.split(b"\n", 1)
             try:
                 request = json.loads(line)
-                _supervise._flush()
-                pid = os.fork()
-            except (OSError, ValueError) as exc:
+            except ValueError as exc:
                 os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
                 continue
-            if pid == 0:
-                _call(request, (request_fd, reply_fd))
-            os.write(reply_fd, (json.dumps({"pid": pid, "start": _start_time(pid)}) + "\n").encode())
+            taken, spare = spare, None
+            if taken is not None and taken.take(line):
+                pid, start = taken.pid, taken.start
+            else:
+                try:
+                    _supervise._flush()
+                    pid = os.fork()
+                except OSError as exc:
+                    os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
+                    continue
+                if pid == 0:
+                    _call(request, keep)
+                start = _start_time(pid)
+            os.write(reply_fd, (json.dumps({"pid": pid, "start": start}) + "\n").encode())
+            spare = _make_spare(keep)  # the next call's, while this one runs
+    if spare is not None:
+        spare.end()
 
 
 def main(argv: list[str]) -> None:

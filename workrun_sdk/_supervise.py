@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-__all__ = ["become_subreaper", "run_app", "supervise"]
+__all__ = ["become_subreaper", "enter", "run_app", "spare_app", "supervise"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _WAKE = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -225,18 +225,22 @@ def _end_all(app: int, status: list[int], grace: float, *, skip_group: bool, on_
         signal.sigtimedwait(_WAKE, wait)
 
 
-def supervise(entry: str, args: list[str]) -> NoReturn:
+def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None) -> NoReturn:
     """Supervise one App call in this process (see the module docstring); never returns.
 
     Args:
         entry: absolute path of the App's entry script (or Tool App module).
         args: the App's ``sys.argv[1:]``.
+        spare: ``(pid, fd)`` of an App process forked ahead of the call by :func:`spare_app` (a fork
+            server's spare supervisor): it is handed the call once claimed instead of a new fork; a spare
+            that cannot take it is ended and the App forked as usual.
     """
     # Held from before the claim: a SIGTERM (the runner ending the call just after it started) must never
     # end the supervisor between its claim and its exit record (that would read as an unknown outcome).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE) if hasattr(signal, "sigtimedwait") else None
     directory = _wire.call_dir("_launch")
     if not _wire.claim(directory, f"started {os.getpid()}\n"):
+        _drop(spare)
         print("workrun: this call was abandoned by the runner before it started", file=sys.stderr)
         _flush()
         os._exit(75)
@@ -246,12 +250,16 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
         _supervise_plain(directory, entry, args, envelope)
     become_subreaper()
     if signal.SIGTERM in signal.sigpending():  # ended before the App began: it never runs
+        _drop(spare)
         print("workrun: the call was ended before the App started", file=sys.stderr)
         st = signal.SIGTERM  # a wait status: ended by SIGTERM
         _record(directory, st)
         _exit_as(st)
     _flush()
-    app = os.fork()
+    app = _hand_over(spare, {"entry": entry, "args": args, "envelope": envelope, "call_dir": directory,
+                             "cwd": os.getcwd(), "env": dict(os.environ)})
+    if app is None:
+        app = os.fork()
     if app == 0:  # the App
         signal.pthread_sigmask(signal.SIG_SETMASK, set(old_mask) - set(_WAKE))  # the App gets them as usual
         sys.argv = [entry, *args]
@@ -284,6 +292,125 @@ def supervise(entry: str, args: list[str]) -> NoReturn:
     if not recorded:  # cannot happen (the App is our child), but never exit without a record
         raise SystemExit("workrun: the App process vanished without a status")
     _exit_as(recorded[0])
+
+
+def enter(cwd: str, env: dict[str, str], call_dir: str) -> None:
+    """Take the call's place in this (forked) process: cwd, exactly the call's environment (only the names that
+    differ are changed), stdin from ``/dev/null`` and stdout/stderr appended to the call's files.
+
+    Raises:
+        OSError: a directory or file cannot be used.
+    """
+    os.chdir(cwd)
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+    null = os.open(os.devnull, os.O_RDONLY)
+    # O_APPEND: the supervisor and an App forked ahead of the call open the files each; nothing is overwritten
+    out = os.open(os.path.join(call_dir, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    err = os.open(os.path.join(call_dir, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+
+
+def spare_app(close: int = -1) -> tuple[int, int] | None:
+    """In a spare supervisor (a fork server's, forked ahead of its call, signals held): fork its App process
+    now, off the call's path. The App waits, running nothing of the App, until :func:`supervise` hands it the
+    call after the claim (or exits when the supervisor closes the pipe unused). ``close``: a descriptor of the
+    supervisor's the App must not keep. Returns ``(pid, fd)`` or None when it cannot be forked (the App is
+    then forked at the call, as usual)."""
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return None
+    _flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return None
+    if pid == 0:
+        os.close(w)
+        if close >= 0:
+            os.close(close)
+        _app_waits(r)
+    os.close(r)
+    return pid, w
+
+
+def _app_waits(fd: int) -> NoReturn:
+    """The App process of a spare: read the call, take its place, run the App (see :func:`spare_app`)."""
+    import json
+
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    if not chunks:  # never used
+        os._exit(0)
+    try:
+        call = json.loads(b"".join(chunks))
+        enter(call["cwd"], call["env"], call["call_dir"])
+    except BaseException as exc:
+        try:
+            os.write(2, f"workrun: the App process could not take the call: {exc}\n".encode())
+        finally:
+            os._exit(70)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    signal.pthread_sigmask(signal.SIG_SETMASK, set(mask) - set(_WAKE))  # the App gets them as usual
+    entry = call["entry"]
+    sys.argv = [entry, *call["args"]]
+    sys.path[0] = os.path.dirname(entry)
+    cache = sys.modules.get("workrun_sdk._call")
+    if cache is not None:
+        cache._cache[call["call_dir"]] = call["envelope"]
+    _exit_like_python(run_app(entry, call["envelope"]))
+
+
+def _hand_over(spare: tuple[int, int] | None, call: dict[str, Any]) -> int | None:
+    """Give the claimed call to the spare App process; its pid, or None (no spare, or it cannot take it:
+    it is ended)."""
+    if spare is None:
+        return None
+    import json
+
+    pid, fd = spare
+    data = memoryview(json.dumps(call).encode())
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:  # it died meanwhile: end what is left of it, fork the App as usual
+        os.close(fd)
+        _drop((pid, -1))
+        return None
+    os.close(fd)
+    return pid
+
+
+def _drop(spare: tuple[int, int] | None) -> None:
+    """End an unused spare App process (it ran nothing of the App) and reap it."""
+    if spare is None:
+        return
+    pid, fd = spare
+    if fd >= 0:
+        os.close(fd)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (OSError, ChildProcessError):
+        pass
 
 
 def _record(directory: str, st: int) -> None:

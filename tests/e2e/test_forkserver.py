@@ -276,3 +276,72 @@ def test_workrun_run_starts_the_first_environment_server_once_ahead_of_the_call(
     assert [o["result"] for o in json.loads(first.out)["operations"]] == [{"servers": 1, "umask": 0o077}]
     assert [o["result"] for o in json.loads(second.out)["operations"]] == [{"servers": 1, "umask": 0o077}]
     assert _servers_of(isolated_env) == []
+
+
+def _children(pid: int) -> list[int]:
+    """Live child pids of ``pid`` (from /proc)."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(name))
+    return found
+
+
+def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around(env_of):
+    """Between calls a server keeps the next call's supervisor (and its App process) forked ahead; the call is
+    handed to it (its pid is the one the server forked before the request); a spare that died is replaced by a
+    fork at the call; closing the server ends the spare with it."""
+    import signal
+    import time
+
+    servers = ForkServers()
+    try:
+        _call(servers, env_of, "c1", None)
+        (server,) = [s for _, s in servers._servers.values()]
+        deadline = time.monotonic() + 10
+        while not (spares := _children(server.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(spares) == 1, spares  # the spare (the first call's supervisor has exited)
+        spare = spares[0]
+        assert len(_children(spare)) == 1  # its App process, waiting
+        project, python, sdk_dir, data = env_of
+        call_dir = data / "calls" / "c2"
+        call_dir.mkdir(parents=True)
+        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "tool", "input": {"i": 2}, "tool": "who",
+                                                         "grace": 1}))
+        proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
+                             app_environment(python, sdk_dir, call_dir), None)
+        assert proc.pid == spare
+        proc.wait()
+        assert json.loads((call_dir / "result.json").read_text())["result"]["i"] == 2
+        deadline = time.monotonic() + 10
+        while not (spares := [p for p in _children(server.proc.pid) if p != spare]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.killpg(spares[0], signal.SIGKILL)  # the next spare dies before its call
+        time.sleep(0.2)
+        assert _call(servers, env_of, "c3", None)["i"] == 1  # forked at the call instead
+    finally:
+        servers.close()
+    assert _servers_of(data) == []
+
+
+@pytest.mark.parametrize("launch", ["fork", "spawn"])
+def test_an_app_holds_only_its_standard_descriptors(make_project, workrun, write_workflow, launch):
+    """An App (from a spare or a fresh fork or a new interpreter) inherits no descriptor of the server's,
+    the supervisor's or the runner's: only stdin, stdout and stderr."""
+    project = make_project("fds", '[tool.workrun.apps.fds]\nentry = "main.py"\n', {"main.py": """
+        import os
+        from workrun_sdk import process
+        fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+        process.result({"fds": [n for n in fds if os.path.exists(f"/proc/self/fd/{n}")]})
+    """})
+    wf = write_workflow("fds", f'[nodes.a]\nproject = "{project}"\napp = "fds"\n'
+                               f'[nodes.b]\nproject = "{project}"\napp = "fds"\nneeds = ["a"]\n')
+    res = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": launch})
+    assert res.code == 0, res
+    assert [o["result"]["fds"] for o in res.json()["operations"]] == [[0, 1, 2], [0, 1, 2]]
