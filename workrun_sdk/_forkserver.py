@@ -175,6 +175,7 @@ def _spare(fd: int, keep_fds: tuple[int, ...]) -> None:
             os.close(k)
         _supervise.become_subreaper()
         app = _supervise.spare_app(close=fd)
+        _supervise.warm_up()
     except BaseException:
         os._exit(70)
     buffer = b""

@@ -342,10 +342,23 @@ def spare_app(close: int = -1) -> tuple[int, int] | None:
     return pid, w
 
 
+def warm_up() -> None:
+    """Go once through what taking a call does (JSON, the environment, a compile), with no effect, while this
+    forked process waits for its call: the memory pages that touches are copied now, off the call's path
+    (a forked process pays a page fault for each page it first writes, issue 14)."""
+    import json
+    import types
+
+    json.loads(json.dumps({"v": 1, "env": dict(os.environ), "input": {"value": [1, 2.5, "x", None, True]}}))
+    exec(compile("value = {'a': [1, 2]}\n", "<warm-up>", "exec"), types.ModuleType("_warm_up").__dict__)
+    os.getcwd()
+
+
 def _app_waits(fd: int) -> NoReturn:
     """The App process of a spare: read the call, take its place, run the App (see :func:`spare_app`)."""
     import json
 
+    warm_up()
     chunks = []
     while True:
         try:
