@@ -31,14 +31,15 @@ def _refuse(path: Path, from_env: bool, message: str) -> ConfigError:
 
 
 def existing_data_dir() -> Path | None:
-    """The configured data directory when it already exists (nothing is created or checked; None on a bad
-    ``WORKRUN_HOME``): for work done ahead of a command that will check it (issue 14)."""
+    """The configured data directory when it already exists and passes every check of :func:`data_dir`
+    (nothing is created), else None: for work done ahead of a command that will check it again (issue 14).
+    Nothing of a data directory that group or others can write to may run, not even ahead of time."""
     try:
         home = settings.current().home
-    except Exception:  # a bad setting: the command itself reports it (exit 2)
+        path = home if home is not None else Path(platformdirs.user_data_dir("workrun", appauthor=False))
+        return data_dir(write=True) if path.is_dir() else None
+    except Exception:  # a bad setting or a refused directory: the command itself reports it (exit 2)
         return None
-    path = home if home is not None else Path(platformdirs.user_data_dir("workrun", appauthor=False))
-    return path if path.is_dir() else None
 
 
 def data_dir(*, write: bool = True) -> Path:

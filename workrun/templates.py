@@ -114,6 +114,10 @@ def parse_inputs(pairs: list[str]) -> dict[str, str]:
         key, sep, val = pair.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"expected KEY=VALUE, got {pair!r}", field="--input")
+        try:
+            pair.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the terminal's encoding could not decode
+            raise ConfigError(f"{key.strip()!r}: the value is not valid UTF-8", field="--input") from None
         out[key.strip()] = val
     return out
 

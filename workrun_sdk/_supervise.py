@@ -294,9 +294,11 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
     _exit_as(recorded[0])
 
 
-def enter(cwd: str, env: dict[str, str], call_dir: str) -> None:
+def enter(cwd: str, env: dict[str, str], call_dir: str, *, truncate: bool = True) -> None:
     """Take the call's place in this (forked) process: cwd, exactly the call's environment (only the names that
-    differ are changed), stdin from ``/dev/null`` and stdout/stderr appended to the call's files.
+    differ are changed), stdin from ``/dev/null`` and stdout/stderr to the call's files (opened as the spawn
+    launcher's are: write-only from offset 0, no append; ``truncate`` empties them first — the supervisor does,
+    a spare's App process, which opens them after its supervisor, does not).
 
     Raises:
         OSError: a directory or file cannot be used.
@@ -308,9 +310,11 @@ def enter(cwd: str, env: dict[str, str], call_dir: str) -> None:
         if os.environ.get(name) != value:
             os.environ[name] = value
     null = os.open(os.devnull, os.O_RDONLY)
-    # O_APPEND: the supervisor and an App forked ahead of the call open the files each; nothing is overwritten
-    out = os.open(os.path.join(call_dir, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    err = os.open(os.path.join(call_dir, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # the supervisor writes nothing to them once it has handed the call to its App (it flushes first), so the
+    # App's own descriptions of the files start where the spawn launcher's shared ones would: at 0
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+    out = os.open(os.path.join(call_dir, "stdout"), flags, 0o600)
+    err = os.open(os.path.join(call_dir, "stderr"), flags, 0o600)
     for fd, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -375,7 +379,7 @@ def _app_waits(fd: int) -> NoReturn:
         os._exit(0)
     try:
         call = json.loads(b"".join(chunks))
-        enter(call["cwd"], call["env"], call["call_dir"])
+        enter(call["cwd"], call["env"], call["call_dir"], truncate=False)
     except BaseException as exc:
         try:
             os.write(2, f"workrun: the App process could not take the call: {exc}\n".encode())

@@ -345,3 +345,47 @@ def test_an_app_holds_only_its_standard_descriptors(make_project, workrun, write
     res = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": launch})
     assert res.code == 0, res
     assert [o["result"]["fds"] for o in res.json()["operations"]] == [[0, 1, 2], [0, 1, 2]]
+
+
+@pytest.mark.parametrize("launch", ["fork", "spawn"])
+def test_an_apps_output_files_behave_as_under_spawn(make_project, workrun, write_workflow, launch):
+    """stdout is the call's file opened write-only from offset 0 under both launchers (no append): an App that
+    seeks and overwrites gets the same file either way."""
+    project = make_project("seek", '[tool.workrun.apps.seek]\nentry = "main.py"\n', {"main.py": """
+        import os
+        from workrun_sdk import process
+        os.write(1, b"AAAA\\n")
+        os.lseek(1, 0, 0)
+        os.write(1, b"BB")
+        process.result({})
+    """})
+    wf = write_workflow("seek", f'[nodes.a]\nproject = "{project}"\napp = "seek"\n'
+                                f'[nodes.b]\nproject = "{project}"\napp = "seek"\nneeds = ["a"]\n')
+    res = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": launch})
+    assert res.code == 0, res
+    assert [o["stdout_tail"] for o in res.json()["operations"]] == ["BBAA\n", "BBAA\n"]
+
+
+def test_a_forked_supervisor_gone_before_its_claim_is_not_started(tmp_path):
+    """A forked supervisor (its status is not ours to read) that died before it claimed its call: the call
+    directory is fenced and the call is not started (nothing of the App ran), not an unknown outcome."""
+    import signal
+    import time
+
+    from workrun.runner.forkserver import ForkedProcess, _start_time
+    from workrun.runner.process import Watchdog, wait
+
+    call_dir = tmp_path / "call"
+    call_dir.mkdir()
+    pid = os.fork()
+    if pid == 0:  # stands for a supervisor killed before its claim
+        time.sleep(30)
+        os._exit(0)
+    start = _start_time(pid)
+    os.kill(pid, signal.SIGKILL)
+    try:
+        outcome = wait(ForkedProcess(pid, start), Watchdog(grace=1.0), time.time() + 60, call_dir)
+    finally:
+        os.waitpid(pid, 0)
+    assert outcome.not_started and not outcome.unknown, outcome
+    assert (call_dir / "claim").read_text().split() == ["abandoned"]

@@ -310,3 +310,53 @@ def test_unknown_id_is_exit_2_even_while_a_scheduler_runs(workrun, write_workflo
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+# --- found by the break-it pass on the fork server's spares and the prestart (issue 14) -----------------------
+
+
+def test_nothing_of_a_refused_data_dir_runs_ahead_of_its_check(workrun, write_workflow, marker_project,
+                                                                isolated_env, tmp_path):
+    """The fork server ``workrun run`` prestarts comes from the data dir's SDK copy: a data dir that group or
+    others can write to is refused (exit 2) before anything of it runs, prestart included."""
+    wf = write_workflow("one", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\n')
+    env = {"TEST_LOG": str(tmp_path / "log.jsonl")}
+    assert workrun("run", wf, "--json", env=env).code == 0  # syncs the environment, copies the SDK
+    planted = tmp_path / "planted"
+    (server,) = isolated_env.glob("sdk/*/workrun_sdk/_forkserver.py")
+    server.write_text(server.read_text().replace(
+        "from __future__ import annotations\n",
+        f"from __future__ import annotations\nopen({str(planted)!r}, 'a').write('ran')\n", 1))
+    os.chmod(isolated_env, 0o777)
+    try:
+        res = workrun("run", wf, "--json", env=env)
+    finally:
+        os.chmod(isolated_env, 0o700)
+    assert res.code == 2 and "writable by group or others" in res.err, res
+    time.sleep(0.5)  # a prestart thread would have started the server by now
+    assert not planted.exists()
+
+
+def test_a_stop_signal_whose_message_cannot_be_printed_still_stops(isolated_env):
+    """Ctrl-C while the main thread is importing what printing needs made the signal handler raise (an internal
+    error, the run left running): saying that a stop was asked can fail, the stop itself cannot."""
+    from workrun.cli.session import scheduling
+
+    class Broken:
+        def __getattr__(self, name):
+            def fail(*args, **kwargs):
+                raise ImportError("cannot import name from partially initialized module")
+            return fail
+
+    with scheduling(json_mode=True, wait=False) as svc:
+        svc.reporter = Broken()
+        signal.raise_signal(signal.SIGINT)
+        assert svc.stopping()
+
+
+def test_input_that_is_not_utf8_is_refused_in_one_line(isolated_env, write_workflow, marker_project):
+    wf = write_workflow("one", f'[inputs]\ntag = "x"\n[nodes.a]\nproject = "{marker_project}"\napp = "mark"\n')
+    proc = subprocess.run([sys.executable, "-m", "workrun", "run", str(wf).encode(), b"-i", b"tag=\xff"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.count(b"\n") == 1 and b"--input" in proc.stderr and b"Traceback" not in proc.stderr

@@ -60,10 +60,14 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
     previous: dict[int, Any] = {}
 
     def on_signal(signum: int, frame: Any) -> None:
-        if not svc.stopping():
-            svc.reporter.message(None, None, "warning",
-                                 "stop requested: ending App processes (side effects are not undone)")
-        svc.request_stop()
+        first = not svc.stopping()
+        svc.request_stop()  # first: saying so must never keep the stop from happening
+        if first:
+            try:
+                svc.reporter.message(None, None, "warning",
+                                     "stop requested: ending App processes (side effects are not undone)")
+            except Exception:  # e.g. the signal came while the main thread was importing what printing needs
+                pass
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, on_signal)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workrun.runner.base import Outcome
-from workrun.runner.calldir import read_exit
+from workrun.runner.calldir import fence, read_exit
 from workrun.runner.forkserver import ForkedProcess
 
 __all__ = ["Watchdog", "alive", "kill_group", "proc_start_time", "spawn_app_process", "wait", "wait_exit"]
@@ -238,6 +238,10 @@ def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, dead
     if record is not None:
         record.timed_out, record.stopped = watched.timed_out, watched.stopped
         return record
+    if code is None and call_dir is not None and not (call_dir / "claim").is_file() and fence(call_dir):
+        # a forked supervisor (whose status we cannot read) gone before it claimed the call: nothing of the
+        # App ran, and now nothing ever will
+        return Outcome(not_started=True, timed_out=watched.timed_out, stopped=watched.stopped)
     if code is None or (code < 0 and call_dir is not None and (call_dir / "claim").is_file()):
         kill_group(proc.pid, watchdog.grace)  # the supervisor was killed: its App is unsupervised
         return Outcome(unknown=True, timed_out=watched.timed_out, stopped=watched.stopped)
