@@ -121,15 +121,7 @@ class _Spare:
 
     def take(self, line: bytes) -> bool:
         """Hand it the request; False when it cannot take it (it died: the caller forks instead)."""
-        data = memoryview(line + b"\n")
-        try:
-            while data:
-                data = data[os.write(self.fd, data):]
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(self.fd)
+        return _supervise.write_all(self.fd, line + b"\n")
 
     def end(self) -> None:
         """End it unused (with its App process) and reap it."""
@@ -148,22 +140,8 @@ def _make_spare(keep_fds: tuple[int, ...]) -> _Spare | None:
     """Fork the next call's supervisor (and its App process) now, between calls; None when it cannot."""
     if not hasattr(_supervise.signal, "sigtimedwait"):
         return None
-    try:
-        r, w = os.pipe()
-    except OSError:
-        return None
-    _supervise._flush()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return None
-    if pid == 0:
-        os.close(w)
-        _spare(r, keep_fds)
-    os.close(r)
-    return _Spare(pid, _start_time(pid), w)
+    forked = _supervise.fork_waiting(lambda r: _spare(r, keep_fds))
+    return None if forked is None else _Spare(forked[0], _start_time(forked[0]), forked[1])
 
 
 def _spare(fd: int, keep_fds: tuple[int, ...]) -> None:

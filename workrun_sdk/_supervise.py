@@ -42,6 +42,7 @@ from workrun_sdk import _wire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, NoReturn
 
 __all__ = ["become_subreaper", "enter", "run_app", "spare_app", "supervise"]
@@ -320,12 +321,10 @@ def enter(cwd: str, env: dict[str, str], call_dir: str, *, truncate: bool = True
         os.close(fd)
 
 
-def spare_app(close: int = -1) -> tuple[int, int] | None:
-    """In a spare supervisor (a fork server's, forked ahead of its call, signals held): fork its App process
-    now, off the call's path. The App waits, running nothing of the App, until :func:`supervise` hands it the
-    call after the claim (or exits when the supervisor closes the pipe unused). ``close``: a descriptor of the
-    supervisor's the App must not keep. Returns ``(pid, fd)`` or None when it cannot be forked (the App is
-    then forked at the call, as usual)."""
+def fork_waiting(child: Callable[[int], object]) -> tuple[int, int] | None:
+    """Fork a process that waits on a pipe for what it is to do: ``child(read end)`` runs in it and never
+    returns. Returns ``(pid, write end)`` here, or None when no pipe or process can be made (nothing is left
+    open then). Used for a fork server's spare supervisor and for that spare's App process."""
     try:
         r, w = os.pipe()
     except OSError:
@@ -339,11 +338,38 @@ def spare_app(close: int = -1) -> tuple[int, int] | None:
         return None
     if pid == 0:
         os.close(w)
+        child(r)
+        os._exit(70)  # child() never returns; never run on in a copy of the parent
+    os.close(r)
+    return pid, w
+
+
+def write_all(fd: int, data: bytes) -> bool:
+    """Write ``data`` to the pipe ``fd`` and close it; False when the reader is gone (nothing more is sent)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def spare_app(close: int = -1) -> tuple[int, int] | None:
+    """In a spare supervisor (a fork server's, forked ahead of its call, signals held): fork its App process
+    now, off the call's path. The App waits, running nothing of the App, until :func:`supervise` hands it the
+    call after the claim (or exits when the supervisor closes the pipe unused). ``close``: a descriptor of the
+    supervisor's the App must not keep. Returns ``(pid, fd)`` or None when it cannot be forked (the App is
+    then forked at the call, as usual)."""
+
+    def app(r: int) -> None:
         if close >= 0:
             os.close(close)
         _app_waits(r)
-    os.close(r)
-    return pid, w
+
+    return fork_waiting(app)
 
 
 def warm_up() -> None:
@@ -404,16 +430,10 @@ def _hand_over(spare: tuple[int, int] | None, call: dict[str, Any]) -> int | Non
     import json
 
     pid, fd = spare
-    data = memoryview(json.dumps(call).encode())
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    except OSError:  # it died meanwhile: end what is left of it, fork the App as usual
-        os.close(fd)
-        _drop((pid, -1))
-        return None
-    os.close(fd)
-    return pid
+    if write_all(fd, json.dumps(call).encode()):
+        return pid
+    _drop((pid, -1))  # it died meanwhile: end what is left of it, fork the App as usual
+    return None
 
 
 def _drop(spare: tuple[int, int] | None) -> None:
