@@ -61,6 +61,18 @@ def _worker_id(journal, proc) -> str:
                  f"worker pid {proc.pid} to register")
 
 
+def _start(shared, tmp_path, **order):
+    """Route the shop (the order answered as ``order`` says, else 201; a declined payment; the order's reverse
+    action), submit one run and start the scheduler-only worker S: ``(journal, server, run_id, S)``."""
+    journal, server = shared
+    server.route("POST", "/api/orders", **(order or {"status": 201, "json": {"id": 7}}))
+    server.route("POST", "/api/payments", status=402, body="declined")
+    server.route("DELETE", "/api/orders/7", status=204)
+    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
+    return journal, server, run_id, fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1,
+                                                       executors=0)
+
+
 def _ended(journal, run_id):
     run = journal.run(run_id)
     comps = journal.compensations(run_id)
@@ -70,12 +82,7 @@ def _ended(journal, run_id):
 
 def test_requests_and_reverse_actions_are_sent_once_by_another_worker_and_the_secret_is_stored_nowhere(
         shared, tmp_path):
-    journal, server = shared
-    server.route("POST", "/api/orders", status=201, json={"id": 7})
-    server.route("POST", "/api/payments", status=402, body="declined")
-    server.route("DELETE", "/api/orders/7", status=204)
-    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
-    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    journal, server, run_id, s = _start(shared, tmp_path)
     procs = [s]
     try:
         scheduler = _worker_id(journal, s)
@@ -116,12 +123,7 @@ def test_scheduler_killed_with_its_request_queued_the_next_one_uses_what_a_worke
     """R-R3 across workers: the scheduler dies after queueing a request no executor claimed yet; a worker's
     executor sends it, and the scheduler that takes the run over journals that result (one operation, one
     request at the server), never a second send."""
-    journal, server = shared
-    server.route("POST", "/api/orders", status=201, json={"id": 7})
-    server.route("POST", "/api/payments", status=402, body="declined")
-    server.route("DELETE", "/api/orders/7", status=204)
-    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
-    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    journal, server, run_id, s = _start(shared, tmp_path)
     procs = [s]
     try:
         wait_for(lambda: journal.dispatched_calls(run_id), 60, "S to queue the first request")
@@ -143,15 +145,8 @@ def test_executor_killed_around_about_to_send(shared, tmp_path, killed):
     """R-H2 + R-R3 across workers: an executor killed once its "about to send" is committed leaves the request
     ``unknown`` (never re-sent: it is not idempotent); one killed after its claim but before that mark sent
     nothing, so its request is queued again and sent once by another executor."""
-    journal, server = shared
-    if killed == "after-about-to-send":
-        server.route("POST", "/api/orders", hang=60)  # received, never answered while the executor lives
-    else:
-        server.route("POST", "/api/orders", status=201, json={"id": 7})
-    server.route("POST", "/api/payments", status=402, body="declined")
-    server.route("DELETE", "/api/orders/7", status=204)
-    [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
-    s = fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1, executors=0)
+    # after-about-to-send: the order is received, never answered while the executor lives
+    journal, server, run_id, s = _start(shared, tmp_path, **({"hang": 60} if killed == "after-about-to-send" else {}))
     procs = [s]
     try:
         wait_for(lambda: journal.run_claim(run_id), 60, "S to claim the run")
