@@ -18,7 +18,7 @@ The engine knows no node kind: it is handed executors ``{kind: executor}``
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -99,20 +99,21 @@ class Engine:
         return False
 
     def _effective_ops(self, key: str, spec: WorkflowSpec, nodes: dict[str, dict[str, Any]],
-                       ops: list[dict[str, Any]], seen: frozenset[str] = frozenset()) -> list[str]:
+                       ops_of: Callable[[str], list[dict[str, Any]]], seen: frozenset[str] = frozenset()) -> list[str]:
         """Succeeded operations a downstream call depends on through node ``key`` (looking through
-        nodes without calls, and through a fallback that ran in its place)."""
+        nodes without calls, and through a fallback that ran in its place). ``ops_of(node key)``: that
+        node's operation statuses (read only for the nodes looked at, issue 14)."""
         if key in seen:
             return []
-        own = [o["operation_id"] for o in ops if o["node_key"] == key and o["status"] == "succeeded"]
+        own = [o["operation_id"] for o in ops_of(key) if o["status"] == "succeeded"]
         policy = spec.nodes[key].on_failure
         if policy.fallback and nodes[key]["handled"]:
-            own += self._effective_ops(policy.fallback, spec, nodes, ops, seen | {key})
+            own += self._effective_ops(policy.fallback, spec, nodes, ops_of, seen | {key})
         if own:
             return own
         out: list[str] = []
         for dep in _deps(spec.nodes[key]):
-            for o in self._effective_ops(dep, spec, nodes, ops, seen | {key}):
+            for o in self._effective_ops(dep, spec, nodes, ops_of, seen | {key}):
                 if o not in out:
                     out.append(o)
         return out
@@ -134,7 +135,13 @@ class Engine:
         if nodes[key]["status"] != "running":
             svc.journal.start_node(run_id, key, at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
-        ops = svc.journal.operation_statuses(run_id)
+        read: dict[str, list[dict[str, Any]]] = {}
+
+        def ops_of(node_key: str) -> list[dict[str, Any]]:
+            if node_key not in read:
+                read[node_key] = svc.journal.operation_statuses(run_id, node_key)
+            return read[node_key]
+
         if inputs is None:
             inputs = svc.journal.run(run_id)["inputs"]
         context = {"inputs": inputs, "nodes": {
@@ -142,7 +149,7 @@ class Engine:
             if n["status"] == "succeeded" or (n["handled"] and n["result"] is not None)}}
         depends_on: list[str] = []
         for dep in _deps(node):
-            for o in self._effective_ops(dep, spec, nodes, ops):
+            for o in self._effective_ops(dep, spec, nodes, ops_of):
                 if o not in depends_on:
                     depends_on.append(o)
         job = NodeJob(run_id=run_id, node=node, context=context, depends_on=depends_on, svc=svc,

@@ -101,6 +101,12 @@ def test_operations_round_trip_and_owed_compensation(journal):
     journal.finish_operation("op_1", status="succeeded", result={"name": "a"}, at=2.0, exit_code=0)
     got = journal.operation("op_1")
     assert got["result"] == {"name": "a"} and got["deadline"] == 61.6 and got["pid"] == 123
+    _op(journal, "op_2")
+    journal.start_operation({**journal.operation("op_2"), "operation_id": "op_3", "node_key": "b", "created_at": 1.7})
+    assert [(o["operation_id"], o["status"]) for o in journal.operation_statuses("run_aaa111", "a")] == \
+        [("op_1", "succeeded"), ("op_2", "starting")]
+    assert [o["operation_id"] for o in journal.operation_statuses("run_aaa111", "b")] == ["op_3"]
+    assert [o["node_key"] for o in journal.operation_statuses("run_aaa111")] == ["a", "a", "b"]
     journal.start_node("run_aaa111", "a", at=1.0)
     journal.finish_node("run_aaa111", "a", status="failed", handled=False, result=None, at=2.5)
     journal.end_run("run_aaa111", "failed", at=3.0, reason="node 'a' failed")

@@ -164,8 +164,9 @@ class Journal(Protocol):
     def operations(self, run_id: str, node_key: str | None = None) -> list[Row]:
         """The run's operations (of one node when ``node_key`` is given), in the order they were recorded."""
 
-    def operation_statuses(self, run_id: str) -> list[Row]:
-        """``{operation_id, node_key, status}`` of the run's operations, in order (cheap)."""
+    def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[Row]:
+        """``{operation_id, node_key, status}`` of the run's operations (of one node when ``node_key`` is
+        given), in order (cheap: no JSON to decode; one node's costs the same at any run length, issue 14)."""
 
     def operations_in_flight(self, run_id: str | None = None) -> list[Row]:
         """Operations ``starting`` or ``running`` of a run (of standalone calls when ``run_id`` is None)."""

@@ -528,10 +528,14 @@ class SqliteJournal:
                                (run_id, node_key))
         return self._query("SELECT * FROM operations WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
 
-    def operation_statuses(self, run_id: str) -> list[dict[str, Any]]:
-        """``{operation_id, node_key, status}`` of the run's operations, in order (no JSON to decode)."""
-        return self._query("SELECT operation_id, node_key, status FROM operations WHERE run_id = ? "
-                           "ORDER BY created_at, rowid", (run_id,))
+    def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[dict[str, Any]]:
+        """``{operation_id, node_key, status}`` of the run's operations (of one node), in order (no JSON to decode)."""
+        if node_key is None:
+            return self._query("SELECT operation_id, node_key, status FROM operations WHERE run_id = ? "
+                               "ORDER BY created_at, rowid", (run_id,))
+        return self._query("SELECT operation_id, node_key, status FROM operations WHERE run_id = ? AND node_key = ? "
+                           "ORDER BY created_at, rowid", (run_id, node_key))
+
 
     def operations_in_flight(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Operations whose outcome is not recorded yet (``starting`` or ``running``)."""
