@@ -57,6 +57,26 @@ def test_damaged_journal_is_refused_without_writes(workrun, isolated_env):
     assert path.read_bytes() == bytes(data)
 
 
+def test_a_damaged_table_page_is_refused_where_it_is_read_without_writes(workrun, isolated_env):
+    """The open reads only the header and the schema (O(1), issue 14); damage in a table's page is found where
+    that page is read: one clear line, exit 1, and the file stays as it was."""
+    assert workrun("runs", "list").code == 0
+    path = isolated_env / "journal.sqlite3"
+    db = sqlite3.connect(path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    db.close()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page_size:root * page_size] = b"\x13" * page_size  # clobber the runs table's root page
+    path.write_bytes(bytes(data))
+    for args in (("runs", "list"), ("resume",)):
+        res = workrun(*args)
+        assert res.code == 1, (args, res)
+        assert res.err.count("\n") == 1 and res.err.startswith("error: ") and str(path) in res.err, res.err
+        assert "Traceback" not in res.err
+    assert path.read_bytes() == bytes(data)
+
+
 def test_newer_schema_is_refused(workrun, isolated_env):
     assert workrun("runs", "list").code == 0
     db = sqlite3.connect(isolated_env / "journal.sqlite3")
