@@ -28,19 +28,21 @@ import ipaddress
 import json
 import os
 import re
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from workrun import settings
 from workrun.errors import ConfigError
 from workrun.outcomes import Failure
 from workrun.templates import strings
+
+if TYPE_CHECKING:  # socket and ssl are imported where a request is sent: a workflow load needs neither (R-P3)
+    import socket
+    import ssl
 
 __all__ = [
     "ALLOW_ENV",
@@ -717,6 +719,8 @@ def _resolve(host: str, port: int) -> list[IPAddress]:
         return [ipaddress.ip_address(host.split("%")[0])]
     except ValueError:
         pass
+    import socket
+
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     out: list[IPAddress] = []
     for family, *_rest, sockaddr in infos:
@@ -765,6 +769,8 @@ class _Exchange:
 
     @staticmethod
     def _shut(sock: socket.socket) -> None:
+        import socket
+
         try:
             sock.shutdown(socket.SHUT_RDWR)
         except OSError:
