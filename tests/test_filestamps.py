@@ -132,3 +132,30 @@ def test_environment_key_follows_the_lock(tmp_path, no_racy_window):
     assert _env_key(project) != key
     (project / ".python-version").write_text("3.11\n")
     assert len({key, _env_key(project)}) == 2
+
+
+def test_fingerprint_listing_kept_outside_git_sees_subdirectories_and_a_new_git_work_tree(tmp_path, no_racy_window):
+    """Outside git the file listing is kept while the walked directories' stamps hold: a file added deep
+    down, a directory removed, and a ``.git`` that appears (git then decides what is ignored) all show."""
+    import shutil
+    import subprocess
+
+    project = _project(tmp_path / "p")
+    (project / "pkg" / "deep").mkdir(parents=True)
+    (project / "pkg" / "deep" / "a.py").write_text("a = 1\n")
+    no_racy_window()
+    assert "pkg/deep/a.py" in fingerprint(project).files
+    (project / "pkg" / "deep" / "b.py").write_text("b = 1\n")
+    assert "pkg/deep/b.py" in fingerprint(project).files
+    no_racy_window()
+    fingerprint(project)  # kept now
+    shutil.rmtree(project / "pkg" / "deep")
+    assert not any(p.startswith("pkg/") for p in fingerprint(project).files)
+    (project / "ignored.py").write_text("x = 1\n")
+    (project / ".gitignore").write_text("ignored.py\n")
+    no_racy_window()
+    assert "ignored.py" in fingerprint(project).files  # no git work tree: nothing is ignored
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: the git half needs it")
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    assert "ignored.py" not in fingerprint(project).files

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workrun.errors import ConfigError
-from workrun.filestamps import StampedCache
+from workrun.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.models import AppSpec
 from workrun.outbound import check_action
 
@@ -314,16 +315,72 @@ def _git_ignored(project: Path, rels: list[str]) -> set[str]:
 def _fingerprinted_files(project: Path) -> list[str]:
     """The exact file set, as posix paths relative to ``project``: every ``*.py`` under the project
     (outside excluded dirs and dot-dirs, and not ignored by git), plus top-level ``pyproject.toml``,
-    ``uv.lock`` and ``.python-version`` (always, even when git ignores them)."""
-    root = os.fspath(project)
+    ``uv.lock`` and ``.python-version`` (always, even when git ignores them).
+
+    Outside a git work tree the listing is kept per process while the stat stamps of every directory it
+    walked hold (an added, removed or renamed entry changes its directory's stamp) and no ``.git`` appears
+    in the project or a parent (:mod:`workrun.filestamps`, issue 14); inside one it is listed every time
+    (what git ignores depends on more than the directories: its index, config and exclude files)."""
+    root = os.path.abspath(project)
+    probes = [os.path.join(folder, ".git") for folder in _ancestors(os.path.realpath(root))]
+    before = time.time_ns()
+    probe_stamps = [stamp(p) for p in probes]
+    if any(s is not None for s in probe_stamps):  # in a git work tree (or it cannot be told): list afresh
+        return _list_files(project, root, None)
+    with _LISTED_LOCK:
+        hit = _LISTED.get(root)
+    if hit is not None and tuple(stamp(p) for p in (*hit[0], *probes)) == hit[1]:
+        return list(hit[2])
+    walked: list[tuple[str, Stamp]] = []
+    files = _list_files(project, root, walked)
+    stamps = (*(s for _, s in walked), *probe_stamps)
+    if settled(stamps, before):
+        with _LISTED_LOCK:
+            if len(_LISTED) >= 256:
+                _LISTED.pop(next(iter(_LISTED)))
+            _LISTED[root] = ([d for d, _ in walked], stamps, tuple(files))
+    return files
+
+
+_LISTED: dict[str, tuple[list[str], tuple[Stamp, ...], tuple[str, ...]]] = {}  # root -> (dirs, stamps, files)
+_LISTED_LOCK = threading.Lock()
+
+
+def _ancestors(path: str) -> list[str]:
+    out = [path]
+    while (parent := os.path.dirname(out[-1])) != out[-1]:
+        out.append(parent)
+    return out
+
+
+def _list_files(project: Path, root: str, walked: list[tuple[str, Stamp]] | None) -> list[str]:
+    """List the file set (see :func:`_fingerprinted_files`); each directory's stamp, taken before it is
+    read, goes into ``walked`` (None: inside a git work tree, where git decides what is ignored)."""
     found = [name for name in FINGERPRINT_TOP_FILES if os.path.isfile(os.path.join(root, name))]
     sources: list[str] = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in FINGERPRINT_EXCLUDED_DIRS and not d.startswith("."))
-        rel = os.path.relpath(folder, root)
-        prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        sources += [prefix + f for f in files if f.endswith(".py")]
-    ignored = _git_ignored(project, sources)
+    todo = [(root, "")]
+    while todo:
+        folder, prefix = todo.pop()
+        if walked is not None:
+            walked.append((folder, stamp(folder)))
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        subdirs = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # as os.walk: a symlink to a directory is a directory, never walked into
+                walk_into = is_dir and not entry.is_symlink()
+            except OSError:
+                continue
+            if is_dir:
+                if walk_into and entry.name not in FINGERPRINT_EXCLUDED_DIRS and not entry.name.startswith("."):
+                    subdirs.append(entry.name)
+            elif entry.name.endswith(".py"):
+                sources.append(prefix + entry.name)
+        todo += [(os.path.join(folder, d), f"{prefix}{d}/") for d in sorted(subdirs, reverse=True)]
+    ignored = _git_ignored(project, sources) if walked is None else set()
     return found + [rel for rel in sources if rel not in ignored]
 
 
