@@ -406,3 +406,42 @@ def test_an_edit_between_two_calls_in_one_process_changes_the_fingerprint_and_co
     assert first["fingerprint"] != second["fingerprint"]
     assert first["fingerprint_files"]["main.py"] != second["fingerprint_files"]["main.py"]
     assert first["fingerprint_files"]["pyproject.toml"] != second["fingerprint_files"]["pyproject.toml"]
+
+
+def test_a_ticket_resumed_by_another_process_during_the_run_lets_its_dependents_run(tmp_path):
+    """The scheduler reads only the rows its own threads changed while no other connection wrote (issue 14);
+    a person resuming a ticket from another process (another connection) is still seen at the next look."""
+    from workrun.journal.sqlite import SqliteJournal
+    from workrun.ticket_records import event_row
+
+    svc = services(tmp_path)
+    release = threading.Event()
+
+    def slow(job: NodeJob) -> NodeOutcome:
+        assert release.wait(60)
+        return NodeOutcome("succeeded", {"node": "slow"})
+
+    fake = FakeExecutor({"t": failing(), "slow": slow})
+    spec = workflow({"t": {"on_failure": "notify"}, "after": {"needs": ["t"]}, "slow": {}})
+    run_id = create_run(svc, spec, {})
+    done: list[str] = []
+    engine = threading.Thread(target=lambda: done.append(Engine(svc, {"process": fake}).execute(run_id)))
+    engine.start()
+    other = SqliteJournal(tmp_path / "journal.sqlite3")  # the operator's `workrun tickets resume`
+    try:
+        end = time.monotonic() + 30
+        while not other.tickets(run_id) and time.monotonic() < end:
+            time.sleep(0.01)
+        ticket = other.tickets(run_id)[0]
+        time.sleep(0.3)  # the scheduler has looked again (every 0.1 s) since the ticket opened
+        other.resume_ticket(ticket["ticket_id"], {"by": "hand"}, event_row(ticket["ticket_id"], run_id, "op",
+                            "resume", {}, time.time()), at=time.time())
+        end = time.monotonic() + 30
+        while "after" not in fake.started and time.monotonic() < end:
+            time.sleep(0.01)
+    finally:
+        release.set()
+        engine.join(60)
+        other.close()
+    assert "after" in fake.started and done == ["succeeded"]
+    assert fake.jobs["after"].context["nodes"]["t"] == {"result": {"by": "hand"}}

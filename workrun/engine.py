@@ -252,42 +252,79 @@ class Engine:
         terminated = False
         futures: dict[Future[NodeOutcome], str] = {}
 
-        known: dict[str, dict[str, Any]] = {}  # node rows read so far; re-read only when a node's state moved
+        known: dict[str, dict[str, Any]] = {}  # node rows read so far, in workflow order
+        seen_token: list[object] = [None]
+        dependents: dict[str, set[str]] = {k: set() for k in spec.nodes}
+        for k, ds in deps.items():
+            for d in ds:
+                dependents.setdefault(d, set()).add(k)
 
-        def status_of() -> dict[str, dict[str, Any]]:
-            """The run's node rows: their states looked up each time (a person may resume a ticket meanwhile),
-            a whole row (with its result) read again only when its state changed, so a long chain does not
-            decode every result at every step (issue 14)."""
-            states = svc.journal.node_states(run_id)
-            moved = [s["node_key"] for s in states if (k := known.get(s["node_key"])) is None
-                     or k["status"] != s["status"] or k["handled"] != s["handled"]]
-            for row in svc.journal.nodes(run_id, moved) if moved else ():
-                known[row["node_key"]] = row
-            return {s["node_key"]: known[s["node_key"]] for s in states}
+        def status_of(ended: list[str]) -> set[str]:
+            """Bring ``known`` up to date; return the keys whose state moved (issue 14: O(changes) per step).
 
+            When no other connection wrote to the journal since the last look (its change token), only this
+            process's node threads changed rows, and only of nodes whose future ended (``ended``, and the
+            fallbacks they may have run in their place): only those rows are read. Otherwise (a person
+            resumed a ticket, a backend that cannot tell, the first look) every node's state is looked up and
+            a whole row (with its result) read again only when its state changed."""
+            token = svc.journal.change_token()
+            if token is None or token != seen_token[0] or not known:
+                states = svc.journal.node_states(run_id)
+                moved = {s["node_key"] for s in states if (k := known.get(s["node_key"])) is None
+                         or k["status"] != s["status"] or k["handled"] != s["handled"]}
+                rows = {row["node_key"]: row for row in svc.journal.nodes(run_id, sorted(moved))} if moved else {}
+                if not known:
+                    known.update((s["node_key"], rows[s["node_key"]]) for s in states)
+                else:
+                    known.update(rows)
+            elif ended:
+                look = sorted({*ended, *standby})
+                moved = set()
+                for row in svc.journal.nodes(run_id, look):
+                    k = known.get(row["node_key"])
+                    if k is None or k["status"] != row["status"] or k["handled"] != row["handled"]:
+                        moved.add(row["node_key"])
+                    known[row["node_key"]] = row
+            else:
+                moved = set()
+            seen_token[0] = token
+            return moved
+
+        position = {k: i for i, k in enumerate(spec.nodes)}
+        check: set[str] = set()  # nodes whose readiness must be looked at again
+        ended: list[str] = []
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
-            nodes = status_of()
-            for key, n in nodes.items():  # a node left running by a dead runner resumes where it was
+            check |= status_of(ended)
+            for key, n in known.items():  # a node left running by a dead runner resumes where it was
                 if n["status"] == "running":
-                    futures[pool.submit(self._run_node, run_id, spec, key, nodes, inputs)] = key
+                    futures[pool.submit(self._run_node, run_id, spec, key, dict(known), inputs)] = key
             while True:
                 stopping = self._stop_requested(run_id, fresh=False)
-                nodes = status_of()
+                for key in status_of(ended):
+                    check.add(key)
+                    check |= dependents.get(key, set())
+                ended = []
                 if not stopping and failed_node is None and not terminated:
                     active = set(futures.values())
-                    for key, n in nodes.items():
-                        if n["status"] != "pending" or key in standby or key in active:
+                    snapshot: dict[str, dict[str, Any]] | None = None
+                    for key in sorted(check, key=lambda k: position.get(k, len(position))):
+                        row = known.get(key)
+                        if row is None or row["status"] != "pending" or key in standby or key in active:
+                            check.discard(key)
                             continue
                         if len(futures) >= svc.concurrency:
-                            break
-                        if all(nodes[d]["status"] == "succeeded" or nodes[d]["handled"] for d in deps[key]):
-                            futures[pool.submit(self._run_node, run_id, spec, key, nodes, inputs)] = key
+                            break  # the rest stay to be looked at when a slot frees
+                        check.discard(key)  # not ready: looked at again when a dependency moves
+                        if all(known[d]["status"] == "succeeded" or known[d]["handled"] for d in deps[key]):
+                            snapshot = dict(known) if snapshot is None else snapshot
+                            futures[pool.submit(self._run_node, run_id, spec, key, snapshot, inputs)] = key
                             active.add(key)
                 if not futures:
                     break
                 done, _ = wait_futures(list(futures), timeout=0.1, return_when=FIRST_COMPLETED)
                 for fut in done:
                     key = futures.pop(fut)
+                    ended.append(key)
                     outcome = fut.result()
                     if outcome.status == "failed" and failed_node is None:
                         failed_node = key

@@ -353,6 +353,14 @@ def test_messages_reach_other_readers_with_the_next_write_or_soon_after(journal,
         assert other.node_states("run_msg001") == [{"node_key": "a", "status": "running", "handled": 0},
                                                    {"node_key": "b", "status": "pending", "handled": 0}]
         assert [n["node_key"] for n in other.nodes("run_msg001", ["b"])] == ["b"]
+        token = other.change_token()  # moves for another connection's commit, never for this one's own
+        if journal_backend == "sqlite":
+            _run(other, "run_tok001")
+            assert other.change_token() == token
+            journal.finish_node("run_msg001", "a", status="succeeded", handled=False, result=None, at=1.5)
+            assert other.change_token() != token
+        else:  # cannot tell: the scheduler reads every state each time
+            assert token is None
         assert other.nodes("run_msg001", []) == []
         journal.add_message("run_msg001", "a", "info", "said alone")
         end = time.monotonic() + MESSAGE_DELAY + 10

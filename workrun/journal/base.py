@@ -126,6 +126,12 @@ class Journal(Protocol):
     def stop_requested(self, run_id: str) -> bool:
         """True when ``workrun stop`` flagged the run (R-C9; exact id, False for an unknown one)."""
 
+    def change_token(self) -> object | None:
+        """A value that changes whenever another connection (another process) commits to the journal, and only
+        then: this connection's own writes leave it as it was. None when the backend cannot tell (the caller
+        then reads afresh every time). The scheduler reads only the rows its own threads changed while the
+        token holds (issue 14)."""
+
     def messages(self, run_id: str) -> list[Row]:
         """All messages of a run, oldest first."""
 

@@ -219,6 +219,11 @@ class PostgresJournal(SqliteJournal):
                           (owner_pid, owner_start, operation_id, seen_pid, seen_start))
         return len(rows) == 1
 
+    def change_token(self) -> object | None:
+        """None: PostgreSQL has no cheap "another session committed" counter, so the scheduler reads every
+        node's state at every look (as it did before issue 14's shortcut)."""
+        return None
+
     def latest_app_calls(self) -> list[dict[str, Any]]:
         """As :meth:`SqliteJournal.latest_app_calls` (``DISTINCT ON`` for SQLite's bare columns with ``MAX``)."""
         return self._query(

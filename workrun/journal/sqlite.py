@@ -500,6 +500,14 @@ class SqliteJournal:
         """``{node_key, status, handled}`` of the run's nodes in workflow order (no JSON to decode)."""
         return self._query("SELECT node_key, status, handled FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
 
+    def change_token(self) -> object | None:
+        """``PRAGMA data_version``: it changes when another connection commits, never for this one's writes."""
+        with self._lock:
+            try:
+                return int(self._db.execute("PRAGMA data_version").fetchone()["data_version"])
+            except sqlite3.Error as exc:
+                raise JournalError(f"journal read failed: {exc}", file=str(self.path)) from None
+
     def stop_requested(self, run_id: str) -> bool:
         """True when ``workrun stop`` flagged the run (exact id; False for an unknown one)."""
         rows = self._query("SELECT stop_requested FROM runs WHERE run_id = ?", (run_id,))
