@@ -19,7 +19,9 @@ which belongs to the App. Files in the call directory:
   signal (``signal``, ``exit_code`` null), so the outcome survives the runner dying.
 - ``stdout`` / ``stderr``: the App's output streams (the runner keeps their last 64 KiB).
 
-Every file is written atomically (temporary file, rename).
+Every file the App or the supervisor writes is written atomically (temporary file, rename). ``input.json`` is
+written in place: it is complete before the call is asked to start, and a call whose runner died while writing
+it never starts (recovery fences it).
 """
 
 from __future__ import annotations

@@ -197,16 +197,17 @@ def take_dir(path: Path) -> bool:
 
 
 def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
-    """Write ``input.json`` (version-1 envelope) atomically (into a pooled file when there is one)."""
-    data = {"v": _wire.VERSION, **envelope}
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False)
-    tmp = call_dir / ".input.json.tmp"
-    if not _pool(call_dir.parent).take(tmp):
-        _wire.write_json_atomic(call_dir / "input.json", data)
-        return
-    with open(tmp, "w", encoding="utf-8") as fh:
+    """Write ``input.json`` (version-1 envelope) into a new call directory (into a pooled file when there is one).
+
+    Written in place, not through a temporary file and a rename: nothing reads it before the call's process is
+    asked to start, which is after this returns. A runner killed while writing it leaves a call that never
+    started, which recovery fences (``claim``: ``abandoned``) and records as not started.
+    """
+    text = json.dumps({"v": _wire.VERSION, **envelope}, ensure_ascii=False, allow_nan=False)
+    target = call_dir / "input.json"
+    _pool(call_dir.parent).take(target)  # an emptied file of an earlier call, when the pool has one
+    with open(target, "w", encoding="utf-8") as fh:
         fh.write(text)
-    os.replace(tmp, call_dir / "input.json")
 
 
 def read_exit(call_dir: Path) -> Outcome | None:
@@ -221,7 +222,10 @@ def read_exit(call_dir: Path) -> Outcome | None:
         return None
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, size: int | None) -> str:
+    """The last :data:`CAPTURE_BYTES` of ``path`` (``size``: its size when known; "" for an empty or missing file)."""
+    if not size:
+        return ""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -232,15 +236,33 @@ def _tail(path: Path) -> str:
         return ""
 
 
+def _sizes(call_dir: Path) -> dict[str, int]:
+    """``{file name: size in bytes}`` of the files in ``call_dir`` (one directory read; {} on error)."""
+    sizes: dict[str, int] = {}
+    try:
+        with os.scandir(call_dir) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_file():  # following a symlink, as opening the file would
+                        sizes[entry.name] = entry.stat().st_size
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return sizes
+
+
 def collect(call_dir: Path) -> Collected:
     """Read result, resources, dependencies and output tails from a finished call's directory (never raises).
 
     A result over 1 MiB (``RESULT_LIMIT_BYTES``, UTF-8 bytes) or not a version-1 envelope sets ``error`` (R-A3).
     """
-    out = Collected(stdout_tail=_tail(call_dir / "stdout"), stderr_tail=_tail(call_dir / "stderr"))
+    sizes = _sizes(call_dir)  # which files there are, and their sizes, at once (issue 14)
+    out = Collected(stdout_tail=_tail(call_dir / "stdout", sizes.get("stdout")),
+                    stderr_tail=_tail(call_dir / "stderr", sizes.get("stderr")))
     result_file = call_dir / "result.json"
-    if result_file.exists():
-        size = result_file.stat().st_size
+    if "result.json" in sizes:
+        size = sizes["result.json"]
         if size > RESULT_LIMIT_BYTES + 64:
             out.error = f"result is {size} bytes, over the 1 MiB limit ({RESULT_LIMIT_BYTES} bytes)"
         else:
@@ -256,14 +278,14 @@ def collect(call_dir: Path) -> Collected:
             except (ValueError, UnicodeDecodeError) as exc:
                 out.error = f"result.json: not JSON ({exc})"
     dep_file = call_dir / "dependencies.json"
-    if dep_file.exists():
+    if "dependencies.json" in sizes:
         try:
             data = json.loads(dep_file.read_text(encoding="utf-8"))
             out.depends_on = [d for d in data.get("depends_on", []) if isinstance(d, str)]
         except (ValueError, OSError, AttributeError):
             out.error = out.error or "dependencies.json: not JSON"
     res_file = call_dir / "resources.json"
-    if res_file.exists():
+    if "resources.json" in sizes:
         try:
             data = json.loads(res_file.read_text(encoding="utf-8"))
             out.resources = [r for r in data.get("resources", []) if isinstance(r, dict)]
