@@ -111,6 +111,18 @@ def test_operations_round_trip_and_owed_compensation(journal):
     journal.finish_node("run_aaa111", "a", status="failed", handled=False, result=None, at=2.5)
     journal.end_run("run_aaa111", "failed", at=3.0, reason="node 'a' failed")
     assert journal.runs_with_open_compensation() == ["run_aaa111"]  # owed, not planned yet
+    _run(journal, "run_ok0001")  # a succeeded run's succeeded call owes nothing
+    _op(journal, "op_ok1", "run_ok0001")
+    journal.finish_operation("op_ok1", status="succeeded", result={}, at=2.0)
+    journal.end_run("run_ok0001", "succeeded", at=3.0, reason=None)
+    plan = {"node_key": "a", "status": "succeeded", "max_attempts": 1, "timeout": 1.0, "backoff": 0.0,
+            "created_at": 3.0, "updated_at": 3.0}
+    _run(journal, "run_done01")  # a failed run whose call was compensated already owes nothing
+    _op(journal, "op_done1", "run_done01")
+    journal.finish_operation("op_done1", status="succeeded", result={}, at=2.0)
+    journal.end_run("run_done01", "failed", at=3.0, reason="x", compensations=[
+        {**plan, "compensation_id": "cmp_done", "operation_id": "op_done1", "run_id": "run_done01"}])
+    assert journal.runs_with_open_compensation() == ["run_aaa111"]
     journal.add_message("run_aaa111", "a", "info", "100% done?")
     assert [m["text"] for m in journal.messages("run_aaa111")] == ["100% done?"]
 

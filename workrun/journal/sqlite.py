@@ -478,13 +478,14 @@ class SqliteJournal:
     def runs_with_open_compensation(self) -> list[str]:
         """Ids of runs with a compensation ``pending`` or ``running``, or with succeeded calls whose
         compensation is owed (failed run, or a stopped run an operator asked to compensate) but not planned."""
+        # every scheduling command asks this first: per failed run, its own calls (by run id), not every
+        # succeeded call in the journal (issue 14). ``status || ''`` keeps the planner on the run's index.
         rows = self._query(
             "SELECT DISTINCT run_id FROM compensations WHERE status IN ('pending', 'running') "
-            "UNION SELECT run_id FROM runs WHERE eval = 0 "
-            "AND (status = 'failed' OR (status IN ('stopped', 'terminated') AND compensate_requested = 1)) "
-            "AND run_id IN "
-            "(SELECT run_id FROM operations WHERE status = 'succeeded' AND operation_id NOT IN "
-            "(SELECT operation_id FROM compensations))")
+            "UNION SELECT r.run_id FROM runs r WHERE r.eval = 0 "
+            "AND (r.status = 'failed' OR (r.status IN ('stopped', 'terminated') AND r.compensate_requested = 1)) "
+            "AND EXISTS (SELECT 1 FROM operations o WHERE o.run_id = r.run_id AND (o.status || '') = 'succeeded' "
+            "AND NOT EXISTS (SELECT 1 FROM compensations c WHERE c.operation_id = o.operation_id))")
         return [r["run_id"] for r in rows]
 
     def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
