@@ -15,8 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-from filelock import FileLock
-
 from workrun.errors import EnvironmentUnavailableError
 from workrun.filestamps import StampedCache
 from workrun.paths import user_umask
@@ -148,14 +146,18 @@ class EnvManager:
         self._ready: dict[tuple[str, str], str] = {}
         self._mutex = threading.Lock()
 
+    def _where(self, project: Path) -> tuple[Path, Path, Path]:
+        """``(resolved project, its venv's python, its sync marker in the data dir)``."""
+        project = Path(project).resolve()
+        ident = hashlib.sha256(str(project).encode()).hexdigest()[:16]
+        return project, project / ".venv" / "bin" / "python", self.data_dir / "envs" / f"{ident}.json"
+
     def ready_python(self, project: Path) -> str | None:
         """The environment's python when it is synced for the project's current lock (nothing is synced or
         locked here), else None: for work done ahead of a call that may not come (issue 14)."""
-        project = Path(project).resolve()
-        venv_python = project / ".venv" / "bin" / "python"
-        ident = hashlib.sha256(str(project).encode()).hexdigest()[:16]
+        project, venv_python, marker = self._where(project)
         try:
-            known = json.loads((self.data_dir / "envs" / f"{ident}.json").read_text())
+            known = json.loads(marker.read_text())
         except (OSError, ValueError):
             return None
         if not isinstance(known, dict) or known.get("key") != _env_key(project) or not venv_python.exists():
@@ -169,14 +171,13 @@ class EnvManager:
             EnvironmentUnavailableError: uv is missing or ``uv sync --locked`` failed
                 (e.g. the lock is out of date, or packages are not in uv's cache offline).
         """
-        project = Path(project).resolve()
+        project, venv_python, marker = self._where(project)
         key = _env_key(project)
-        venv_python = project / ".venv" / "bin" / "python"
         cached = self._ready.get((str(project), key))
         if cached and venv_python.exists():
             return cached
-        ident = hashlib.sha256(str(project).encode()).hexdigest()[:16]
-        marker = self.data_dir / "envs" / f"{ident}.json"
+        from filelock import FileLock  # only when the marker must be looked at under the lock
+
         marker.parent.mkdir(parents=True, exist_ok=True)
         with self._mutex, FileLock(str(marker) + ".lock"):
             try:
