@@ -122,7 +122,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     svc.journal.operation_running(op_id, pid=started_process.pid, proc_start=started_process.proc_start,
                                   started_at=started, deadline=deadline)
     outcome = svc.runner.wait(started_process, deadline)
-    return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome)
+    return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome, config=app)
 
 
 def _process_call_dir(row: dict[str, Any]) -> Path:
@@ -146,16 +146,20 @@ def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, 
     return svc.journal.operation(op_id)
 
 
-def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
+                     config: AppSpec | None = None) -> dict[str, Any]:
     """Decide and journal a call's outcome (``op.finished``), live or after a restart.
 
     Exit 0 with a valid result = ``succeeded``; a result that is not JSON, over
     1 MiB or against the contract = ``failed`` naming the field or limit (R-A3);
     non-zero exit, signal, timeout or stop = ``failed``; gone without an exit
     record = ``unknown`` (R-R3); never started = ``failed`` with ``not started``.
+
+    Args:
+        config: the App config the call was made with (its snapshot in ``op["config"]`` is read when None).
     """
     call_dir = _process_call_dir(op)
-    config = AppSpec.model_validate(op["config"])
+    config = config if config is not None else AppSpec.model_validate(op["config"])
     got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     fields: dict[str, Any] = {"exit_code": outcome.exit_code, "signal": outcome.signal}
     if got is not None:
