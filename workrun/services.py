@@ -98,7 +98,7 @@ class Services:
     Args:
         data_dir: the data directory (default: :func:`workrun.paths.data_dir`).
         reporter: receives progress messages.
-        check: check the journal's header and schema on open (see :class:`workrun.journal.sqlite.SqliteJournal`).
+        check: run the journal's integrity check on open.
         writable: the command writes to the data dir (False: a read command, which may read a
             data dir it cannot write; SPEC §17).
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 BIG = """
 [tool.workrun.apps.big]
 entry = "main.py"
@@ -57,24 +59,49 @@ def test_damaged_journal_is_refused_without_writes(workrun, isolated_env):
     assert path.read_bytes() == bytes(data)
 
 
-def test_a_damaged_table_page_is_refused_where_it_is_read_without_writes(workrun, isolated_env):
-    """The open reads only the header and the schema (O(1), issue 14); damage in a table's page is found where
-    that page is read: one clear line, exit 1, and the file stays as it was."""
+@pytest.mark.parametrize("table", ["runs", "compensations", "messages"])
+def test_a_damaged_table_page_is_refused_before_anything_runs(workrun, write_workflow, make_project, isolated_env,
+                                                              tmp_path, table):
+    """Damage in any table's page (not only the schema) is found by the integrity check when the journal is
+    opened (``workrun run`` starts that check ahead, while it loads): one clear line, exit 1, no App runs and
+    the file stays as it was."""
+    proj = make_project("touch", TOUCH_APP, {"main.py": TOUCH_MAIN})
+    marker = tmp_path / "ran"
+    wf = write_workflow("touch", f"""
+        [nodes.a]
+        project = "{proj}"
+        app = "touch"
+        input = {{ path = "{marker}" }}
+    """)
     assert workrun("runs", "list").code == 0
     path = isolated_env / "journal.sqlite3"
     db = sqlite3.connect(path)
     page_size = db.execute("PRAGMA page_size").fetchone()[0]
-    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
     db.close()
     data = bytearray(path.read_bytes())
-    data[(root - 1) * page_size:root * page_size] = b"\x13" * page_size  # clobber the runs table's root page
+    data[(root - 1) * page_size:root * page_size] = b"\x13" * page_size  # clobber the table's root page
     path.write_bytes(bytes(data))
-    for args in (("runs", "list"), ("resume",)):
+    workrun("runs", "list")  # a read command may answer from undamaged pages; it never writes
+    for args in (("run", str(wf)), ("resume",)):  # a scheduling command checks every page before anything runs
         res = workrun(*args)
         assert res.code == 1, (args, res)
         assert res.err.count("\n") == 1 and res.err.startswith("error: ") and str(path) in res.err, res.err
-        assert "Traceback" not in res.err
+        assert "integrity check failed" in res.err or "malformed" in res.err, res.err
+    assert not marker.exists()  # nothing ran
     assert path.read_bytes() == bytes(data)
+
+
+TOUCH_APP = """
+[tool.workrun.apps.touch]
+entry = "main.py"
+"""
+TOUCH_MAIN = """
+from pathlib import Path
+from workrun_sdk import process
+Path(process.input()["path"]).write_text("ran")
+process.result({})
+"""
 
 
 def test_newer_schema_is_refused(workrun, isolated_env):
@@ -85,3 +112,35 @@ def test_newer_schema_is_refused(workrun, isolated_env):
     db.close()
     res = workrun("runs", "list")
     assert res.code == 1 and "schema version 99 is newer" in res.err
+
+
+def test_the_check_started_ahead_is_the_one_the_open_uses(tmp_path, monkeypatch):
+    """check_ahead runs PRAGMA quick_check on a read-only connection in a thread; the next open of that file
+    uses its result (it does not check again), and an open without one checks itself."""
+    from workrun.errors import JournalError
+    from workrun.journal import sqlite as backend
+
+    path = tmp_path / "journal.sqlite3"
+    backend.check_ahead(path)  # no file yet: nothing to check (it is created on open)
+    assert backend._AHEAD == {}
+    backend.SqliteJournal(path).close()
+    checked: list[str] = []
+    real = backend._checked
+
+    def spy(p, db):
+        checked.append("ahead" if str(p.resolve()) in backend._AHEAD else "here")
+        return real(p, db)
+
+    monkeypatch.setattr(backend, "_checked", spy)
+    backend.check_ahead(path)
+    backend.SqliteJournal(path).close()
+    backend.SqliteJournal(path).close()
+    assert checked == ["ahead", "here"] and backend._AHEAD == {}
+    monkeypatch.setattr(backend, "_checked", real)
+    backend.check_ahead(path)  # a result of "not ok" from ahead refuses the open, as a check on open would
+    with backend._AHEAD_LOCK:
+        thread, box = backend._AHEAD[str(path.resolve())]
+    thread.join()
+    box[:] = [["row 7 missing from index x"]]
+    with pytest.raises(JournalError, match="integrity check failed: row 7 missing"):
+        backend.SqliteJournal(path)

@@ -126,9 +126,10 @@ def _first_project(workflow: str) -> str | None:
 
 
 def _ahead(args: list[str]) -> None:
-    """For ``workrun run WORKFLOW …``: start the fork server of the first process node's App environment in a
-    background thread, while this process loads the rest of itself (issue 14, R-P1). Only an already
-    synced environment of an existing data directory is used; anything else is left to the command."""
+    """For ``workrun run WORKFLOW …``: in a background thread, while this process loads the rest of itself
+    (issue 14, R-P1), start the journal's integrity check (:func:`workrun.journal.sqlite.check_ahead`) and the
+    fork server of the first process node's App environment. Only an existing data directory that passes its
+    checks, and an already synced environment, are used; anything else is left to the command."""
     words = [a for a in args if a != "--debug"]
     if len(words) < 2 or words[0] != "run" or os.environ.get("WORKRUN_JOURNAL"):
         return
@@ -137,13 +138,17 @@ def _ahead(args: list[str]) -> None:
         return
     import threading
 
+    from workrun.journal.sqlite import check_ahead
     from workrun.paths import existing_data_dir
     from workrun.runner.local import prestart_fork_server  # imported here, not in the thread (no import race)
 
     def start() -> None:
+        data = existing_data_dir()
+        if data is None:
+            return
+        check_ahead(data / "journal.sqlite3")  # the open's integrity check, on the other core meanwhile
         project = _first_project(workflow)
-        data = existing_data_dir() if project else None
-        if project and data:
+        if project:
             prestart_fork_server(data, Path(project))
 
     threading.Thread(target=start, name="workrun-prestart", daemon=True).start()

@@ -36,7 +36,7 @@ def open_journal(data_dir: Path, *, check: bool = True, writable: bool = True) -
 
     Args:
         data_dir: the data directory (holds the SQLite file).
-        check: read the header and the whole schema on open (SQLite: a damaged one is refused at once).
+        check: run the integrity check on open (SQLite).
         writable: the command writes; when False and this user cannot write the data dir, the
             SQLite journal is opened read-only (a read command still reads it; SPEC §17).
 

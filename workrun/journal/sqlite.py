@@ -15,9 +15,11 @@ rolled back, so nothing is marked done that was not.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,55 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None, check_same_thread=False)
 
 
+_AHEAD: dict[str, tuple[threading.Thread, list[Any]]] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+def check_ahead(path: Path) -> None:
+    """Start ``PRAGMA quick_check`` of the existing journal file ``path`` now, in a background thread on a
+    read-only connection, so that it runs while the command still loads (SQLite checks without the GIL, on
+    the other core); the next :class:`SqliteJournal` opened with ``check`` on this file uses its result
+    instead of checking again (issue 14: the check reads every page, and a journal only grows).
+
+    Nothing when the file does not exist (it is created and migrated on open) or a check is under way.
+    Never raises: a check that cannot run ahead is run on open as usual.
+    """
+    key = os.path.abspath(path)
+    if not os.path.isfile(key):
+        return
+    box: list[Any] = []
+
+    def work() -> None:
+        try:
+            db = sqlite3.connect(f"file:{urllib.parse.quote(key)}?mode=ro", uri=True, timeout=30.0,
+                                 check_same_thread=False)
+            try:
+                box.append([row[0] for row in db.execute("PRAGMA quick_check").fetchall()])
+            finally:
+                db.close()
+        except sqlite3.Error as exc:  # checked again on open, which reports it
+            box.append(exc)
+
+    with _AHEAD_LOCK:
+        if key in _AHEAD:
+            return
+        thread = threading.Thread(target=work, name="workrun-journal-check", daemon=True)
+        _AHEAD[key] = (thread, box)
+    thread.start()
+
+
+def _checked(path: Path, db: sqlite3.Connection) -> list[str]:
+    """``PRAGMA quick_check``'s lines for the journal ``path``: from :func:`check_ahead` when it checked this
+    file (waiting for it), else from ``db`` now."""
+    with _AHEAD_LOCK:
+        ahead = _AHEAD.pop(os.path.abspath(path), None)
+    if ahead is not None:
+        ahead[0].join()
+        if ahead[1] and isinstance(ahead[1][0], list):
+            return [str(line) for line in ahead[1][0]]
+    return [r["quick_check"] for r in db.execute("PRAGMA quick_check").fetchall()]
+
+
 class SqliteJournal:
     """The SQLite backend of :class:`workrun.journal.base.Journal` (see there for each method's contract).
 
@@ -96,16 +147,14 @@ class SqliteJournal:
 
     Args:
         path: the database file (created and migrated when new).
-        check: read the file's header and its whole schema on open, so a damaged one is refused before
-            anything is written. Not ``PRAGMA quick_check``: that reads every page, and a journal only grows
-            (about 35 ms for 8 MB, on every command, issue 14). Damage elsewhere is reported when its page is
-            read, as a :class:`JournalError`, and the transaction that met it is rolled back.
+        check: run ``PRAGMA quick_check`` on open (every page: a damaged journal is refused before any App
+            runs). Its result comes from :func:`check_ahead` when that started it for this file.
         read_only: open for reading only, for read commands on a data dir this user cannot write
             (SPEC §17): nothing is created or migrated.
 
     Raises (from the constructor):
         JournalVersionError: the file's schema is newer than this Workrun.
-        JournalError: the file is not a database or its schema cannot be read; ``read_only`` and the
+        JournalError: the file is not a database or fails ``PRAGMA quick_check``; ``read_only`` and the
             file is missing or needs a migration.
     """
 
@@ -125,8 +174,11 @@ class SqliteJournal:
                                            check_same_thread=False)
             self._db.row_factory = _row
             self._db.execute("PRAGMA busy_timeout = 30000")
-            if check:  # reads the header and every schema page: a damaged one is refused before any write
-                self._db.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master").fetchall()
+            if check:
+                problems = _checked(self.path, self._db)
+                if problems != ["ok"]:
+                    raise JournalError(f"integrity check failed: {problems[0]}; nothing was written. "
+                                       "Restore a backup or move the file away", file=str(self.path))
             if read_only:
                 if self._db.execute("PRAGMA user_version").fetchone()["user_version"] != len(MIGRATIONS):
                     raise JournalError("the journal needs a migration, and its directory is not writable by "
