@@ -445,3 +445,24 @@ def test_a_ticket_resumed_by_another_process_during_the_run_lets_its_dependents_
         other.close()
     assert "after" in fake.started and done == ["succeeded"]
     assert fake.jobs["after"].context["nodes"]["t"] == {"result": {"by": "hand"}}
+
+
+@pytest.mark.parametrize("fallback_was", ["running", "succeeded"])
+def test_a_fallback_left_by_a_dead_runner_runs_at_most_once_more_and_resume_finishes(tmp_path, fallback_was):
+    """A runner killed while a fallback ran (or just after it ended, its primary not yet ended): resume drives
+    the fallback only through its primary (never also as a node of its own), and one that ended is not run
+    again; the run finishes (issue 14 break-it: it ran twice, or every resume failed on a transition)."""
+    svc = services(tmp_path)
+    fake = FakeExecutor({"a": failing(), "fb": lambda job: NodeOutcome("succeeded", {"x": "again"})})
+    spec = workflow({"a": {"on_failure": {"fallback": "fb"}}, "fb": {}, "b": {"input": {"v": "{{ nodes.a.result.x }}"},
+                                                                               "needs": ["a"]}})
+    run_id = create_run(svc, spec, {})
+    svc.journal.start_node(run_id, "a", at=1.0)
+    svc.journal.start_node(run_id, "fb", at=2.0)
+    if fallback_was == "succeeded":
+        svc.journal.finish_node(run_id, "fb", status="succeeded", handled=False, result={"x": "first"}, at=3.0)
+    assert Engine(svc, {"process": fake}).execute(run_id) == "succeeded"
+    assert fake.started.count("fb") == (1 if fallback_was == "running" else 0)
+    want = "again" if fallback_was == "running" else "first"
+    assert nodes(svc, run_id)["a"] == ("failed", True)
+    assert fake.jobs["b"].context["nodes"]["a"] == {"result": {"x": want}}

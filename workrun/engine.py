@@ -29,6 +29,7 @@ from workrun.nodes.base import NodeExecutor, NodeJob
 from workrun.operations import settle_operations
 from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id
+from workrun.states import NODE_ENDED
 from workrun.templates import node_dependencies
 from workrun.ticket_records import (
     SYSTEM_ACTOR,
@@ -132,6 +133,12 @@ class Engine:
         policy = node.on_failure
         if nodes is None:
             nodes = {n["node_key"]: n for n in svc.journal.nodes(run_id)}
+        row = nodes[key]
+        if row["status"] in NODE_ENDED or row["status"] == "waiting":
+            # a fallback that ended (or waits for a person) before a restart while its primary still ran: what
+            # it recorded stands; it never runs twice (the primary's thread, not the scheduler, asks for it)
+            return NodeOutcome("succeeded" if row["handled"] else row["status"], row["result"],
+                               None if row["status"] == "succeeded" else "recorded before the runner restarted")
         if nodes[key]["status"] != "running":
             svc.journal.start_node(run_id, key, at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
@@ -296,7 +303,7 @@ class Engine:
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
             check |= status_of(ended)
             for key, n in known.items():  # a node left running by a dead runner resumes where it was
-                if n["status"] == "running":
+                if n["status"] == "running" and key not in standby:  # a fallback: its primary's thread runs it
                     futures[pool.submit(self._run_node, run_id, spec, key, dict(known), inputs)] = key
             while True:
                 stopping = self._stop_requested(run_id, fresh=False)

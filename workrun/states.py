@@ -74,8 +74,11 @@ from __future__ import annotations
 
 from workrun.errors import InvalidTransitionError
 
-__all__ = ["ACTIVE_OPERATION", "COMPENSATION_DONE", "COMPENSATION_HOLDING", "COMPENSATION_STATUSES",
+__all__ = ["ACTIVE_OPERATION", "COMPENSATION_DONE", "COMPENSATION_HOLDING", "COMPENSATION_STATUSES", "NODE_ENDED",
            "OPERATION_ENDED", "TERMINAL_REMOTE_STATES", "TICKET_STATUSES", "TRANSITIONS", "allowed", "check"]
+
+#: statuses a node never leaves (see the state machine above)
+NODE_ENDED = frozenset({"succeeded", "failed", "stopped", "skipped"})
 
 #: statuses in which a compensation is done (nothing is owed any more)
 COMPENSATION_DONE = frozenset({"succeeded", "skipped"})

@@ -129,6 +129,24 @@ def test_fallback_runs_in_place_and_downstream_reads_its_result(workrun, write_w
     assert ops_of(view, "primary")[0]["compensation"] is None
 
 
+@pytest.mark.parametrize("fault", ["node.running@2", "node.finished@1"])
+def test_a_runner_killed_around_a_fallback_is_resumed_with_the_fallback_run_once(workrun, write_workflow, ops,
+                                                                                tmp_path, fault):
+    """kill -9 as the fallback starts, or right after it ended while its primary had not: ``resume`` finishes the
+    run and the fallback's App has run exactly once (it was run again, or resume failed on every try)."""
+    wf = fallback_workflow(write_workflow, ops, tmp_path / "comp.log")
+    res = workrun("run", wf, "--json", env={"WORKRUN_FAULT": fault})
+    assert res.code != 0, res
+    res = workrun("resume", "--json")
+    assert res.code == 0, res
+    view = workrun("runs", "show", workrun("runs", "list", "--json").json()[0]["run_id"], "--json").json()
+    assert view["status"] == "succeeded"
+    assert nodes(view) == {"primary": ("failed", True), "alt": ("succeeded", False), "down": ("succeeded", False),
+                           "boom": ("succeeded", False)}
+    assert [o["status"] for o in ops_of(view, "alt")] == ["succeeded"]
+    assert ops_of(view, "down")[0]["input"]["value"] == "from-alt"
+
+
 def test_fallback_that_fails_too_fails_the_run(workrun, write_workflow, ops, tmp_path):
     res = workrun("run", fallback_workflow(write_workflow, ops, tmp_path / "comp.log", alt_fails=True), "--json")
     assert res.code == 1, res

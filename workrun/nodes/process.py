@@ -68,7 +68,7 @@ class ProcessExecutor:
             if last["status"] == "unknown" and not last["config"].get("idempotent"):
                 return NodeOutcome("failed", error=f"operation {last['operation_id']}: {last['error']}")
         attempts = policy.attempts()
-        error = None
+        error = next((o["error"] for o in reversed(prior) if o["status"] == "failed"), None)  # budget spent before
         while used < attempts:
             if job.should_stop():
                 return NodeOutcome("stopped", error="stopped by the user")
