@@ -159,3 +159,18 @@ def test_fingerprint_listing_kept_outside_git_sees_subdirectories_and_a_new_git_
         pytest.skip("git is not installed: the git half needs it")
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     assert "ignored.py" not in fingerprint(project).files
+
+
+def test_fingerprint_listing_with_a_symlink_is_never_kept(tmp_path, no_racy_window):
+    """What a symlink points to can change without any directory of the project changing (a linked directory
+    replaced by a file): a listing that met a symlink is made again on every call."""
+    project = _project(tmp_path / "p")
+    shared = tmp_path / "shared"
+    (shared / "plugin_target").mkdir(parents=True)
+    (project / "plugin.py").symlink_to(shared / "plugin_target")
+    no_racy_window()
+    assert "plugin.py" not in fingerprint(project).files  # a directory: not a source file
+    fingerprint(project)
+    (shared / "plugin_target").rmdir()
+    (shared / "plugin_target").write_text("P = 1\n")
+    assert "plugin.py" in fingerprint(project).files

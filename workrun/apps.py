@@ -334,7 +334,7 @@ def _fingerprinted_files(project: Path) -> list[str]:
     walked: list[tuple[str, Stamp]] = []
     files = _list_files(project, root, walked)
     stamps = (*(s for _, s in walked), *probe_stamps)
-    if settled(stamps, before):
+    if settled(stamps, before) and all(s is not None for _, s in walked):  # None: a symlink was met
         with _LISTED_LOCK:
             if len(_LISTED) >= 256:
                 _LISTED.pop(next(iter(_LISTED)))
@@ -355,8 +355,12 @@ def _ancestors(path: str) -> list[str]:
 
 def _list_files(project: Path, root: str, walked: list[tuple[str, Stamp]] | None) -> list[str]:
     """List the file set (see :func:`_fingerprinted_files`); each directory's stamp, taken before it is
-    read, goes into ``walked`` (None: inside a git work tree, where git decides what is ignored)."""
+    read, goes into ``walked`` (None: inside a git work tree, where git decides what is ignored), and a
+    ``(path, None)`` for each symlink met: what a link points to can change (a directory becoming a file)
+    without any walked directory changing, so such a listing is never kept."""
     found = [name for name in FINGERPRINT_TOP_FILES if os.path.isfile(os.path.join(root, name))]
+    if walked is not None:
+        walked += [(name, None) for name in FINGERPRINT_TOP_FILES if os.path.islink(os.path.join(root, name))]
     sources: list[str] = []
     todo = [(root, "")]
     while todo:
@@ -371,9 +375,12 @@ def _list_files(project: Path, root: str, walked: list[tuple[str, Stamp]] | None
         for entry in entries:
             try:
                 is_dir = entry.is_dir()  # as os.walk: a symlink to a directory is a directory, never walked into
-                walk_into = is_dir and not entry.is_symlink()
+                link = entry.is_symlink()
+                walk_into = is_dir and not link
             except OSError:
                 continue
+            if link and walked is not None:
+                walked.append((entry.path, None))
             if is_dir:
                 if walk_into and entry.name not in FINGERPRINT_EXCLUDED_DIRS and not entry.name.startswith("."):
                     subdirs.append(entry.name)
