@@ -118,3 +118,25 @@ def test_a_finished_directory_is_emptied_and_reused_but_never_replaces_an_existi
     assert calldir.take_dir(calls / "op_new") and os.stat(calls / "op_new").st_ino == ino
     assert os.listdir(calls / "op_new") == []
     assert not calldir.take_dir(calls / "op_other")  # the pool had one
+
+
+def test_a_call_file_swapped_for_a_symlink_is_never_followed(tmp_path):
+    """An App that replaced its input.json (or an output file) by a symlink to another file: recycling removes
+    the link and never empties, pools or writes through what it points at."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    old = _finished(calls, "op_evil")
+    for name in ("input.json", "stdout"):
+        (old / name).unlink()
+        (old / name).symlink_to(victim)
+    calldir.recycle(old, calls)
+    assert victim.read_text() == "precious\n"
+    assert not old.exists()
+    assert len(_pooled_files(calls)) == 1  # stderr only
+    new = _new_call(calls, "op_next")
+    calldir.place_outputs(new)
+    calldir.write_input(new, {"kind": "process", "input": {}})
+    assert victim.read_text() == "precious\n"
+    assert not any((new / f).is_symlink() for f in os.listdir(new))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import uuid
 from dataclasses import dataclass
@@ -126,14 +127,22 @@ class _Pool:
             self.dirs.append(target)
 
     def put(self, path: Path) -> bool:
-        """Empty ``path`` and move it into the pool; False (``path`` untouched or emptied) when full or not possible."""
+        """Empty ``path`` and move it into the pool; False (``path`` untouched or emptied) when full or not possible,
+        or when it is not a regular file (a symlink is never followed)."""
         with self.lock:
             if len(self.free) >= POOL_FILES:
                 return False
         target = str(self.folder / uuid.uuid4().hex)
         try:
-            if os.stat(path).st_size:
-                os.truncate(path, 0)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):  # e.g. an App swapped it for a symlink: never empty what it points at
+                return False
+            if st.st_size:
+                fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+                try:
+                    os.ftruncate(fd, 0)
+                finally:
+                    os.close(fd)
             try:
                 os.rename(path, target)
             except FileNotFoundError:
