@@ -387,3 +387,18 @@ def test_messages_reach_other_readers_with_the_next_write_or_soon_after(journal,
         assert [m["text"] for m in other.messages("run_msg001")][-1] == "last words"
     finally:
         other.close()
+
+
+def test_a_json_column_that_does_not_hold_json_is_one_journal_error(journal, journal_backend):
+    """A row damaged by hand (a JSON column holding text that is not JSON): reading it is a JournalError naming
+    the journal (one line at the CLI), not an internal error."""
+    from workrun.errors import JournalError
+
+    _run(journal)
+    _op(journal)
+    if journal_backend == "sqlite":
+        journal._tx([("UPDATE operations SET result = '[1,' WHERE operation_id = 'op_1'", ())], None)
+    else:
+        journal._exec("UPDATE operations SET result = '[1,' WHERE operation_id = 'op_1'", ())
+    with pytest.raises(JournalError, match="column 'result' does not hold JSON|a column does not hold JSON"):
+        journal.operation("op_1")

@@ -196,6 +196,9 @@ class PostgresJournal(SqliteJournal):
                 return self._pg.execute(to_pg(sql), _flags(params)).fetchall()
             except psycopg.Error as exc:
                 raise JournalError(f"journal read failed: {_first_line(exc)}", file=str(self.path)) from None
+            except ValueError as exc:  # a JSON column that does not hold JSON (see _row_factory)
+                raise JournalError(f"journal read failed: a column does not hold JSON ({exc}); restore a backup "
+                                   "or repair that row", file=str(self.path)) from None
 
     def _exec(self, sql: str, params: dict[str, Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
         """Run one native statement (``%s`` / ``%(name)s``) in its own transaction; return its rows."""

@@ -300,7 +300,11 @@ class SqliteJournal:
             item = dict(zip(names, row, strict=True))
             for i, name in decode:
                 if isinstance(row[i], str):
-                    item[name] = json.loads(row[i])
+                    try:
+                        item[name] = json.loads(row[i])
+                    except ValueError as exc:
+                        raise JournalError(f"journal read failed: column {name!r} does not hold JSON ({exc}); "
+                                           "restore a backup or repair that row", file=str(self.path)) from None
             out.append(item)
         return out
 
