@@ -29,6 +29,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from _bytecode import compile_bytecode
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PYPROJECT = """[project]
@@ -85,6 +87,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="tool calls per measurement (default 200)")
     calls = parser.parse_args().calls
+    compile_bytecode()
     with tempfile.TemporaryDirectory(prefix="workrun-bench-") as tmp:
         base = Path(tmp)
         project = base / "bench_tools"

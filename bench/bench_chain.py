@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import uv
+from _bytecode import compile_bytecode
 
 APP = """[project]
 name = "plusone"
@@ -140,19 +141,6 @@ def workrun(wf: Path, home: Path, launch: str, n: int) -> float:
     ops = json.loads(proc.stdout)["operations"]
     assert ops[-1]["result"] == {"value": n}, ops[-1]
     return took
-
-
-def compile_bytecode() -> None:
-    """Compile workrun's bytecode first, as an installed package has it: with PYTHONDONTWRITEBYTECODE set
-    (as on some CI machines) every ``workrun`` process would otherwise compile its modules again."""
-    import compileall
-
-    import workrun
-    import workrun_sdk
-
-    for package in (workrun, workrun_sdk):
-        compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
-    print("(workrun's bytecode compiled first, as an installed package has it)")
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import uv
+from _bytecode import compile_bytecode
 
 APP = """[project]
 name = "plusone"
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15, help="Starts of each command (interleaved).")
     parser.add_argument("--runs", type=int, default=3, help="Runs in the journal.")
     args = parser.parse_args()
+    compile_bytecode()
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp_name:
         tmp = Path(tmp_name)
         env = {**os.environ, "WORKRUN_HOME": str(tmp / "home"), "NO_COLOR": "1"}
