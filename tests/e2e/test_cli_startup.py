@@ -142,3 +142,20 @@ def test_run_imports_no_typer_and_answers_as_typer_does(workrun, write_workflow,
         fast, slow = workrun("run", path, *options), workrun("run", *options, "--", path)
         assert (fast.code, fast.out, fast.err) == (slow.code, slow.out, slow.err), (path, options, fast, slow)
         assert fast.code == 2 and fast.err.startswith("error: ") and fast.err.count("\n") == 1, fast
+
+
+def test_text_that_looks_like_an_emoji_code_is_shown_as_written(workrun, write_workflow, marker_project, tmp_path):
+    """A name or result holding ``:smile:`` is printed as those characters in tables (rich's emoji codes are
+    off: what a user wrote is shown, not replaced)."""
+    wf = write_workflow("emoji", f"""
+        name = "deploy :smile: :rocket:"
+        [nodes.a]
+        project = "{marker_project}"
+        app = "mark"
+        input = {{ name = ":fire:" }}
+    """)
+    run = workrun("run", wf, env={"TEST_LOG": str(tmp_path / "log.jsonl")})
+    assert run.code == 0, run
+    assert ":fire:" in run.out and "\N{FIRE}" not in run.out
+    listed = workrun("runs", "list")
+    assert ":smile:" in listed.out and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in listed.out
