@@ -287,18 +287,12 @@ class Fingerprint:
     files: dict[str, str]
 
 
-def _in_git_work_tree(project: Path) -> bool:
-    """A cheap look for ``.git`` in the project or a parent, so projects outside git cost no subprocess."""
-    here = project.resolve()
-    return any((folder / ".git").exists() for folder in (here, *here.parents))
-
-
 def _git_ignored(project: Path, rels: list[str]) -> set[str]:
-    """The paths among ``rels`` (relative to ``project``) that git ignores: untracked and matched by
-    ``.gitignore``, ``.git/info/exclude`` or the global excludes file. Empty when git is missing or the
-    project is not in a git work tree (then nothing is ignored)."""
+    """The paths among ``rels`` (relative to ``project``, which :func:`_fingerprinted_files` found in a git work
+    tree) that git ignores: untracked and matched by ``.gitignore``, ``.git/info/exclude`` or the global excludes
+    file. Empty when git is missing or says it is not a work tree (then nothing is ignored)."""
     git = shutil.which("git")
-    if not git or not rels or not _in_git_work_tree(project):
+    if not git or not rels:
         return set()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # never another repo's GIT_DIR
     try:
@@ -325,7 +319,7 @@ def _fingerprinted_files(project: Path) -> list[str]:
     probes = [os.path.join(folder, ".git") for folder in _ancestors(os.path.realpath(root))]
     before = time.time_ns()
     probe_stamps = [stamp(p) for p in probes]
-    if any(s is not None for s in probe_stamps):  # in a git work tree (or it cannot be told): list afresh
+    if any(s is not None for s in probe_stamps):  # a .git in the project or a parent: git says what is ignored
         return _list_files(project, root, None)
     with _LISTED_LOCK:
         hit = _LISTED.get(root)
