@@ -139,7 +139,7 @@ class Engine:
             # it recorded stands; it never runs twice (the primary's thread, not the scheduler, asks for it)
             return NodeOutcome("succeeded" if row["handled"] else row["status"], row["result"],
                                None if row["status"] == "succeeded" else "recorded before the runner restarted")
-        if nodes[key]["status"] != "running":
+        if row["status"] != "running":
             svc.journal.start_node(run_id, key, at=svc.now())
             svc.say(run_id, key, "info", f"{key}: running")
         read: dict[str, list[dict[str, Any]]] = {}
@@ -260,7 +260,7 @@ class Engine:
         futures: dict[Future[NodeOutcome], str] = {}
 
         known: dict[str, dict[str, Any]] = {}  # node rows read so far, in workflow order
-        seen_token: list[object] = [None]
+        seen_token: object = None
         dependents: dict[str, set[str]] = {k: set() for k in spec.nodes}
         for k, ds in deps.items():
             for d in ds:
@@ -274,27 +274,21 @@ class Engine:
             fallbacks they may have run in their place): only those rows are read. Otherwise (a person
             resumed a ticket, a backend that cannot tell, the first look) every node's state is looked up and
             a whole row (with its result) read again only when its state changed."""
+            nonlocal seen_token
+
+            def changed(state: dict[str, Any]) -> bool:
+                k = known.get(state["node_key"])
+                return k is None or k["status"] != state["status"] or k["handled"] != state["handled"]
+
             token = svc.journal.change_token()
-            if token is None or token != seen_token[0] or not known:
-                states = svc.journal.node_states(run_id)
-                moved = {s["node_key"] for s in states if (k := known.get(s["node_key"])) is None
-                         or k["status"] != s["status"] or k["handled"] != s["handled"]}
-                rows = {row["node_key"]: row for row in svc.journal.nodes(run_id, sorted(moved))} if moved else {}
-                if not known:
-                    known.update((s["node_key"], rows[s["node_key"]]) for s in states)
-                else:
-                    known.update(rows)
-            elif ended:
-                look = sorted({*ended, *standby})
-                moved = set()
-                for row in svc.journal.nodes(run_id, look):
-                    k = known.get(row["node_key"])
-                    if k is None or k["status"] != row["status"] or k["handled"] != row["handled"]:
-                        moved.add(row["node_key"])
-                    known[row["node_key"]] = row
+            if token is None or token != seen_token or not known:
+                look = sorted(s["node_key"] for s in svc.journal.node_states(run_id) if changed(s))
             else:
-                moved = set()
-            seen_token[0] = token
+                look = sorted({*ended, *standby}) if ended else []
+            rows = svc.journal.nodes(run_id, look) if look else []  # in workflow order
+            moved = {row["node_key"] for row in rows if changed(row)}
+            known.update((row["node_key"], row) for row in rows)
+            seen_token = token
             return moved
 
         position = {k: i for i, k in enumerate(spec.nodes)}
