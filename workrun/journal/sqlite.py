@@ -559,11 +559,7 @@ class SqliteJournal:
 
     def change_token(self) -> object | None:
         """``PRAGMA data_version``: it changes when another connection commits, never for this one's writes."""
-        with self._lock:
-            try:
-                return int(self._db.execute("PRAGMA data_version").fetchone()["data_version"])
-            except sqlite3.Error as exc:
-                raise JournalError(f"journal read failed: {exc}", file=str(self.path)) from None
+        return int(self._query("PRAGMA data_version")[0]["data_version"])
 
     def stop_requested(self, run_id: str) -> bool:
         """True when ``workrun stop`` flagged the run (exact id; False for an unknown one)."""
