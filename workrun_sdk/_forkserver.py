@@ -20,7 +20,10 @@ runs. That process is forked *ahead* of its call: between calls the server
 keeps one spare supervisor, already its own session's leader and a
 subreaper, with its App process forked too; both wait on a pipe and run
 nothing of the App. A request is handed to the spare (the reply names it), so
-no fork is on the call's path; the next spare is forked after the reply. The
+no fork is on the call's path. The next spare is forked once that call's
+supervisor has exited (or :data:`SPARE_AFTER` seconds after the reply, for a
+long call): forking it while the call starts would take a core from the call
+and from the runner, which has work to do at that moment too (issue 14). The
 supervisor claims the call directory before it hands the call to its App
 process, so no App code runs for a call that was fenced. A spare that died is
 forked around (a fresh supervisor, as before); an unused one is ended with the
@@ -46,7 +49,10 @@ import select  # noqa: E402
 
 from workrun_sdk import _supervise, _wire  # noqa: E402
 
-__all__ = ["serve"]
+__all__ = ["SPARE_AFTER", "serve"]
+
+SPARE_AFTER = 0.2
+"""Seconds after handing a call to the spare when the next spare is forked even though that call still runs."""
 
 
 def _preload() -> None:
@@ -193,10 +199,17 @@ def serve(request_fd: int, reply_fd: int) -> None:
     keep = (request_fd, reply_fd)
     spare = _make_spare(keep)
     buffer = b""
+    running = -1  # a pidfd of the supervisor the last spare became: the next spare is forked when it exits
     while True:
-        ready, _, _ = select.select([request_fd], [], [], 0.2)
+        ready, _, _ = select.select([request_fd] if running < 0 else [request_fd, running], [], [],
+                                    SPARE_AFTER)
         _reap()
-        if not ready:
+        if running >= 0 and (running in ready or not ready):  # that call ended (or runs long): fork it now
+            os.close(running)
+            running = -1
+            if spare is None:
+                spare = _make_spare(keep)
+        if request_fd not in ready:
             continue
         chunk = os.read(request_fd, 65536)
         if not chunk:
@@ -220,12 +233,27 @@ def serve(request_fd: int, reply_fd: int) -> None:
                     os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
                     continue
                 if pid == 0:
-                    _call(request, keep)
+                    _call(request, keep if running < 0 else (*keep, running))
                 start = _start_time(pid)
             os.write(reply_fd, (json.dumps({"pid": pid, "start": start}) + "\n").encode())
-            spare = _make_spare(keep)  # the next call's, while this one runs
+            if running < 0:
+                running = _pidfd(pid)
+                if running >= 0:
+                    continue
+            # no pidfd, or a call came while another runs (nodes in parallel): the next call's spare, now
+            spare = _make_spare(keep if running < 0 else (*keep, running))
+    if running >= 0:
+        os.close(running)
     if spare is not None:
         spare.end()
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of our child ``pid`` (readable once it exits), or -1 where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
 
 
 def main(argv: list[str]) -> None:

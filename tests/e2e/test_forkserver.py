@@ -330,6 +330,42 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
     assert _servers_of(data) == []
 
 
+def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(env_of):
+    """The spare a call took is replaced once that call's supervisor has exited (off the call's start, issue 14),
+    or SPARE_AFTER seconds into a call that runs long, so the next call finds one either way."""
+    import signal
+    import time
+
+    project, python, sdk_dir, data = env_of
+    (project / "sleeper.py").write_text("import time\ntime.sleep(30)\n")
+    servers = ForkServers()
+    try:
+        _call(servers, env_of, "c1", None)
+        (server,) = [s for _, s in servers._servers.values()]
+        deadline = time.monotonic() + 10
+        while not (spares := _children(server.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(spares) == 1, spares  # replaced after the first call ended
+        call_dir = data / "calls" / "long"
+        call_dir.mkdir(parents=True)
+        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 1}))
+        proc = servers.start(python, sdk_dir, project, project / "sleeper.py", call_dir,
+                             app_environment(python, sdk_dir, call_dir), None)
+        assert proc.pid == spares[0]
+        deadline = time.monotonic() + 10
+        while not (others := [p for p in _children(server.proc.pid) if p != proc.pid]) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(others) == 1 and proc.pid in _children(server.proc.pid)  # a new spare while the call runs
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        assert json.loads((call_dir / "exit.json").read_text())["signal"] == signal.SIGTERM
+        assert _call(servers, env_of, "c2", None)["i"] == 1
+    finally:
+        servers.close()
+    assert _servers_of(data) == []
+
+
 @pytest.mark.parametrize("launch", ["fork", "spawn"])
 def test_an_app_holds_only_its_standard_descriptors(make_project, workrun, write_workflow, launch):
     """An App (from a spare or a fresh fork or a new interpreter) inherits no descriptor of the server's,
