@@ -302,6 +302,21 @@ def test_an_in_flight_call_is_settled_from_what_recovery_finds(tmp_path, found, 
     assert settled["failure"] == (None if status == "succeeded" else found.failure)
 
 
+@pytest.mark.parametrize("app", [Exit(result={"n": 1}), Exit(code=5, stderr="boom\n"), Exit(stopped=True),
+                                 Exit(result=[1, 2])], ids=["succeeded", "exited", "stopped", "contract"])
+def test_the_row_a_live_call_returns_is_the_journaled_row(tmp_path, app):
+    """call_app returns the finished row without reading it back (issue 14): it must equal what was journaled."""
+    runner = FakeRunner({"main.py": lambda c: app})
+    svc, run_id, _ = _process_run(tmp_path, runner)
+    proj = tmp_path / "projects" / "step"
+    from workrun.apps import load_app
+    from workrun.operations import call_app
+
+    op = call_app(svc, project=proj, app=load_app(proj, "step"), input={"x": [1]}, run_id=run_id, node_key="a",
+                  depends_on=["op_before"])
+    assert op == svc.journal.operation(op["operation_id"])
+
+
 def test_an_in_flight_call_whose_owner_lives_is_left_alone(tmp_path):
     """Issue 10, item 8: recovery settles only calls whose owner is gone (here: this very process owns it)."""
     runner = FakeRunner({"main.py": lambda c: Exit(result={"n": 1})})

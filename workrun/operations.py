@@ -122,7 +122,9 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     svc.journal.operation_running(op_id, pid=started_process.pid, proc_start=started_process.proc_start,
                                   started_at=started, deadline=deadline)
     outcome = svc.runner.wait(started_process, deadline)
-    return finish_operation(svc, {**row, "status": "running", "started_at": started}, outcome, config=app)
+    running = {**row, "status": "running", "started_at": started, "pid": started_process.pid,
+               "proc_start": started_process.proc_start, "deadline": deadline}
+    return finish_operation(svc, running, outcome, config=app, whole_row=True)
 
 
 def _process_call_dir(row: dict[str, Any]) -> Path:
@@ -147,7 +149,7 @@ def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, 
 
 
 def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
-                     config: AppSpec | None = None) -> dict[str, Any]:
+                     config: AppSpec | None = None, whole_row: bool = False) -> dict[str, Any]:
     """Decide and journal a call's outcome (``op.finished``), live or after a restart.
 
     Exit 0 with a valid result = ``succeeded``; a result that is not JSON, over
@@ -157,6 +159,11 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
 
     Args:
         config: the App config the call was made with (its snapshot in ``op["config"]`` is read when None).
+        whole_row: ``op`` holds every column the journal has for it (the live call): the row returned is
+            ``op`` with what was written now, not read back (issue 14); else it is read from the journal.
+
+    Returns:
+        The operation row as journaled (status ``succeeded``, ``failed`` or ``unknown``).
     """
     call_dir = _process_call_dir(op)
     config = config if config is not None else AppSpec.model_validate(op["config"])
@@ -185,11 +192,15 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
         detail = _last_line(got.stderr_tail) if got else ""
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
-    svc.journal.finish_operation(op["operation_id"], failure=failure, at=svc.now(), **fields)
+    at = svc.now()
+    svc.journal.finish_operation(op["operation_id"], failure=failure, at=at, **fields)
     # the outcome is journaled: the directory goes, off the call's path; its files are reused when the
     # supervisor recorded the App's exit (it ended every process of the call, SPEC §17)
     svc.discard(call_dir, recycle=got is not None and outcome.failure is None and not outcome.unknown)
-    return svc.journal.operation(op["operation_id"])
+    if not whole_row:
+        return svc.journal.operation(op["operation_id"])
+    return {**op, "error": None, "result": None, "stdout_tail": None, "stderr_tail": None, "resources": [],
+            **fields, "failure": None if failure is None else str(failure), "ended_at": at}
 
 
 def current_owner() -> tuple[int, str | None]:
