@@ -124,15 +124,15 @@ def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
     return pyproject, data
 
 
-def _inside(project: Path, rel: str, file: str, field: str) -> Path:
-    """Resolve ``rel`` inside ``project`` or raise (R-A4: no '..', absolute path, symlink escape)."""
-    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:
+    """Resolve ``rel`` inside ``project`` (whose real path is ``root``) or raise (R-A4: no '..', absolute
+    path, symlink escape); return the real path of the file (a string: this runs on every call, issue 14)."""
+    if not rel or os.path.isabs(rel) or ".." in Path(rel).parts:
         raise ConfigError(f"{rel!r} must be a relative path inside the project", file=file, field=field)
-    root = project.resolve()
-    target = (project / rel).resolve()
-    if root != target and root not in target.parents:
+    target = os.path.realpath(os.path.join(project, rel))
+    if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
         raise ConfigError(f"{rel!r} resolves outside the project (symlink escape)", file=file, field=field)
-    if not target.is_file():
+    if not os.path.isfile(target):
         raise ConfigError(f"{rel!r} does not exist in the project", file=file, field=field)
     return target
 
@@ -191,12 +191,13 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     file, declared = _PARSED.get(os.path.abspath(project), [pyproject, project / "uv.lock"],
                                  lambda: _parse_apps(project))
     apps: dict[str, AppSpec] = {}
+    root = os.path.realpath(project)
     for name, spec in declared.items():
         prefix = f"tool.workrun.apps.{name}"
-        entry = _inside(project, spec.entry, file, f"{prefix}.entry")
+        entry = _inside(project, root, spec.entry, file, f"{prefix}.entry")
         if spec.compensation is not None and spec.compensation.entry is not None:
             field = f"{prefix}.compensation.entry"
-            comp = _inside(project, spec.compensation.entry, file, field)
+            comp = _inside(project, root, spec.compensation.entry, file, field)
             if comp == entry:
                 raise ConfigError("must differ from the App's entry (R-A4)", file=file, field=field)
         if spec.compensation is not None and spec.compensation.http is not None:  # a reverse action (R-H6)
