@@ -1,6 +1,6 @@
 """Fork server: one per (App environment, SDK version), forking a supervisor per call (R-P1, R-P2).
 
-``python <sdk>/workrun_sdk/_forkserver.py REQUEST_FD REPLY_FD [WARM_ENTRY]`` is
+``python <sdk>/workrun_sdk/_forkserver.py REQUEST_FD REPLY_FD DONE_FD [WARM_ENTRY]`` is
 started by the runner in the App's environment (its venv python, the clean
 environment of :func:`workrun.runner.env.app_environment` without a call
 directory). It loads the interpreter and the whole SDK once (and, with
@@ -257,12 +257,18 @@ def _pidfd(pid: int) -> int:
 
 
 def main(argv: list[str]) -> None:
-    """Start-up: preload, optionally warm a Tool App module, say ``ready``, serve."""
-    request_fd, reply_fd = int(argv[0]), int(argv[1])
+    """Start-up: preload, optionally warm a Tool App module, say ``ready``, serve.
+
+    ``argv``: ``REQUEST_FD REPLY_FD DONE_FD [WARM_ENTRY]``; ``DONE_FD`` (-1: none) is the runner's *done* pipe,
+    which every supervisor keeps and its App never has (:data:`workrun_sdk._supervise._done_fd`)."""
+    request_fd, reply_fd, done_fd = int(argv[0]), int(argv[1]), int(argv[2])
+    if done_fd >= 0:
+        os.set_blocking(done_fd, False)  # a full pipe drops the line: the runner then sees the supervisor exit
+        _supervise._done_fd = done_fd
     _preload()
-    if len(argv) > 2:
+    if len(argv) > 3:
         try:
-            _warm(os.path.realpath(argv[2]))
+            _warm(os.path.realpath(argv[3]))
         except BaseException as exc:  # the runner uses a plain server: each call then reports its own error
             _supervise._flush()
             os.write(reply_fd, (json.dumps({"ready": False, "warm_error": f"{type(exc).__name__}: {exc}"})

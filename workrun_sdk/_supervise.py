@@ -50,6 +50,34 @@ __all__ = ["become_subreaper", "enter", "run_app", "spare_app", "supervise"]
 _PR_SET_CHILD_SUBREAPER = 36
 _WAKE = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _libc: Any = None
+_done_fd = -1
+"""A fork server's supervisor: the write end of its runner's *done* pipe (non-blocking), else -1. Once the
+call has ended entirely (exit record written, every descendant gone) the supervisor writes its call directory
+there, a line, and exits: the runner goes on at once instead of waiting for this process's own exit
+(issue 14). Never inherited by the App."""
+
+
+def _tell_done(directory: str) -> None:
+    """Tell the runner (through :data:`_done_fd`) that the call in ``directory`` has ended entirely; best effort:
+    a runner that is gone, a full pipe or a path too long for one atomic write leaves the runner to see this
+    process exit instead."""
+    line = (directory + "\n").encode()
+    if _done_fd >= 0 and len(line) <= 4096:  # PIPE_BUF: lines of several supervisors never interleave
+        try:
+            os.write(_done_fd, line)
+        except OSError:
+            pass
+
+
+def _close_done() -> None:
+    """In a process that runs App code: drop the runner's *done* pipe."""
+    global _done_fd
+    if _done_fd >= 0:
+        try:
+            os.close(_done_fd)
+        except OSError:
+            pass
+        _done_fd = -1
 
 
 def become_subreaper() -> bool:
@@ -255,6 +283,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         print("workrun: the call was ended before the App started", file=sys.stderr)
         st = signal.SIGTERM  # a wait status: ended by SIGTERM
         _record(directory, st)
+        _tell_done(directory)
         _exit_as(st)
     _flush()
     app = _hand_over(spare, {"entry": entry, "args": args, "envelope": envelope, "call_dir": directory,
@@ -262,6 +291,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
     if app is None:
         app = os.fork()
     if app == 0:  # the App
+        _close_done()
         signal.pthread_sigmask(signal.SIG_SETMASK, set(old_mask) - set(_WAKE))  # the App gets them as usual
         sys.argv = [entry, *args]
         sys.path[0] = os.path.dirname(entry)
@@ -292,6 +322,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
     _end_all(app, status, grace, skip_group=terminate, on_app_end=record)
     if not recorded:  # cannot happen (the App is our child), but never exit without a record
         raise SystemExit("workrun: the App process vanished without a status")
+    _tell_done(directory)
     _exit_as(recorded[0])
 
 
@@ -367,6 +398,7 @@ def spare_app(close: int = -1) -> tuple[int, int] | None:
     def app(r: int) -> None:
         if close >= 0:
             os.close(close)
+        _close_done()
         _app_waits(r)
 
     return fork_waiting(app)

@@ -101,7 +101,24 @@ def _call(servers: ForkServers, env_of, name: str, warm: tuple[str, str] | None)
                          app_environment(python, sdk_dir, call_dir), warm)
     proc.wait()
     assert json.loads((call_dir / "exit.json").read_text())["exit_code"] == 0, (call_dir / "stderr").read_text()
+    _gone(proc.pid)  # wait() returns once the supervisor said the call ended; it exits right after
     return json.loads((call_dir / "result.json").read_text())["result"]
+
+
+def _gone(pid: int) -> None:
+    """Wait until ``pid`` is no live process (a zombie counts as gone)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} still runs")
 
 
 def _server_pids(servers: ForkServers) -> list[int]:
@@ -318,6 +335,7 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
                              app_environment(python, sdk_dir, call_dir), None)
         assert proc.pid == spare
         proc.wait()
+        _gone(proc.pid)
         assert json.loads((call_dir / "result.json").read_text())["result"]["i"] == 2
         deadline = time.monotonic() + 10
         while not (spares := [p for p in _children(server.proc.pid) if p != spare]) and time.monotonic() < deadline:
@@ -328,6 +346,67 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
     finally:
         servers.close()
     assert _servers_of(data) == []
+
+
+def test_a_call_is_waited_for_until_every_process_it_started_is_gone(env_of):
+    """wait() returns when the supervisor tells the runner the call ended (before its own exit, issue 14): only
+    after the exit record and after every descendant (here one that left the group and ignores SIGTERM) is gone."""
+    import time
+
+    from workrun.runner.forkserver import _done
+
+    project, python, sdk_dir, data = env_of
+    (project / "leaver.py").write_text(
+        "import os, signal, time\n"
+        "from workrun_sdk import process\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.setsid()\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    os.write(w, b'.')\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "os.read(r, 1)  # it ignores SIGTERM now\n"
+        "process.result({'left': pid})\n")
+    servers = ForkServers()
+    try:
+        for name in ("c1", "c2"):  # the first from a fresh fork, the second from a spare
+            call_dir = data / "calls" / name
+            call_dir.mkdir(parents=True)
+            (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 0.5}))
+            proc = servers.start(python, sdk_dir, project, project / "leaver.py", call_dir,
+                                 app_environment(python, sdk_dir, call_dir), None)
+            t0 = time.monotonic()
+            proc.wait()
+            assert time.monotonic() - t0 >= 0.4  # the grace period before the SIGKILL
+            assert json.loads((call_dir / "exit.json").read_text())["exit_code"] == 0
+            left = json.loads((call_dir / "result.json").read_text())["result"]["left"]
+            try:
+                with open(f"/proc/{left}/stat") as fh:
+                    assert fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+            except FileNotFoundError:
+                pass
+            assert not _done().take(str(call_dir))  # its line was taken by wait()
+            _gone(proc.pid)
+    finally:
+        servers.close()
+
+
+def test_the_done_pipe_takes_each_line_once_whoever_reads_it():
+    """Lines of several supervisors, read in pieces by whichever waiter drains the pipe, are each taken once."""
+    from workrun.runner.forkserver import _Done
+
+    done = _Done()
+    os.write(done.write_fd, b"/calls/a\n/calls/b")
+    assert not done.take("/calls/b")  # not a whole line yet
+    os.write(done.write_fd, b"\n/calls/c\n")
+    assert done.take("/calls/b") and done.take("/calls/a") and done.take("/calls/c")
+    assert not done.take("/calls/a")
+    for i in range(_Done._KEEP + 10):  # lines nobody takes are not kept for ever
+        os.write(done.write_fd, f"/calls/x{i}\n".encode())
+        done.take("none")
+    assert len(done._ended) <= _Done._KEEP and not done.take("/calls/x0")
 
 
 def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(env_of):

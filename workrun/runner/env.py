@@ -144,13 +144,20 @@ class EnvManager:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self._ready: dict[tuple[str, str], str] = {}
+        self._wheres: dict[str, tuple[Path, Path, Path]] = {}
         self._mutex = threading.Lock()
 
     def _where(self, project: Path) -> tuple[Path, Path, Path]:
-        """``(resolved project, its venv's python, its sync marker in the data dir)``."""
-        project = Path(project).resolve()
-        ident = hashlib.sha256(str(project).encode()).hexdigest()[:16]
-        return project, project / ".venv" / "bin" / "python", self.data_dir / "envs" / f"{ident}.json"
+        """``(resolved project, its venv's python, its sync marker in the data dir)``; the project's real path is
+        looked up on every call, what follows from it is kept (issue 14)."""
+        real = os.path.realpath(project)
+        where = self._wheres.get(real)
+        if where is None:
+            ident = hashlib.sha256(real.encode()).hexdigest()[:16]
+            resolved = Path(real)
+            where = (resolved, resolved / ".venv" / "bin" / "python", self.data_dir / "envs" / f"{ident}.json")
+            self._wheres[real] = where
+        return where
 
     def ready_python(self, project: Path) -> str | None:
         """The environment's python when it is synced for the project's current lock (nothing is synced or

@@ -79,30 +79,87 @@ def _running(pid: int, start: str | None) -> bool:
     return fields[0] != "Z" and (start is None or fields[19] == start)
 
 
+class _Done:
+    """The runner's *done* pipe (one per process, never closed): every supervisor a fork server forks holds its
+    write end and writes its call directory there, one line, once the call has ended entirely (exit record
+    written, every descendant gone), just before it exits (``workrun_sdk._supervise._tell_done``). A waiter
+    goes on at that line instead of waiting for the supervisor's own exit (issue 14). Thread-safe."""
+
+    _KEEP = 4096  # lines kept for calls nobody waits for any more (their supervisor's exit was seen first)
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._buffer = b""
+        self._ended: dict[str, None] = {}  # call directories told, oldest first
+        self._lock = threading.Lock()
+
+    def take(self, call_dir: str) -> bool:
+        """True (once) when the supervisor of ``call_dir`` has told that the call ended."""
+        with self._lock:
+            while True:
+                try:
+                    chunk = os.read(self.read_fd, 65536)
+                except BlockingIOError:
+                    break
+                if not chunk:
+                    break
+                self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._ended[line.decode(errors="replace")] = None
+            while len(self._ended) > self._KEEP:
+                del self._ended[next(iter(self._ended))]
+            return self._ended.pop(call_dir, False) is None
+
+
+_DONE: _Done | None = None
+_DONE_LOCK = threading.Lock()
+
+
+def _done() -> _Done:
+    global _DONE
+    with _DONE_LOCK:
+        if _DONE is None:
+            _DONE = _Done()
+        return _DONE
+
+
 class ForkedProcess:
     """A supervisor forked by a fork server: what :func:`workrun.runner.process.wait` needs of a process.
 
     Attributes:
         pid: the supervisor's pid (leader of the call's session and process group).
         start: its ``/proc`` start time, to tell a reused pid apart.
+        call_dir: the call's directory, as its supervisor tells it on the *done* pipe (None: not told).
     """
 
-    def __init__(self, pid: int, start: str | None) -> None:
+    def __init__(self, pid: int, start: str | None, call_dir: str | None = None) -> None:
         self.pid = pid
         self.start = start
+        self.call_dir = call_dir
 
     def wait(self) -> None:
-        """Block until the supervisor has exited. Returns None: the outcome is the exit record."""
+        """Block until the call has ended: its supervisor said so on the *done* pipe (it is exiting) or has
+        exited. Returns None: the outcome is the exit record."""
         try:
             fd = os.pidfd_open(self.pid)
         except OSError:  # gone already (or no pidfd): fall back to watching /proc
             fd = None
+        done = _done() if self.call_dir is not None else None
         try:
             if fd is not None and _running(self.pid, self.start):
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
-                while not poller.poll(1000):
-                    pass
+                if done is not None:
+                    poller.register(done.read_fd, select.POLLIN)
+                while True:
+                    if done is not None and done.take(str(self.call_dir)):
+                        return
+                    if any(ready == fd for ready, _ in poller.poll(1000)):
+                        if done is not None:  # its line came before its exit: take it too (keeps none behind)
+                            done.take(str(self.call_dir))
+                        break
             while _running(self.pid, self.start):  # without a pidfd (or a reused pid): poll
                 time.sleep(0.01)
         finally:
@@ -117,13 +174,14 @@ class _Server:
                  umask: int = -1) -> None:
         req_r, self._req = os.pipe()
         rep_r, rep_w = os.pipe()
-        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w)]
+        done_w = _done().write_fd
+        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w), str(done_w)]
         if warm:
             argv.append(warm)
         try:
             self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                         pass_fds=(req_r, rep_w), start_new_session=True, umask=umask)
+                                         pass_fds=(req_r, rep_w, done_w), start_new_session=True, umask=umask)
         except OSError:
             os.close(rep_r)
             os.close(self._req)
@@ -165,7 +223,7 @@ class _Server:
             reply = self._read(_REPLY_TIMEOUT)
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not fork the call: {reply.get('error')}")
-        return ForkedProcess(int(reply["pid"]), reply.get("start"))
+        return ForkedProcess(int(reply["pid"]), reply.get("start"), request["call_dir"])
 
     def close(self, wait: float = 2.0) -> None:
         """Close the request pipe (the server exits at EOF) and reap it; kill it if it lingers."""
@@ -373,6 +431,6 @@ def _claimed(call_dir: Path) -> ForkedProcess | None:
         parts = text.split()
         if len(parts) == 2 and parts[0] == "started" and parts[1].isdigit():
             pid = int(parts[1])
-            return ForkedProcess(pid, _start_time(pid))
+            return ForkedProcess(pid, _start_time(pid), str(call_dir))
         return None
     return None
