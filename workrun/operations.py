@@ -194,9 +194,9 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
     at = svc.now()
     svc.journal.finish_operation(op["operation_id"], failure=failure, at=at, **fields)
-    # the outcome is journaled: the directory goes, off the call's path; its files are reused when the
-    # supervisor recorded the App's exit (it ended every process of the call, SPEC §17)
-    svc.discard(call_dir, recycle=got is not None and outcome.failure is None and not outcome.unknown)
+    # the outcome is journaled: the directory goes, off the call's path; its files are reused only when the
+    # supervisor marked every process of the call ended (SPEC §17): none can write to them any more
+    svc.discard(call_dir, recycle=got is not None and outcome.failure is None and outcome.ended)
     if not whole_row:
         return svc.journal.operation(op["operation_id"])
     return {**op, "error": None, "result": None, "stdout_tail": None, "stderr_tail": None, "resources": [],

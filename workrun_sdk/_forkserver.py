@@ -233,7 +233,10 @@ def serve(request_fd: int, reply_fd: int) -> None:
                     os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
                     continue
                 if pid == 0:
-                    _call(request, keep if running < 0 else (*keep, running))
+                    try:
+                        _call(request, keep if running < 0 else (*keep, running))
+                    finally:
+                        os._exit(70)  # never run on in a copy of the server
                 start = _start_time(pid)
             os.write(reply_fd, (json.dumps({"pid": pid, "start": start}) + "\n").encode())
             if running < 0:

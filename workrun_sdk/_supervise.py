@@ -17,8 +17,13 @@ stdout/stderr (the call's files) are already the call's. It:
 4. writes ``exit.json`` with the App's exit code or the signal that ended it
    (R-R3: a restarted runner recovers the outcome from it);
 5. ends every descendant still alive (SIGTERM, the grace period, SIGKILL)
-   (SPEC §17: a call owns every process it starts), then exits the way the
-   App did (same code, or the same signal).
+   (SPEC §17: a call owns every process it starts), creates ``ended`` (no
+   process of the call is left: only then does the runner reuse the call's
+   files), tells the runner so on its *done* pipe when a fork server started
+   it, then exits the way the App did (same code, or the same signal).
+
+A call whose ``input.json`` cannot be read once claimed never starts its App:
+the record says exit code 70 (the reason is on stderr).
 
 SIGTERM to the supervisor (the runner ends the call's process group on
 timeout or stop, R-A7) starts step 5 at once: descendants outside the group
@@ -55,6 +60,16 @@ _done_fd = -1
 call has ended entirely (exit record written, every descendant gone) the supervisor writes its call directory
 there, a line, and exits: the runner goes on at once instead of waiting for this process's own exit
 (issue 14). Never inherited by the App."""
+
+
+def _mark_ended(directory: str) -> None:
+    """Create ``ended`` in the call directory: every process of the call has ended (after ``exit.json``; the
+    runner reuses the call's files only then, and believes a *done* line only then). Best effort: without it
+    the files are not reused."""
+    try:
+        os.close(os.open(os.path.join(directory, _wire.ENDED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    except OSError:
+        pass
 
 
 def _tell_done(directory: str) -> None:
@@ -273,8 +288,18 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         print("workrun: this call was abandoned by the runner before it started", file=sys.stderr)
         _flush()
         os._exit(75)
-    envelope = _wire.read_envelope(os.path.join(directory, "input.json"))
-    grace = float(envelope.get("grace") or 5.0)
+    try:
+        envelope = _wire.read_envelope(os.path.join(directory, "input.json"))
+        grace = float(envelope.get("grace") or 5.0)
+    except Exception as exc:  # claimed, but no App can run: a record says so (exit 70), as in both launchers
+        _drop(spare)
+        print(f"workrun: the call cannot start: {exc}", file=sys.stderr)
+        _flush()
+        st = 70 << 8  # a wait status: exited 70
+        _record(directory, st)
+        _mark_ended(directory)
+        _tell_done(directory)
+        _exit_as(st)
     if old_mask is None:  # macOS and others: wait for the App alone (no subreaper there)
         _supervise_plain(directory, entry, args, envelope)
     become_subreaper()
@@ -283,6 +308,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         print("workrun: the call was ended before the App started", file=sys.stderr)
         st = signal.SIGTERM  # a wait status: ended by SIGTERM
         _record(directory, st)
+        _mark_ended(directory)
         _tell_done(directory)
         _exit_as(st)
     _flush()
@@ -322,6 +348,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
     _end_all(app, status, grace, skip_group=terminate, on_app_end=record)
     if not recorded:  # cannot happen (the App is our child), but never exit without a record
         raise SystemExit("workrun: the App process vanished without a status")
+    _mark_ended(directory)
     _tell_done(directory)
     _exit_as(recorded[0])
 
@@ -368,9 +395,11 @@ def fork_waiting(child: Callable[[int], object]) -> tuple[int, int] | None:
         os.close(w)
         return None
     if pid == 0:
-        os.close(w)
-        child(r)
-        os._exit(70)  # child() never returns; never run on in a copy of the parent
+        try:
+            os.close(w)
+            child(r)
+        finally:
+            os._exit(70)  # child() never returns or raises on: never run on in a copy of the parent
     os.close(r)
     return pid, w
 
@@ -516,6 +545,7 @@ def _supervise_plain(directory: str, entry: str, args: list[str], envelope: dict
         except InterruptedError:
             continue
     _record(directory, st)
+    _mark_ended(directory)
     _exit_as(st)
 
 

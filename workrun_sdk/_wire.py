@@ -47,6 +47,9 @@ __all__ = [
 
 VERSION = 1
 CALL_DIR_ENV = "WORKRUN_CALL_DIR"
+ENDED = "ended"
+"""File the supervisor creates in the call directory once every process of the call has ended (after
+``exit.json``): only then may the runner reuse the call's files."""
 
 
 def call_dir(function: str) -> str:

@@ -393,6 +393,94 @@ def test_a_call_is_waited_for_until_every_process_it_started_is_gone(env_of):
         servers.close()
 
 
+def test_a_supervisor_killed_while_ending_descendants_leaves_no_reusable_files_and_its_group_is_ended(env_of):
+    """Break-it finding: the exit record comes before the descendants are ended; a supervisor killed in between
+    must not let the call's files be reused (``ended`` is missing) and what is left of its group is ended."""
+    import signal
+    import time
+
+    from workrun.runner.process import Watchdog, wait
+
+    project, python, sdk_dir, data = env_of
+    (project / "stayer.py").write_text(
+        "import os, signal, time\n"
+        "from workrun_sdk import process\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    os.write(w, b'.')\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "os.read(r, 1)\n"
+        "process.result({'stays': pid})\n")
+    servers = ForkServers()
+    watchdog = Watchdog(grace=0.5)
+    try:
+        call_dir = data / "calls" / "k"
+        call_dir.mkdir(parents=True)
+        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 30}))
+        proc = servers.start(python, sdk_dir, project, project / "stayer.py", call_dir,
+                             app_environment(python, sdk_dir, call_dir), None)
+        deadline = time.monotonic() + 20
+        while not (call_dir / "exit.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the supervisor now waits out the grace period of the child that ignores SIGTERM
+        os.kill(proc.pid, signal.SIGKILL)
+        outcome = wait(proc, watchdog, time.time() + 60, call_dir)
+        assert outcome.exit_code == 0 and not outcome.ended
+        stays = json.loads((call_dir / "result.json").read_text())["result"]["stays"]
+        _gone(stays)  # ended with the group by the runner
+    finally:
+        servers.close()
+
+
+def test_a_done_line_for_a_call_that_has_not_ended_is_not_believed(env_of):
+    """Break-it finding: a line on the done pipe (anyone who can open it may write one) counts only when the call
+    really ended (its ``ended`` mark): wait() goes on waiting for the call."""
+    import time
+
+    from workrun.runner.forkserver import _done
+
+    project, python, sdk_dir, data = env_of
+    (project / "napper.py").write_text("import time\nfrom workrun_sdk import process\ntime.sleep(1)\n"
+                                       "process.result({'slept': 1})\n")
+    servers = ForkServers()
+    try:
+        call_dir = data / "calls" / "n"
+        call_dir.mkdir(parents=True)
+        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 1}))
+        proc = servers.start(python, sdk_dir, project, project / "napper.py", call_dir,
+                             app_environment(python, sdk_dir, call_dir), None)
+        os.write(_done().write_fd, f"{call_dir}\n".encode())  # a forged line, long before the call ends
+        t0 = time.monotonic()
+        proc.wait()
+        assert time.monotonic() - t0 >= 0.5
+        assert json.loads((call_dir / "result.json").read_text())["result"] == {"slept": 1}
+        assert (call_dir / "ended").exists()
+    finally:
+        servers.close()
+
+
+def test_a_claimed_call_whose_input_cannot_be_read_is_recorded_as_exit_70(env_of):
+    """Break-it finding: as with the spawn launcher, a supervisor that cannot read input.json after its claim
+    records exit code 70 (never an unknown outcome) and runs no App code."""
+    project, python, sdk_dir, data = env_of
+    servers = ForkServers()
+    try:
+        call_dir = data / "calls" / "bad"
+        call_dir.mkdir(parents=True)
+        (call_dir / "input.json").write_text("{not json")
+        proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
+                             app_environment(python, sdk_dir, call_dir), None)
+        proc.wait()
+        assert json.loads((call_dir / "exit.json").read_text())["exit_code"] == 70
+        assert "the call cannot start" in (call_dir / "stderr").read_text()
+        assert not (call_dir / "result.json").exists() and (call_dir / "ended").exists()
+    finally:
+        servers.close()
+
+
 def test_the_done_pipe_takes_each_line_once_whoever_reads_it():
     """Lines of several supervisors, read in pieces by whichever waiter drains the pipe, are each taken once."""
     from workrun.runner.forkserver import _Done

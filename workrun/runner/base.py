@@ -29,6 +29,9 @@ class Outcome:
         stopped: it was ended because the user stopped the run.
         not_started: recovery claimed the call before the launcher did (it can never start late).
         unknown: the process is gone and left no exit record.
+        ended: the supervisor marked that every process of the call has ended (``ended`` after the exit
+            record); without it a supervisor killed while ending the App's descendants may have left some,
+            so the call's files are never reused.
     """
 
     exit_code: int | None = None
@@ -37,6 +40,7 @@ class Outcome:
     stopped: bool = False
     not_started: bool = False
     unknown: bool = False
+    ended: bool = False
 
     @property
     def failure(self) -> Failure | None:

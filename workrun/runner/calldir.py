@@ -220,13 +220,15 @@ def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
 
 
 def read_exit(call_dir: Path) -> Outcome | None:
-    """The launcher's exit record (``exit.json``) as an Outcome (exit code or signal), or None when there is none."""
+    """The launcher's exit record (``exit.json``) as an Outcome (exit code or signal; ``ended`` when the supervisor
+    also marked every process of the call ended), or None when there is none."""
     try:
         data = json.loads((call_dir / "exit.json").read_text())
         code, sig = data.get("exit_code"), data.get("signal")
         if code is None and sig is None:
             return None
-        return Outcome(exit_code=None if code is None else int(code), signal=None if sig is None else int(sig))
+        return Outcome(exit_code=None if code is None else int(code), signal=None if sig is None else int(sig),
+                       ended=os.path.lexists(call_dir / _wire.ENDED))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

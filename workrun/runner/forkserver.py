@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.errors import UsageError
+from workrun_sdk import _wire
 
 __all__ = ["LAUNCH_ENV", "ForkServers", "ForkServerError", "ForkedProcess", "launch_mode", "prestart"]
 
@@ -153,8 +154,9 @@ class ForkedProcess:
                 poller.register(fd, select.POLLIN)
                 if done is not None:
                     poller.register(done.read_fd, select.POLLIN)
-                while True:
-                    if done is not None and done.take(str(self.call_dir)):
+                ended = os.path.join(str(self.call_dir), _wire.ENDED)
+                while True:  # a line counts only when the call really ended (not a line written by anyone else)
+                    if done is not None and done.take(str(self.call_dir)) and os.path.lexists(ended):
                         return
                     if any(ready == fd for ready, _ in poller.poll(1000)):
                         if done is not None:  # its line came before its exit: take it too (keeps none behind)

@@ -236,6 +236,8 @@ def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, dead
         kill_group(proc.pid, watchdog.grace)
     record = read_exit(call_dir) if call_dir is not None else None
     if record is not None:
+        if not record.ended:  # its supervisor was killed while ending the App's descendants: end what is left
+            kill_group(proc.pid, watchdog.grace)
         record.timed_out, record.stopped = watched.timed_out, watched.stopped
         return record
     if code is None and call_dir is not None and not (call_dir / "claim").is_file() and fence(call_dir):
