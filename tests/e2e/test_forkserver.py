@@ -154,6 +154,25 @@ def test_server_replaced_when_fingerprint_changes_or_it_dies_and_ended_on_close(
             os.waitpid(pid, os.WNOHANG)  # exited and reaped by close()
 
 
+def test_a_server_whose_request_pipe_broke_is_not_asked_again(env_of):
+    """CI finding: a server killed a moment ago can break its pipe before it can be reaped (poll() still None);
+    the retry must go to a new server, not to the same one again."""
+    servers = ForkServers()
+    try:
+        _call(servers, env_of, "c1", None)
+        (old,) = [s for _, s in servers._servers.values()]
+        r, w = os.pipe()
+        os.close(r)
+        os.dup2(w, old._req)  # its request pipe now has no reader, the process still runs
+        os.close(w)
+        assert old.proc.poll() is None
+        assert _call(servers, env_of, "c2", None)["i"] == 1
+        (new,) = [s for _, s in servers._servers.values()]
+        assert new is not old and old.proc.poll() is not None  # the old one was ended
+    finally:
+        servers.close()
+
+
 def _servers_of(home: Path) -> list[int]:
     """Pids of live fork servers started for the data dir ``home`` (their script lives in its SDK copy)."""
     found = []

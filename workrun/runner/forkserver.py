@@ -403,12 +403,22 @@ class ForkServers:
                 return server.fork(request)
             except BrokenPipeError as exc:  # the server was dead before our request: nothing was forked
                 problem = exc
+                self._forget(ident, server)  # dying, maybe not yet reapable: never asked again
             except (EOFError, ForkServerError, OSError, ValueError) as exc:
                 problem = exc
+                self._forget(ident, server)
                 found = _claimed(call_dir)
                 if found is not None:  # the server forked it before dying: watch that one
                     return found
         raise ForkServerError(f"no fork server could start the call: {problem}")
+
+    def _forget(self, ident: tuple[Any, ...], server: _Server) -> None:
+        """Drop a server that failed a request (the next call starts a new one) and end it."""
+        with self._lock:
+            known = self._servers.get(ident)
+            if known is not None and known[1] is server:
+                del self._servers[ident]
+        server.close(wait=0.5)
 
     def close(self) -> None:
         """End every server (each exits when its request pipe closes); calls in flight go on."""
