@@ -231,6 +231,32 @@ def test_a_stop_during_a_node_schedules_nothing_new(tmp_path):
     assert svc.journal.compensations(run_id) == [] and fake.after == [run_id]
 
 
+@pytest.mark.parametrize("shape", ["chain", "fan-out"])
+def test_a_stop_from_another_terminal_reaches_a_node_that_is_running(tmp_path, shape):
+    """R-C9 while a node runs, whether the scheduler runs it itself (the only node that can run, issue 14) or
+    hands it to a node thread: the engine sees the journal's stop flag within STOP_POLL_SECONDS and stops the
+    run's processes (the node here waits for that, as a call is ended by the watchdog)."""
+    svc = services(tmp_path)
+    other = services(tmp_path)  # another terminal: its own journal connection
+    seen: list[float] = []
+
+    def wait_for_stop(job: NodeJob) -> NodeOutcome:
+        if job.node.key == "a":
+            other.journal.request_stop(job.run_id)
+            t0 = time.monotonic()
+            if job.svc.stop_event.wait(5):
+                seen.append(time.monotonic() - t0)
+                return NodeOutcome("stopped", error="stopped by the user")
+            return NodeOutcome("failed", error="no stop seen")
+        return NodeOutcome("succeeded", {})
+
+    fake = FakeExecutor({"a": wait_for_stop, "b": wait_for_stop})
+    nodes_of = {"a": {}, "b": {"needs": ["a"]}} if shape == "chain" else {"a": {}, "b": {}}
+    run_id, status = run(svc, workflow(nodes_of), {"process": fake})
+    assert status == "stopped" and seen and seen[0] < 2, seen
+    assert svc.runner.stopped_all
+
+
 def test_a_stopped_call_is_not_retried(tmp_path):
     runner = FakeRunner({"main.py": lambda c: Exit(stopped=True)})
     svc, run_id, engine = _process_run(tmp_path, runner, {"on_failure": {"retry": {"attempts": 3, "backoff": 0}}})

@@ -17,6 +17,7 @@ The engine knows no node kind: it is handed executors ``{kind: executor}``
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
@@ -243,13 +244,38 @@ class Engine:
         In-flight calls from a runner that died are settled first (R-R1, R-R3).
         Compensation is not run here; see :func:`workrun.recovery.drive`.
 
+        The scheduling loop runs in a thread of its own (``workrun-scheduler``), which runs a node itself when it
+        is the only one that can run (a chain: no hand-over between threads per step, issue 14); this thread
+        waits for it and looks for a stop asked from another terminal every :data:`STOP_POLL_SECONDS` meanwhile
+        (R-C9), and handles the process's signals as before (it holds no lock the stop needs).
+
         Raises:
             JournalError: the journal cannot be written (the run stays resumable).
         """
-        svc = self.svc
-        run = svc.journal.run(run_id)
+        run = self.svc.journal.run(run_id)
         if run["status"] != "running":
             return str(run["status"])
+        box: dict[str, Any] = {}
+
+        def drive() -> None:
+            try:
+                box["status"] = self._drive(run_id, run)
+            except BaseException as exc:  # handed to the caller's thread below
+                box["error"] = exc
+
+        scheduler = threading.Thread(target=drive, name="workrun-scheduler", daemon=True)
+        scheduler.start()
+        while scheduler.is_alive():
+            scheduler.join(STOP_POLL_SECONDS)
+            if scheduler.is_alive() and not self.svc.stopping():
+                self._stop_requested(run_id, fresh=False)
+        if "error" in box:
+            raise box["error"]
+        return str(box["status"])
+
+    def _drive(self, run_id: str, run: dict[str, Any]) -> str:
+        """The scheduling loop of :meth:`execute` (in its scheduler thread); returns the run's status."""
+        svc = self.svc
         spec = WorkflowSpec.model_validate(run["spec"])
         inputs = run["inputs"]
         settle_operations(svc, run_id)
@@ -307,19 +333,28 @@ class Engine:
                 ended = []
                 if not stopping and failed_node is None and not terminated:
                     active = set(futures.values())
-                    snapshot: dict[str, dict[str, Any]] | None = None
+                    ready: list[str] = []
                     for key in sorted(check, key=lambda k: position.get(k, len(position))):
                         row = known.get(key)
                         if row is None or row["status"] != "pending" or key in standby or key in active:
                             check.discard(key)
                             continue
-                        if len(futures) >= svc.concurrency:
+                        if len(futures) + len(ready) >= svc.concurrency:
                             break  # the rest stay to be looked at when a slot frees
                         check.discard(key)  # not ready: looked at again when a dependency moves
                         if all(known[d]["status"] == "succeeded" or known[d]["handled"] for d in deps[key]):
-                            snapshot = dict(known) if snapshot is None else snapshot
-                            futures[pool.submit(self._run_node, run_id, spec, key, snapshot, inputs)] = key
-                            active.add(key)
+                            ready.append(key)
+                    snapshot = dict(known) if ready else {}
+                    if len(ready) == 1 and not futures:  # the only node that can run: run it here, no hand-over
+                        key = ready[0]
+                        outcome = self._run_node(run_id, spec, key, snapshot, inputs)
+                        ended.append(key)
+                        if outcome.status == "failed" and failed_node is None:
+                            failed_node = key
+                        terminated = terminated or outcome.status == "terminated"
+                        continue
+                    for key in ready:
+                        futures[pool.submit(self._run_node, run_id, spec, key, snapshot, inputs)] = key
                 if not futures:
                     break
                 done, _ = wait_futures(list(futures), timeout=0.1, return_when=FIRST_COMPLETED)
