@@ -91,14 +91,35 @@ def env_of(make_project, tmp_path):
     return project, python, sdk_path(data), data
 
 
-def _call(servers: ForkServers, env_of, name: str, warm: tuple[str, str] | None):
+def _start(servers: ForkServers, env_of, name: str, script: str, envelope: dict | str,
+           warm: tuple[str, str] | None = None):
+    """Start one call of ``script`` (in the project) with ``input.json`` = ``envelope`` (a dict gets ``v``:
+    1; a string is written as it is); return ``(process, call directory)``."""
     project, python, sdk_dir, data = env_of
     call_dir = data / "calls" / name
     call_dir.mkdir(parents=True)
-    (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "tool", "input": {"i": 1}, "tool": "who",
-                                                     "grace": 1}))
-    proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
+    (call_dir / "input.json").write_text(envelope if isinstance(envelope, str) else json.dumps({"v": 1, **envelope}))
+    proc = servers.start(python, sdk_dir, project, project / script, call_dir,
                          app_environment(python, sdk_dir, call_dir), warm)
+    return proc, call_dir
+
+
+def _first_call_and_spare(servers: ForkServers, env_of):
+    """Make one call, then wait for the spare the server forks once it ended: ``(server, spare pid)``."""
+    import time
+
+    _call(servers, env_of, "c1", None)
+    (server,) = [s for _, s in servers._servers.values()]
+    deadline = time.monotonic() + 10
+    while not (spares := _children(server.proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(spares) == 1, spares  # the spare (the first call's supervisor has exited)
+    return server, spares[0]
+
+
+def _call(servers: ForkServers, env_of, name: str, warm: tuple[str, str] | None):
+    proc, call_dir = _start(servers, env_of, name, "tools.py",
+                            {"kind": "tool", "input": {"i": 1}, "tool": "who", "grace": 1}, warm)
     proc.wait()
     assert json.loads((call_dir / "exit.json").read_text())["exit_code"] == 0, (call_dir / "stderr").read_text()
     _gone(proc.pid)  # wait() returns once the supervisor said the call ended; it exits right after
@@ -337,21 +358,10 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
 
     servers = ForkServers()
     try:
-        _call(servers, env_of, "c1", None)
-        (server,) = [s for _, s in servers._servers.values()]
-        deadline = time.monotonic() + 10
-        while not (spares := _children(server.proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(spares) == 1, spares  # the spare (the first call's supervisor has exited)
-        spare = spares[0]
+        server, spare = _first_call_and_spare(servers, env_of)
         assert len(_children(spare)) == 1  # its App process, waiting
-        project, python, sdk_dir, data = env_of
-        call_dir = data / "calls" / "c2"
-        call_dir.mkdir(parents=True)
-        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "tool", "input": {"i": 2}, "tool": "who",
-                                                         "grace": 1}))
-        proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
-                             app_environment(python, sdk_dir, call_dir), None)
+        proc, call_dir = _start(servers, env_of, "c2", "tools.py",
+                                {"kind": "tool", "input": {"i": 2}, "tool": "who", "grace": 1})
         assert proc.pid == spare
         proc.wait()
         _gone(proc.pid)
@@ -364,7 +374,7 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
         assert _call(servers, env_of, "c3", None)["i"] == 1  # forked at the call instead
     finally:
         servers.close()
-    assert _servers_of(data) == []
+    assert _servers_of(env_of[3]) == []
 
 
 def test_a_call_is_waited_for_until_every_process_it_started_is_gone(env_of):
@@ -374,7 +384,7 @@ def test_a_call_is_waited_for_until_every_process_it_started_is_gone(env_of):
 
     from workrun.runner.forkserver import _done
 
-    project, python, sdk_dir, data = env_of
+    project = env_of[0]
     (project / "leaver.py").write_text(
         "import os, signal, time\n"
         "from workrun_sdk import process\n"
@@ -391,11 +401,7 @@ def test_a_call_is_waited_for_until_every_process_it_started_is_gone(env_of):
     servers = ForkServers()
     try:
         for name in ("c1", "c2"):  # the first from a fresh fork, the second from a spare
-            call_dir = data / "calls" / name
-            call_dir.mkdir(parents=True)
-            (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 0.5}))
-            proc = servers.start(python, sdk_dir, project, project / "leaver.py", call_dir,
-                                 app_environment(python, sdk_dir, call_dir), None)
+            proc, call_dir = _start(servers, env_of, name, "leaver.py", {"kind": "process", "input": {}, "grace": 0.5})
             t0 = time.monotonic()
             proc.wait()
             assert time.monotonic() - t0 >= 0.4  # the grace period before the SIGKILL
@@ -420,7 +426,7 @@ def test_a_supervisor_killed_while_ending_descendants_leaves_no_reusable_files_a
 
     from workrun.runner.process import Watchdog, wait
 
-    project, python, sdk_dir, data = env_of
+    project = env_of[0]
     (project / "stayer.py").write_text(
         "import os, signal, time\n"
         "from workrun_sdk import process\n"
@@ -436,11 +442,7 @@ def test_a_supervisor_killed_while_ending_descendants_leaves_no_reusable_files_a
     servers = ForkServers()
     watchdog = Watchdog(grace=0.5)
     try:
-        call_dir = data / "calls" / "k"
-        call_dir.mkdir(parents=True)
-        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 30}))
-        proc = servers.start(python, sdk_dir, project, project / "stayer.py", call_dir,
-                             app_environment(python, sdk_dir, call_dir), None)
+        proc, call_dir = _start(servers, env_of, "k", "stayer.py", {"kind": "process", "input": {}, "grace": 30})
         deadline = time.monotonic() + 20
         while not (call_dir / "exit.json").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -461,16 +463,12 @@ def test_a_done_line_for_a_call_that_has_not_ended_is_not_believed(env_of):
 
     from workrun.runner.forkserver import _done
 
-    project, python, sdk_dir, data = env_of
+    project = env_of[0]
     (project / "napper.py").write_text("import time\nfrom workrun_sdk import process\ntime.sleep(1)\n"
                                        "process.result({'slept': 1})\n")
     servers = ForkServers()
     try:
-        call_dir = data / "calls" / "n"
-        call_dir.mkdir(parents=True)
-        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 1}))
-        proc = servers.start(python, sdk_dir, project, project / "napper.py", call_dir,
-                             app_environment(python, sdk_dir, call_dir), None)
+        proc, call_dir = _start(servers, env_of, "n", "napper.py", {"kind": "process", "input": {}, "grace": 1})
         os.write(_done().write_fd, f"{call_dir}\n".encode())  # a forged line, long before the call ends
         t0 = time.monotonic()
         proc.wait()
@@ -484,14 +482,9 @@ def test_a_done_line_for_a_call_that_has_not_ended_is_not_believed(env_of):
 def test_a_claimed_call_whose_input_cannot_be_read_is_recorded_as_exit_70(env_of):
     """Break-it finding: as with the spawn launcher, a supervisor that cannot read input.json after its claim
     records exit code 70 (never an unknown outcome) and runs no App code."""
-    project, python, sdk_dir, data = env_of
     servers = ForkServers()
     try:
-        call_dir = data / "calls" / "bad"
-        call_dir.mkdir(parents=True)
-        (call_dir / "input.json").write_text("{not json")
-        proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
-                             app_environment(python, sdk_dir, call_dir), None)
+        proc, call_dir = _start(servers, env_of, "bad", "tools.py", "{not json")
         proc.wait()
         assert json.loads((call_dir / "exit.json").read_text())["exit_code"] == 70
         assert "the call cannot start" in (call_dir / "stderr").read_text()
@@ -522,22 +515,13 @@ def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(e
     import signal
     import time
 
-    project, python, sdk_dir, data = env_of
+    project = env_of[0]
     (project / "sleeper.py").write_text("import time\ntime.sleep(30)\n")
     servers = ForkServers()
     try:
-        _call(servers, env_of, "c1", None)
-        (server,) = [s for _, s in servers._servers.values()]
-        deadline = time.monotonic() + 10
-        while not (spares := _children(server.proc.pid)) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(spares) == 1, spares  # replaced after the first call ended
-        call_dir = data / "calls" / "long"
-        call_dir.mkdir(parents=True)
-        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "process", "input": {}, "grace": 1}))
-        proc = servers.start(python, sdk_dir, project, project / "sleeper.py", call_dir,
-                             app_environment(python, sdk_dir, call_dir), None)
-        assert proc.pid == spares[0]
+        server, spare = _first_call_and_spare(servers, env_of)  # replaced after the first call ended
+        proc, call_dir = _start(servers, env_of, "long", "sleeper.py", {"kind": "process", "input": {}, "grace": 1})
+        assert proc.pid == spare
         deadline = time.monotonic() + 10
         while not (others := [p for p in _children(server.proc.pid) if p != proc.pid]) and \
                 time.monotonic() < deadline:
@@ -549,7 +533,7 @@ def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(e
         assert _call(servers, env_of, "c2", None)["i"] == 1
     finally:
         servers.close()
-    assert _servers_of(data) == []
+    assert _servers_of(env_of[3]) == []
 
 
 @pytest.mark.parametrize("launch", ["fork", "spawn"])
