@@ -257,6 +257,25 @@ def test_a_stop_from_another_terminal_reaches_a_node_that_is_running(tmp_path, s
     assert svc.runner.stopped_all
 
 
+def test_a_stop_asked_while_the_run_is_being_ended_does_not_turn_it_into_a_stopped_command(tmp_path, monkeypatch):
+    """Break-it finding: once no node runs and the run is being ended (its final state written), a stop asked
+    from another terminal no longer applies: the caller's thread stops looking, so the command does not
+    report a succeeded run as stopped."""
+    svc = services(tmp_path)
+    fake = FakeExecutor()
+    finish = Engine.finish
+
+    def slow_finish(self, run_id, failed_node, **kwargs):
+        status = finish(self, run_id, failed_node, **kwargs)
+        self.svc.journal.request_stop(run_id)  # `workrun stop` lands just after the final state
+        time.sleep(0.3)  # several STOP_POLL_SECONDS
+        return status
+
+    monkeypatch.setattr(Engine, "finish", slow_finish)
+    run_id, status = run(svc, workflow({"a": {}}), {"process": fake})
+    assert status == "succeeded" and not svc.stopping()
+
+
 def test_a_stopped_call_is_not_retried(tmp_path):
     runner = FakeRunner({"main.py": lambda c: Exit(stopped=True)})
     svc, run_id, engine = _process_run(tmp_path, runner, {"on_failure": {"retry": {"attempts": 3, "backoff": 0}}})

@@ -256,10 +256,11 @@ class Engine:
         if run["status"] != "running":
             return str(run["status"])
         box: dict[str, Any] = {}
+        ending = threading.Event()  # the run is being ended: a stop no longer applies (nothing runs any more)
 
         def drive() -> None:
             try:
-                box["status"] = self._drive(run_id, run)
+                box["status"] = self._drive(run_id, run, ending)
             except BaseException as exc:  # handed to the caller's thread below
                 box["error"] = exc
 
@@ -267,14 +268,15 @@ class Engine:
         scheduler.start()
         while scheduler.is_alive():
             scheduler.join(STOP_POLL_SECONDS)
-            if scheduler.is_alive() and not self.svc.stopping():
+            if scheduler.is_alive() and not ending.is_set() and not self.svc.stopping():
                 self._stop_requested(run_id, fresh=False)
         if "error" in box:
             raise box["error"]
         return str(box["status"])
 
-    def _drive(self, run_id: str, run: dict[str, Any]) -> str:
-        """The scheduling loop of :meth:`execute` (in its scheduler thread); returns the run's status."""
+    def _drive(self, run_id: str, run: dict[str, Any], ending: threading.Event) -> str:
+        """The scheduling loop of :meth:`execute` (in its scheduler thread); returns the run's status.
+        ``ending`` is set once no node runs any more and the run is ended (:meth:`finish`)."""
         svc = self.svc
         spec = WorkflowSpec.model_validate(run["spec"])
         inputs = run["inputs"]
@@ -365,6 +367,7 @@ class Engine:
                     if outcome.status == "failed" and failed_node is None:
                         failed_node = key
                     terminated = terminated or outcome.status == "terminated"
+        ending.set()
         return self.finish(run_id, failed_node)
 
     def after_run(self, run_id: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -161,6 +162,37 @@ def test_stop_ends_app_marks_stopped_no_compensation(workrun, write_workflow, sl
     comps = [o["compensation"] for o in res.json()["operations"] if o["compensation"]]
     assert [c["status"] for c in comps] == ["succeeded"]
     assert len(Path(logs["COMP_LOG"]).read_text().split()) == 1
+
+
+def test_stop_reaches_an_orphan_that_resume_waits_for(workrun, write_workflow, slow_project, logs):
+    """R-C9 (break-it finding): `workrun stop` while `resume` waits for a call a killed runner left running ends
+    that call's process group at once (it is recorded stopped) instead of waiting for it to finish."""
+    wf = two_node_workflow(write_workflow, slow_project, sleep=60)
+    proc = spawn_cli("run", wf, "--json", env=logs)
+    view = wait_for(lambda: op_running(workrun, "second"), what="second to run", proc=proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resume = spawn_cli("resume", "--json", env=logs)
+    journal = Path(os.environ["WORKRUN_HOME"]) / "journal.sqlite3"
+
+    def adopted() -> int | None:  # resume took the call over and now waits for it: the call's pid
+        with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
+            row = db.execute("SELECT owner_pid, pid FROM operations WHERE node_key = 'second'").fetchone()
+        return row[1] if row and row[0] == resume.pid else None
+
+    pid = wait_for(adopted, timeout=60, what="resume to wait for the orphan", proc=resume)
+    t0 = time.monotonic()
+    res = workrun("stop", view["run_id"])
+    assert res.code == 0, res
+    out, err = resume.communicate(timeout=60)
+    assert time.monotonic() - t0 < 20, (out, err)  # not the 60 s the App would take
+    assert resume.returncode == 130, (out, err)
+    final = workrun("runs", "show", view["run_id"], "--json").json()
+    second = next(o for o in final["operations"] if o["node_key"] == "second")
+    assert final["status"] == "stopped" and second["status"] == "failed", second
+    assert "stopped by the user" in second["error"] and second["compensation"] is None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # its process group is gone
 
 
 def test_stop_during_compensation_keeps_it_pending_for_resume(workrun, write_workflow, slow_project, logs):

@@ -37,6 +37,7 @@ def test_journal_full_stops_cleanly_and_resume_completes(workrun, write_workflow
     assert res.code == 1, res
     assert res.err.count("\n") == 1 and res.err.startswith("error: ")
     assert "journal write failed" in res.err and "workrun resume" in res.err
+    assert "full" in res.err and "rollback" not in res.err, res.err  # SQLite's own error, not a later one
     view = workrun("runs", "show", workrun("runs", "list", "--json").json()[0]["run_id"], "--json").json()
     assert view["status"] == "running"
     assert [o["status"] for o in view["operations"]] == ["running"]  # not marked done: the write failed

@@ -244,7 +244,8 @@ class SqliteJournal:
                         self._db.execute(sql, params)
                     self._db.execute("COMMIT")
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:  # SQLite may have rolled back itself (disk full): its error stands
+                        self._db.execute("ROLLBACK")
                     self._pending[:0] = pending
                     raise
             except sqlite3.Error as exc:

@@ -36,6 +36,7 @@ class LocalRunner:
         self._watchdog: Watchdog | None = None
         self._sdk: Path | None = None
         self._mutex = threading.Lock()
+        self._stopped = threading.Event()  # stop_all() was called: a call being recovered is ended too
 
     @property
     def watchdog(self) -> Watchdog:
@@ -96,7 +97,8 @@ class LocalRunner:
         """Decide the outcome of a process left behind by a runner that died (R-R3, SPEC §10).
 
         A live process is waited for until it exits or its deadline passes (then its group
-        is ended: a timeout). Gone without an exit record: unknown. A call whose launcher
+        is ended: a timeout) or the run is stopped (:meth:`stop_all`: its group is ended, as by
+        :meth:`end`, R-C9). Gone without an exit record: unknown. A call whose launcher
         never claimed its directory is fenced here and reported ``not_started``.
         """
         if pid is None:
@@ -109,10 +111,12 @@ class LocalRunner:
                 return Outcome(unknown=True)
             pid, proc_start = claim.pid, None
         while alive(pid, proc_start):
+            if self._stopped.is_set():
+                return self.end(pid, proc_start, call_dir, deadline)
             if deadline is not None and time.time() >= deadline:
                 kill_group(pid, self.grace)
                 return Outcome(timed_out=True, signal=signal.SIGTERM)
-            wait_exit(pid, 1.0 if deadline is None else min(1.0, deadline - time.time()))
+            wait_exit(pid, 0.2 if deadline is None else min(0.2, deadline - time.time()))
         return calldir.read_exit(call_dir) or Outcome(unknown=True)
 
     def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
@@ -142,7 +146,9 @@ class LocalRunner:
         return calldir.collect(call_dir)
 
     def stop_all(self) -> None:
-        """End every watched process group now and any started later (R-C9)."""
+        """End every watched process group now and any started later, and a left-behind call that
+        :meth:`recover` waits for (R-C9)."""
+        self._stopped.set()
         self.watchdog.stop_all()
 
     def close(self) -> None:
