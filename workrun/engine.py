@@ -322,6 +322,13 @@ class Engine:
         position = {k: i for i, k in enumerate(spec.nodes)}
         check: set[str] = set()  # nodes whose readiness must be looked at again
         ended: list[str] = []
+
+        def node_ended(key: str, outcome: NodeOutcome) -> None:
+            nonlocal failed_node, terminated
+            ended.append(key)
+            if outcome.status == "failed" and failed_node is None:
+                failed_node = key
+            terminated = terminated or outcome.status == "terminated"
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
             check |= status_of(ended)
             for key, n in known.items():  # a node left running by a dead runner resumes where it was
@@ -348,12 +355,7 @@ class Engine:
                             ready.append(key)
                     snapshot = dict(known) if ready else {}
                     if len(ready) == 1 and not futures:  # the only node that can run: run it here, no hand-over
-                        key = ready[0]
-                        outcome = self._run_node(run_id, spec, key, snapshot, inputs)
-                        ended.append(key)
-                        if outcome.status == "failed" and failed_node is None:
-                            failed_node = key
-                        terminated = terminated or outcome.status == "terminated"
+                        node_ended(ready[0], self._run_node(run_id, spec, ready[0], snapshot, inputs))
                         continue
                     for key in ready:
                         futures[pool.submit(self._run_node, run_id, spec, key, snapshot, inputs)] = key
@@ -361,12 +363,7 @@ class Engine:
                     break
                 done, _ = wait_futures(list(futures), timeout=0.1, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    key = futures.pop(fut)
-                    ended.append(key)
-                    outcome = fut.result()
-                    if outcome.status == "failed" and failed_node is None:
-                        failed_node = key
-                    terminated = terminated or outcome.status == "terminated"
+                    node_ended(futures.pop(fut), fut.result())
         ending.set()
         return self.finish(run_id, failed_node)
 

@@ -62,26 +62,29 @@ there, a line, and exits: the runner goes on at once instead of waiting for this
 (issue 14). Never inherited by the App."""
 
 
-def _mark_ended(directory: str) -> None:
-    """Create ``ended`` in the call directory: every process of the call has ended (after ``exit.json``; the
-    runner reuses the call's files only then, and believes a *done* line only then). Best effort: without it
-    the files are not reused."""
+def _call_ended(directory: str) -> None:
+    """Every process of the call has ended (after ``exit.json``): create ``ended`` in the call directory (the
+    runner reuses the call's files, and believes a *done* line, only then), then tell the runner through
+    :data:`_done_fd`. Best effort: without ``ended`` the files are not reused; a runner that is gone, a full
+    pipe or a path too long for one atomic write leaves the runner to see this process exit instead."""
     try:
         os.close(os.open(os.path.join(directory, _wire.ENDED), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
     except OSError:
-        pass
-
-
-def _tell_done(directory: str) -> None:
-    """Tell the runner (through :data:`_done_fd`) that the call in ``directory`` has ended entirely; best effort:
-    a runner that is gone, a full pipe or a path too long for one atomic write leaves the runner to see this
-    process exit instead."""
+        return
     line = (directory + "\n").encode()
     if _done_fd >= 0 and len(line) <= 4096:  # PIPE_BUF: lines of several supervisors never interleave
         try:
             os.write(_done_fd, line)
         except OSError:
             pass
+
+
+def _record_and_exit(directory: str, st: int) -> NoReturn:
+    """The call ended with wait status ``st`` and no process of it is left: record it, mark it ended, exit as
+    it did."""
+    _record(directory, st)
+    _call_ended(directory)
+    _exit_as(st)
 
 
 def _close_done() -> None:
@@ -295,22 +298,14 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         _drop(spare)
         print(f"workrun: the call cannot start: {exc}", file=sys.stderr)
         _flush()
-        st = 70 << 8  # a wait status: exited 70
-        _record(directory, st)
-        _mark_ended(directory)
-        _tell_done(directory)
-        _exit_as(st)
+        _record_and_exit(directory, 70 << 8)  # a wait status: exited 70
     if old_mask is None:  # macOS and others: wait for the App alone (no subreaper there)
         _supervise_plain(directory, entry, args, envelope)
     become_subreaper()
     if signal.SIGTERM in signal.sigpending():  # ended before the App began: it never runs
         _drop(spare)
         print("workrun: the call was ended before the App started", file=sys.stderr)
-        st = signal.SIGTERM  # a wait status: ended by SIGTERM
-        _record(directory, st)
-        _mark_ended(directory)
-        _tell_done(directory)
-        _exit_as(st)
+        _record_and_exit(directory, signal.SIGTERM)  # a wait status: ended by SIGTERM
     _flush()
     app = _hand_over(spare, {"entry": entry, "args": args, "envelope": envelope, "call_dir": directory,
                              "cwd": os.getcwd(), "env": dict(os.environ)})
@@ -348,8 +343,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
     _end_all(app, status, grace, skip_group=terminate, on_app_end=record)
     if not recorded:  # cannot happen (the App is our child), but never exit without a record
         raise SystemExit("workrun: the App process vanished without a status")
-    _mark_ended(directory)
-    _tell_done(directory)
+    _call_ended(directory)
     _exit_as(recorded[0])
 
 
@@ -544,9 +538,7 @@ def _supervise_plain(directory: str, entry: str, args: list[str], envelope: dict
             break
         except InterruptedError:
             continue
-    _record(directory, st)
-    _mark_ended(directory)
-    _exit_as(st)
+    _record_and_exit(directory, st)
 
 
 def _die_by(sig: int) -> None:

@@ -154,13 +154,14 @@ class ForkedProcess:
                 poller.register(fd, select.POLLIN)
                 if done is not None:
                     poller.register(done.read_fd, select.POLLIN)
-                ended = os.path.join(str(self.call_dir), _wire.ENDED)
+                key = str(self.call_dir)
+                ended = os.path.join(key, _wire.ENDED)
                 while True:  # a line counts only when the call really ended (not a line written by anyone else)
-                    if done is not None and done.take(str(self.call_dir)) and os.path.lexists(ended):
+                    if done is not None and done.take(key) and os.path.lexists(ended):
                         return
                     if any(ready == fd for ready, _ in poller.poll(1000)):
                         if done is not None:  # its line came before its exit: take it too (keeps none behind)
-                            done.take(str(self.call_dir))
+                            done.take(key)
                         break
             while _running(self.pid, self.start):  # without a pidfd (or a reused pid): poll
                 time.sleep(0.01)
