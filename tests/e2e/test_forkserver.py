@@ -359,6 +359,9 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
     servers = ForkServers()
     try:
         server, spare = _first_call_and_spare(servers, env_of)
+        deadline = time.monotonic() + 10  # the spare forks its App process just after it was forked itself
+        while not _children(spare) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert len(_children(spare)) == 1  # its App process, waiting
         proc, call_dir = _start(servers, env_of, "c2", "tools.py",
                                 {"kind": "tool", "input": {"i": 2}, "tool": "who", "grace": 1})
