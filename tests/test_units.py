@@ -183,3 +183,20 @@ def test_progress_lines_name_their_run_when_a_worker_drives_several(capsys, with
     out = capsys.readouterr().out
     assert "charge" in out and "call op_1 started" in out
     assert ("run_abc123 charge" in out) is with_run
+
+
+def test_an_app_environment_follows_every_change_of_this_process_environment(monkeypatch, tmp_path):
+    """app_environment is built once per (venv, SDK) and used again only while os.environ is unchanged."""
+    from workrun.runner.env import app_environment
+
+    python = str(tmp_path / "venv" / "bin" / "python")
+    monkeypatch.setenv("SOME_SETTING", "one")
+    first = app_environment(python, tmp_path / "sdk", tmp_path / "c1")
+    assert first["SOME_SETTING"] == "one" and first["WORKRUN_CALL_DIR"] == str(tmp_path / "c1")
+    monkeypatch.setenv("SOME_SETTING", "two")
+    monkeypatch.setenv("WORKRUN_FAULT", "op.intent")  # never passed on to an App
+    second = app_environment(python, tmp_path / "sdk", tmp_path / "c2")
+    assert second["SOME_SETTING"] == "two" and "WORKRUN_FAULT" not in second
+    assert second["WORKRUN_CALL_DIR"] == str(tmp_path / "c2") and first["WORKRUN_CALL_DIR"] == str(tmp_path / "c1")
+    monkeypatch.delenv("SOME_SETTING")
+    assert "SOME_SETTING" not in app_environment(python, tmp_path / "sdk", tmp_path / "c3")

@@ -93,13 +93,25 @@ def sdk_path(data_dir: Path) -> Path:
     return target
 
 
+_APP_ENVS: dict[tuple[str, str], tuple[dict[bytes, bytes] | None, dict[str, str]]] = {}
+
+
 def app_environment(venv_python: str, sdk_dir: Path, call_dir: Path) -> dict[str, str]:
-    """The environment of an App process: the caller's, cleaned, pointed at the App's own venv."""
-    env = clean_env()
-    venv = Path(venv_python).parent.parent
-    env["VIRTUAL_ENV"] = str(venv)
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(sdk_dir)
+    """The environment of an App process: the caller's, cleaned, pointed at the App's own venv.
+
+    Built once per (venv, SDK) and used again while this process's environment is unchanged (compared as
+    ``os.environ`` holds it: bytes, no decoding), issue 14."""
+    key = (venv_python, str(sdk_dir))
+    now = getattr(os.environ, "_data", None)
+    kept = _APP_ENVS.get(key)
+    if kept is None or now is None or kept[0] != now:
+        env = clean_env()
+        venv = Path(venv_python).parent.parent
+        env["VIRTUAL_ENV"] = str(venv)
+        env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        env["PYTHONPATH"] = str(sdk_dir)
+        kept = _APP_ENVS[key] = (dict(now) if now is not None else None, env)
+    env = dict(kept[1])
     env[_wire.CALL_DIR_ENV] = str(call_dir)
     return env
 
