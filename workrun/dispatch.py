@@ -66,6 +66,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -148,8 +149,11 @@ class DispatchRunner:
         me = os.getpid()
         return Started(pid=me, proc_start=proc_start_time(me), handle=call_dir.name)
 
-    def wait(self, started: Started, deadline: float) -> Outcome:
-        """Let executors claim the call (its timeout counted from the process's start) and wait for its outcome."""
+    def wait(self, started: Started, deadline: float, *, running: Callable[[], None] | None = None) -> Outcome:
+        """Let executors claim the call (its timeout counted from the process's start) and wait for its outcome;
+        ``running`` is called at once (the call is queued for the workers: it may start any time)."""
+        if running is not None:
+            running()
         self.journal.set_call_timeout(started.handle, max(0.0, deadline - time.time()))
         return self._await(started.handle, deadline)
 

@@ -140,8 +140,13 @@ class Engine:
             # it recorded stands; it never runs twice (the primary's thread, not the scheduler, asks for it)
             return NodeOutcome("succeeded" if row["handled"] else row["status"], row["result"],
                                None if row["status"] == "succeeded" else "recorded before the runner restarted")
+        executor = self.executors[node.kind]
+        start: float | None = None
         if row["status"] != "running":
-            svc.journal.start_node(run_id, key, at=svc.now())
+            start = svc.now()
+            if not getattr(executor, "journals_node_start", False):
+                svc.journal.start_node(run_id, key, at=start)
+                start = None
             svc.say(run_id, key, "info", f"{key}: running")
         read: dict[str, list[dict[str, Any]]] = {}
 
@@ -161,8 +166,10 @@ class Engine:
                 if o not in depends_on:
                     depends_on.append(o)
         job = NodeJob(run_id=run_id, node=node, context=context, depends_on=depends_on, svc=svc,
-                      should_stop=lambda: self._stop_requested(run_id))
-        outcome = self.executors[node.kind].run(job)
+                      should_stop=lambda: self._stop_requested(run_id), started_at=start)
+        outcome = executor.run(job)
+        if job.started_at is not None:  # no call carried the node's start (it ended before one): write it now
+            svc.journal.start_node(run_id, key, at=job.started_at)
         if outcome.status == "failed" and policy.opens_ticket:
             return self._open_ticket(run_id, spec, key, policy, outcome, context)
         handled = False
@@ -179,8 +186,9 @@ class Engine:
             elif fb.status == "stopped":
                 outcome = fb
         status = outcome.status
-        svc.journal.finish_node(run_id, key, status=status, handled=handled,
-                                result=result if (status == "succeeded" or handled) else None, at=svc.now())
+        if not outcome.journaled:  # else its last call wrote it (succeeded, not handled)
+            svc.journal.finish_node(run_id, key, status=status, handled=handled,
+                                    result=result if (status == "succeeded" or handled) else None, at=svc.now())
         if not handled:
             level = "info" if status == "succeeded" else "error"
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))

@@ -15,7 +15,7 @@ import signal
 
 from workrun import settings
 
-__all__ = ["hit"]
+__all__ = ["hit", "hit_all"]
 
 _armed: tuple[str, int] | None = None  # (point, N), read from the settings at the first hit
 _count = 0
@@ -23,6 +23,14 @@ _count = 0
 
 def _read() -> tuple[str, int]:
     return settings.current().fault or ("", 0)
+
+
+def hit_all(points: str | tuple[str, ...] | None) -> None:
+    """:func:`hit` for each point of one transaction that committed several writes, in their order."""
+    if points is None:
+        return
+    for point in (points,) if isinstance(points, str) else points:
+        hit(point)
 
 
 def hit(point: str) -> None:

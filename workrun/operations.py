@@ -64,7 +64,8 @@ def _last_line(text: str) -> str:
 
 def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
              node_key: str | None, depends_on: list[str], tool_name: str | None = None,
-             tool_call_index: int | None = None, standalone: bool = False) -> dict[str, Any]:
+             tool_call_index: int | None = None, standalone: bool = False, node_started_at: float | None = None,
+             ends_node: bool = False) -> dict[str, Any]:
     """Make one journaled App call and return its final operation row.
 
     Args:
@@ -74,9 +75,12 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         depends_on: upstream operation ids (for compensation order, R-C3).
         tool_name / tool_call_index: for a Tool App call (R-C5).
         standalone: ``workrun app run`` (journaled, never compensated, R-A6).
+        node_started_at: the node's ``running`` is written with the call's intent (one write, issue 14).
+        ends_node: the call's success is its node's (``succeeded``, this result): both are written at once.
 
     Returns:
-        The operation row after ``op.finished`` (status ``succeeded``, ``failed`` or ``unknown``).
+        The operation row after ``op.finished`` (status ``succeeded``, ``failed`` or ``unknown``); with
+        ``ends_node``, ``succeeded`` means the node's end is journaled too.
 
     Raises:
         JournalError: when the journal cannot be written (nothing unrecorded is marked done).
@@ -93,21 +97,28 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
             snapshot = take(svc.data_dir, project, fp, svc.journal)
         except ValueError as exc:
             refused = str(exc)
+    python: str | None = None
+    unavailable = None
+    if not refused:  # before the intent, so the intent's deadline is the App's (no sync time in it)
+        try:
+            python = svc.runner.prepare(project)
+        except EnvironmentUnavailableError as exc:
+            unavailable = exc.message
+    created = svc.now()
     row = {
         "operation_id": op_id, "run_id": run_id, "node_key": node_key, "tool_call_index": tool_call_index,
         "app": app.name, "project": str(project), "kind": app.kind, "tool_name": tool_name,
         "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
-        "call_dir": str(call_dir), "created_at": svc.now(), "standalone": int(standalone),
+        "call_dir": str(call_dir), "created_at": created, "standalone": int(standalone),
+        "deadline": created + app.timeout,  # recovery's, before the pid is (or if it never is) written
         **dict(zip(("owner_pid", "owner_start"), current_owner(), strict=True)),
     }
-    svc.journal.start_operation(row)
+    svc.journal.start_operation(row, node_started_at=node_started_at)
     if refused:
         return _failed_before_start(svc, op_id, call_dir, refused, Failure.REFUSED)
-    try:
-        python = svc.runner.prepare(project)
-    except EnvironmentUnavailableError as exc:
-        return _failed_before_start(svc, op_id, call_dir, exc.message, Failure.ENVIRONMENT)
+    if unavailable is not None or python is None:
+        return _failed_before_start(svc, op_id, call_dir, unavailable or "no environment", Failure.ENVIRONMENT)
     envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
@@ -119,12 +130,19 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
                                     Failure.ENVIRONMENT)
     started = svc.now()
     deadline = started + app.timeout
-    svc.journal.operation_running(op_id, pid=started_process.pid, proc_start=started_process.proc_start,
-                                  started_at=started, deadline=deadline)
-    outcome = svc.runner.wait(started_process, deadline)
-    running = {**row, "status": "running", "started_at": started, "pid": started_process.pid,
-               "proc_start": started_process.proc_start, "deadline": deadline}
-    return finish_operation(svc, running, outcome, config=app, whole_row=True)
+    process: dict[str, Any] = {"pid": started_process.pid, "proc_start": started_process.proc_start,
+                               "started_at": started, "deadline": deadline}
+    written: list[bool] = []
+
+    def running() -> None:  # still going after RUNNING_AFTER s: journal its process now (``op.started``)
+        svc.journal.operation_running(op_id, pid=started_process.pid, proc_start=started_process.proc_start,
+                                      started_at=started, deadline=deadline)
+        written.append(True)
+
+    outcome = svc.runner.wait(started_process, deadline, running=running)
+    return finish_operation(svc, {**row, **process, "status": "running" if written else "starting"}, outcome,
+                            config=app, whole_row=True, process=None if written else process,
+                            ends_node=ends_node)
 
 
 def _process_call_dir(row: dict[str, Any]) -> Path:
@@ -149,7 +167,8 @@ def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, 
 
 
 def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
-                     config: AppSpec | None = None, whole_row: bool = False) -> dict[str, Any]:
+                     config: AppSpec | None = None, whole_row: bool = False, process: dict[str, Any] | None = None,
+                     ends_node: bool = False) -> dict[str, Any]:
     """Decide and journal a call's outcome (``op.finished``), live or after a restart.
 
     Exit 0 with a valid result = ``succeeded``; a result that is not JSON, over
@@ -161,6 +180,10 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
         config: the App config the call was made with (its snapshot in ``op["config"]`` is read when None).
         whole_row: ``op`` holds every column the journal has for it (the live call): the row returned is
             ``op`` with what was written now, not read back (issue 14); else it is read from the journal.
+        process: ``{pid, proc_start, started_at, deadline}`` to write with the outcome (a live call whose
+            ``running`` was never written: it ended within :data:`~workrun.runner.base.RUNNING_AFTER`).
+        ends_node: a success is also the node's (``op``'s ``run_id``/``node_key``): written in the same
+            transaction.
 
     Returns:
         The operation row as journaled (status ``succeeded``, ``failed`` or ``unknown``).
@@ -193,7 +216,9 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
     at = svc.now()
-    svc.journal.finish_operation(op["operation_id"], failure=failure, at=at, **fields)
+    node = (op["run_id"], op["node_key"]) if ends_node and fields["status"] == "succeeded" else None
+    svc.journal.finish_operation(op["operation_id"], failure=failure, at=at, process=process, node_succeeded=node,
+                                 **fields)
     # the outcome is journaled: the directory goes, off the call's path; its files are reused only when the
     # supervisor marked every process of the call ended (SPEC §17): none can write to them any more
     svc.discard(call_dir, recycle=got is not None and outcome.failure is None and outcome.ended)

@@ -5,10 +5,11 @@ started by the runner in the App's environment (its venv python, the clean
 environment of :func:`workrun.runner.env.app_environment` without a call
 directory). It loads the interpreter and the whole SDK once (and, with
 ``WARM_ENTRY``, a Tool App's module: ``warm = true``), then serves requests
-one at a time, single-threaded, over two pipes:
+one at a time, single-threaded, over a socket and a pipe:
 
-- request (one JSON line): ``{"call_dir", "cwd", "env": {...}, "entry", "args": [...]}``
-- reply (one JSON line): ``{"pid": int, "start": str | null}`` — the supervisor's pid and its
+- request (one message of the runner's ``SOCK_SEQPACKET`` socket pair, so a reader takes exactly one):
+  ``{"call_dir", "cwd", "env": {...}, "entry", "args": [...]}`` as JSON
+- reply (one JSON line on the pipe): ``{"pid": int, "start": str | null}`` — the supervisor's pid and its
   ``/proc`` start time — or ``{"error": str}``.
 
 For each request a process that is the leader of a new session (so it
@@ -18,17 +19,19 @@ and stdout/stderr appended to the call's files, and runs
 :func:`workrun_sdk._supervise.supervise` — exactly what the spawn launcher
 runs. That process is forked *ahead* of its call: between calls the server
 keeps one spare supervisor, already its own session's leader and a
-subreaper, with its App process forked too; both wait on a pipe and run
-nothing of the App. A request is handed to the spare (the reply names it), so
-no fork is on the call's path. The next spare is forked once that call's
+subreaper, with its App process forked too; they run nothing of the App. The
+spare reads the next request from the runner's socket itself (the server then
+does not), answers the runner and tells the server, so neither a fork nor the
+server is on the call's path (one process hand-over fewer, issue 14). The next spare is forked once that call's
 supervisor has exited (or :data:`SPARE_AFTER` seconds after the reply, for a
 long call): forking it while the call starts would take a core from the call
 and from the runner, which has work to do at that moment too (issue 14). The
 supervisor claims the call directory before it hands the call to its App
 process, so no App code runs for a call that was fenced. A spare that died is
-forked around (a fresh supervisor, as before); an unused one is ended with the
-server. The server reaps its exited supervisors; it exits when the request pipe
-reaches EOF (the runner ended or closed it).
+forked around (the server reads the requests and forks a fresh supervisor per
+call until the next spare); an unused one ends with the server. The server reaps
+its exited supervisors; it exits when the runner's end of the request socket
+closes (the runner ended or closed it).
 
 What differs from a spawned call: the hash seed (``PYTHONHASHSEED``) and the
 interpreter's start-up settings are the server's; the SDK modules (and what
@@ -46,12 +49,14 @@ if __name__ == "__main__" and sys.path and os.path.basename(sys.path[0]) == "wor
 
 import json  # noqa: E402
 import select  # noqa: E402
+import socket as _socket  # noqa: E402
 
 from workrun_sdk import _supervise, _wire  # noqa: E402
 
 __all__ = ["SPARE_AFTER", "serve"]
 
 SPARE_AFTER = 0.2
+_MESSAGE_MAX = 1 << 22  # bytes: one request (its environment included) is one message of at most this
 """Seconds after handing a call to the spare when the next spare is forked even though that call still runs."""
 
 
@@ -119,64 +124,104 @@ def _cannot_start(exc: BaseException) -> None:
 
 class _Spare:
     """A supervisor forked ahead of its call, with its App process forked too (R-P1, issue 14): the leader of
-    its own session already, it waits on a pipe for the next request; the server hands it over, so a call
-    starts without a fork on its path. It ends (with its App) when the pipe closes unused."""
+    its own session already, it reads the next request from the runner's request socket itself, answers the
+    runner and tells the server (``fd``: its end of their socket pair), so a call starts without the server or
+    a fork on its path. It ends (with its App) when the server's end closes before it took a request."""
 
-    def __init__(self, pid: int, start: str | None, fd: int) -> None:
-        self.pid, self.start, self.fd = pid, start, fd
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
 
-    def take(self, line: bytes) -> bool:
-        """Hand it the request; False when it cannot take it (it died: the caller forks instead)."""
-        return _supervise.write_all(self.fd, line + b"\n")
+    def taken(self) -> bool:
+        """Read what the spare said (its ``fd`` is readable): True when it took a request, False when it is
+        gone without one (it died; the server reads the requests itself again). The pair is closed."""
+        try:
+            said = os.read(self.fd, 16)
+        except OSError:
+            said = b""
+        os.close(self.fd)
+        return said.startswith(b"t")
 
     def end(self) -> None:
-        """End it unused (with its App process) and reap it."""
+        """Let it go: it ends (with its App) unless it took a request a moment ago (then it is that call's
+        supervisor, which outlives the server as every call does). Reaped when it ends within a second."""
         os.close(self.fd)
-        try:
-            os.killpg(self.pid, _supervise.signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
+        fd = _pidfd(self.pid)
+        if fd >= 0:
+            select.select([fd], [], [], 1.0)
+            os.close(fd)
+        _reap()
 
 
-def _make_spare(keep_fds: tuple[int, ...]) -> _Spare | None:
-    """Fork the next call's supervisor (and its App process) now, between calls; None when it cannot."""
+def _make_spare(request_fd: int, reply_fd: int, running: int = -1) -> _Spare | None:
+    """Fork the next call's supervisor (and its App process) now, between calls; None when it cannot.
+    ``running``: the server's pidfd of a call's supervisor (-1: none), which the spare must not keep."""
     if not hasattr(_supervise.signal, "sigtimedwait"):
         return None
-    forked = _supervise.fork_waiting(lambda r: _spare(r, keep_fds))
-    return None if forked is None else _Spare(forked[0], _start_time(forked[0]), forked[1])
+    try:
+        mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    except OSError:
+        return None
+    _supervise._flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        mine.close()
+        theirs.close()
+        return None
+    if pid == 0:
+        try:
+            mine.close()
+            if running >= 0:
+                os.close(running)
+            _spare(theirs.detach(), request_fd, reply_fd)
+        finally:
+            os._exit(70)  # _spare() never returns or raises on: never run on in a copy of the server
+    theirs.close()
+    return _Spare(pid, mine.detach())
 
 
-def _spare(fd: int, keep_fds: tuple[int, ...]) -> None:
-    """In a spare (see :class:`_Spare`): wait for the request, then supervise it (never returns)."""
+def _spare(fd: int, request_fd: int, reply_fd: int) -> None:
+    """In a spare (see :class:`_Spare`): wait for a request (or the server's end), take it, supervise it."""
     _supervise.signal.pthread_sigmask(_supervise.signal.SIG_BLOCK, _supervise._WAKE)
     try:
         os.setsid()
-        for k in keep_fds:
-            os.close(k)
         _supervise.become_subreaper()
-        app = _supervise.spare_app(close=fd)
+        app = _supervise.spare_app(close=(fd, request_fd, reply_fd))
         _supervise.warm_up()
+        start = _start_time(os.getpid())
     except BaseException:
         os._exit(70)
-    buffer = b""
-    while b"\n" not in buffer:
+    poller = select.poll()
+    poller.register(request_fd, select.POLLIN)
+    poller.register(fd, select.POLLIN)
+    message = b""
+    while True:
         try:
-            chunk = os.read(fd, 65536)
+            ready = dict(poller.poll())
         except InterruptedError:
             continue
-        except OSError:
-            chunk = b""
-        if not chunk:  # not needed after all (the server ended): end the App process too
-            _supervise._drop(app)
-            os._exit(0)
-        buffer += chunk
-    os.close(fd)
+        if fd in ready:  # the server ended (or let this spare go) before a request came: never take one now
+            break  # (a request waiting is answered by the runner's retry: the reply pipe reaches EOF)
+        if request_fd in ready:  # one request is one message of the runner's SEQPACKET socket
+            try:
+                message = os.read(request_fd, _MESSAGE_MAX)
+            except BlockingIOError:  # not there any more: not ours
+                continue
+            except OSError:
+                message = b""
+            break
+    if not message:  # not needed after all: end the App process too
+        _supervise._drop(app)
+        os._exit(0)
+    try:  # the runner's answer first, then the server's news (the runner waits for the answer)
+        os.write(reply_fd, (json.dumps({"pid": os.getpid(), "start": start}) + "\n").encode())
+        os.write(fd, b"t")
+    except OSError:
+        pass
+    for k in (fd, request_fd, reply_fd):
+        os.close(k)
     try:
-        request = json.loads(buffer.split(b"\n", 1)[0])
+        request = json.loads(message)
         _supervise.enter(request["cwd"], request["env"], request["call_dir"])
     except BaseException as exc:  # nothing of the call ran; the runner sees no claim and no record
         _supervise._drop(app)
@@ -195,56 +240,69 @@ def _reap() -> None:
 
 
 def serve(request_fd: int, reply_fd: int) -> None:
-    """Serve fork requests until the request pipe reaches EOF; a spare supervisor is kept ready between calls."""
-    keep = (request_fd, reply_fd)
-    spare = _make_spare(keep)
-    buffer = b""
+    """Serve fork requests until the runner closes its end of the request socket; a spare supervisor is kept
+    ready between calls, and reads the next request itself (the server reads them only while it has none)."""
+    spare = _make_spare(request_fd, reply_fd)
     running = -1  # a pidfd of the supervisor the last spare became: the next spare is forked when it exits
     while True:
-        ready, _, _ = select.select([request_fd] if running < 0 else [request_fd, running], [], [],
-                                    SPARE_AFTER)
+        poller = select.poll()
+        # with a spare, only the runner's hang-up is watched here: its requests are the spare's to read
+        poller.register(request_fd, select.POLLIN if spare is None else 0)
+        if spare is not None:
+            poller.register(spare.fd, select.POLLIN)
+        if running >= 0:
+            poller.register(running, select.POLLIN)
+        try:
+            ready = dict(poller.poll(SPARE_AFTER * 1000))
+        except InterruptedError:
+            continue
         _reap()
+        if spare is not None and spare.fd in ready:
+            took = spare.taken()
+            if took and running < 0:
+                running = _pidfd(spare.pid)
+            spare = None
         if running >= 0 and (running in ready or not ready):  # that call ended (or runs long): fork it now
             os.close(running)
             running = -1
             if spare is None:
-                spare = _make_spare(keep)
+                spare = _make_spare(request_fd, reply_fd)
+            continue
         if request_fd not in ready:
             continue
-        chunk = os.read(request_fd, 65536)
-        if not chunk:
+        if spare is not None:  # the runner hung up (or a request while the spare waits: it reads it)
+            if ready[request_fd] & (select.POLLHUP | select.POLLERR):
+                break
+            continue
+        try:
+            message = os.read(request_fd, _MESSAGE_MAX)
+        except BlockingIOError:
+            continue
+        if not message:
             break
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
+        try:
+            request = json.loads(message)
+        except ValueError as exc:
+            os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
+            continue
+        try:
+            _supervise._flush()
+            pid = os.fork()
+        except OSError as exc:
+            os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
+            continue
+        if pid == 0:
             try:
-                request = json.loads(line)
-            except ValueError as exc:
-                os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
+                _call(request, (request_fd, reply_fd) if running < 0 else (request_fd, reply_fd, running))
+            finally:
+                os._exit(70)  # never run on in a copy of the server
+        os.write(reply_fd, (json.dumps({"pid": pid, "start": _start_time(pid)}) + "\n").encode())
+        if running < 0:
+            running = _pidfd(pid)
+            if running >= 0:
                 continue
-            taken, spare = spare, None
-            if taken is not None and taken.take(line):
-                pid, start = taken.pid, taken.start
-            else:
-                try:
-                    _supervise._flush()
-                    pid = os.fork()
-                except OSError as exc:
-                    os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
-                    continue
-                if pid == 0:
-                    try:
-                        _call(request, keep if running < 0 else (*keep, running))
-                    finally:
-                        os._exit(70)  # never run on in a copy of the server
-                start = _start_time(pid)
-            os.write(reply_fd, (json.dumps({"pid": pid, "start": start}) + "\n").encode())
-            if running < 0:
-                running = _pidfd(pid)
-                if running >= 0:
-                    continue
-            # no pidfd, or a call came while another runs (nodes in parallel): the next call's spare, now
-            spare = _make_spare(keep if running < 0 else (*keep, running))
+        # no pidfd, or a call came while another runs (nodes in parallel): the next call's spare, now
+        spare = _make_spare(request_fd, reply_fd, running)
     if running >= 0:
         os.close(running)
     if spare is not None:
@@ -265,6 +323,7 @@ def main(argv: list[str]) -> None:
     ``argv``: ``REQUEST_FD REPLY_FD DONE_FD [WARM_ENTRY]``; ``DONE_FD`` (-1: none) is the runner's *done* pipe,
     which every supervisor keeps and its App never has (:data:`workrun_sdk._supervise._done_fd`)."""
     request_fd, reply_fd, done_fd = int(argv[0]), int(argv[1]), int(argv[2])
+    os.set_blocking(request_fd, False)  # the server and its spare both wait on it: a read never blocks either
     if done_fd >= 0:
         os.set_blocking(done_fd, False)  # a full pipe drops the line: the runner then sees the supervisor exit
         _supervise._done_fd = done_fd

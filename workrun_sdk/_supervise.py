@@ -411,16 +411,16 @@ def write_all(fd: int, data: bytes) -> bool:
         os.close(fd)
 
 
-def spare_app(close: int = -1) -> tuple[int, int] | None:
+def spare_app(close: tuple[int, ...] = ()) -> tuple[int, int] | None:
     """In a spare supervisor (a fork server's, forked ahead of its call, signals held): fork its App process
     now, off the call's path. The App waits, running nothing of the App, until :func:`supervise` hands it the
-    call after the claim (or exits when the supervisor closes the pipe unused). ``close``: a descriptor of the
+    call after the claim (or exits when the supervisor closes the pipe unused). ``close``: descriptors of the
     supervisor's the App must not keep. Returns ``(pid, fd)`` or None when it cannot be forked (the App is
     then forked at the call, as usual)."""
 
     def app(r: int) -> None:
-        if close >= 0:
-            os.close(close)
+        for fd in close:
+            os.close(fd)
         _close_done()
         _app_waits(r)
 

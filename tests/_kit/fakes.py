@@ -58,6 +58,7 @@ class FakeRunner:
         self.recovered: dict[str, Outcome] = {}  # call dir name -> what recover() finds
         self.environment_error: str | None = None
         self.stopped_all = False
+        self.quick = False  # True: every call ends before RUNNING_AFTER (its ``running`` is never written)
         self._pending: dict[int, Exit] = {}
         self._lock = threading.Lock()
         self._pid = 100000
@@ -86,7 +87,9 @@ class FakeRunner:
             self._pending[pid] = outcome
         return Started(pid=pid, proc_start="0", handle=pid)
 
-    def wait(self, started: Started, deadline: float) -> Outcome:
+    def wait(self, started: Started, deadline: float, *, running=None) -> Outcome:
+        if running is not None and not self.quick:  # a quick call ends before RUNNING_AFTER: never ``running``
+            running()
         with self._lock:
             got = self._pending.pop(started.pid)
         if self.stopped_all or got.stopped:

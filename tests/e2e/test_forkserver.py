@@ -146,6 +146,22 @@ def _server_pids(servers: ForkServers) -> list[int]:
     return [server.proc.pid for _, server in servers._servers.values()]
 
 
+def _dead(pid: int) -> None:
+    """Wait until ``pid`` (a child of this process) has died: a zombie, its descriptors closed."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{pid} did not die")
+
+
 def test_server_replaced_when_fingerprint_changes_or_it_dies_and_ended_on_close(env_of):
     """R-P2: a new fingerprint gets a new warm server (the old one ends); a dead server is replaced
     without failing the call; close() ends every server."""
@@ -162,6 +178,7 @@ def test_server_replaced_when_fingerprint_changes_or_it_dies_and_ended_on_close(
         (new,) = _server_pids(servers)
         assert new != old
         os.kill(new, 9)
+        _dead(new)  # (a request sent while it is dying may be taken by its spare, a whole supervisor: fine too)
         replaced = _call(servers, env_of, "c4", (entry, "fp2"))
         assert replaced["imported_in"] not in (changed["imported_in"], first["imported_in"])
         plain = _call(servers, env_of, "c5", None)
@@ -223,8 +240,8 @@ def test_servers_end_with_the_runner_also_when_it_is_killed(workrun, write_workf
     res = workrun("run", _agent(write_workflow, project, 2), "--json", env={"WORKRUN_LAUNCH": "fork"})
     assert res.code == 0, res
     assert _servers_of(isolated_env) == []
-    res = workrun("run", _agent(write_workflow, project, 2), "--json",
-                  env={"WORKRUN_LAUNCH": "fork", "WORKRUN_FAULT": "op.started"})
+    res = workrun("run", _agent(write_workflow, project, 2), "--json",  # killed after the first tool call
+                  env={"WORKRUN_LAUNCH": "fork", "WORKRUN_FAULT": "op.intent@2"})
     assert res.code == -signal.SIGKILL, res
     end = time.monotonic() + 15
     while _servers_of(isolated_env) and time.monotonic() < end:
@@ -598,3 +615,24 @@ def test_a_forked_supervisor_gone_before_its_claim_is_not_started(tmp_path):
         os.waitpid(pid, 0)
     assert outcome.not_started and not outcome.unknown, outcome
     assert (call_dir / "claim").read_text().split() == ["abandoned"]
+
+
+def test_a_call_whose_environment_is_too_large_for_a_request_is_spawned(make_project, workrun, write_workflow):
+    """A request is one socket message (at most REQUEST_MAX bytes): a call whose environment is larger still
+    runs, spawned instead of forked, with its whole environment; the next ordinary call is forked again."""
+    from workrun.runner.forkserver import REQUEST_MAX
+
+    project = make_project("big", '[tool.workrun.apps.big]\nentry = "main.py"\n', {"main.py": """
+        import os
+        from workrun_sdk import process
+        with open(f"/proc/{os.getppid()}/cmdline") as fh:  # the supervisor: a fork server's copy, or _launch.py
+            forked = "_forkserver.py" in fh.read()
+        process.result({"size": len(os.environ.get("BIG", "")), "forked": forked})
+    """})
+    wf = write_workflow("big", f'[nodes.a]\nproject = "{project}"\napp = "big"\n')
+    res = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork", "BIG": "x" * (REQUEST_MAX + 1)})
+    assert res.code == 0, res
+    assert res.json()["operations"][0]["result"] == {"size": REQUEST_MAX + 1, "forked": False}
+    res = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork", "BIG": "x" * 100})
+    assert res.code == 0, res
+    assert res.json()["operations"][0]["result"] == {"size": 100, "forked": True}

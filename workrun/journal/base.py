@@ -137,14 +137,16 @@ class Journal(Protocol):
 
     # -- operations (one App call) --------------------------------------------
 
-    def start_operation(self, row: Row) -> None:
+    def start_operation(self, row: Row, *, node_started_at: float | None = None) -> None:
         """Record a call's intent (status ``starting``) before its process exists (R-J1).
 
         Args:
             row: the operations columns (``operation_id``, ``run_id``, ``node_key``, ``app``, ``project``,
-                ``config``, ``input``, ``fingerprint``, ``call_dir``, ``created_at``, ...).
+                ``config``, ``input``, ``fingerprint``, ``call_dir``, ``created_at``, ``deadline``...).
+            node_started_at: also mark the call's node ``running`` (``started_at`` = this, epoch seconds), in
+                the same transaction (:meth:`start_node` folded in, one write fewer per node, issue 14).
 
-        Fault point: ``op.intent``.
+        Fault points: ``node.running`` (with ``node_started_at``), then ``op.intent``.
         """
 
     def operation_running(self, operation_id: str, *, pid: int | None, proc_start: str | None, started_at: float,
@@ -155,10 +157,20 @@ class Journal(Protocol):
     def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
                          error: str | None = None, result: Any = None, exit_code: int | None = None,
                          signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-                         resources: list[Row] | None = None, depends_on: list[str] | None = None) -> None:
+                         resources: list[Row] | None = None, depends_on: list[str] | None = None,
+                         process: Row | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
         """Record a call's outcome: ``succeeded`` | ``failed`` | ``unknown``, with a
         :class:`~workrun.outcomes.Failure` kind when it did not succeed. ``resources`` and ``depends_on``
-        are left as they were when None. Fault point: ``op.finished``."""
+        are left as they were when None.
+
+        Args:
+            process: ``{pid, proc_start, started_at, deadline}`` of a call whose ``running`` status was never
+                written (it ended before :data:`workrun.runner.base.RUNNING_AFTER`): written now with the outcome.
+            node_succeeded: ``(run_id, node_key)`` of the call's node when the call ``succeeded`` and so did
+                that node, with the call's result: the node's end is written in the same transaction
+                (:meth:`finish_node` folded in, one write fewer per node, issue 14).
+
+        Fault points: ``op.finished``, then ``node.finished`` (with ``node_succeeded``)."""
 
     def operation(self, operation_id: str) -> Row:
         """One operation by id.

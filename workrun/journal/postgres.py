@@ -162,7 +162,7 @@ class PostgresJournal(SqliteJournal):
         with self._lock:
             return self._version_quiet() or 0
 
-    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | None,
+    def _tx(self, statements: Iterable[tuple[str, tuple[Any, ...]]], fault: str | tuple[str, ...] | None,
             checks: Iterable[tuple[str, tuple[Any, ...], str, str | None]] = ()) -> None:
         """One transaction: the state-machine checks on ``SELECT … FOR UPDATE``-locked rows, then the
         statements; then the fault point (as :meth:`SqliteJournal._tx`)."""
@@ -186,8 +186,7 @@ class PostgresJournal(SqliteJournal):
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
                                    "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
-        if fault:
-            faults.hit(fault)
+        faults.hit_all(fault)
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         psycopg = self._psycopg

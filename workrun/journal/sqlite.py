@@ -222,7 +222,8 @@ class SqliteJournal:
         """The applied schema version (number of migrations)."""
         return int(self._db.execute("PRAGMA user_version").fetchone()["user_version"])
 
-    def _tx(self, statements: Iterable[_Statement], fault: str | None, checks: Iterable[_Check] = ()) -> None:
+    def _tx(self, statements: Iterable[_Statement], fault: str | tuple[str, ...] | None,
+            checks: Iterable[_Check] = ()) -> None:
         with self._lock:
             pending, self._pending = self._pending, []  # messages said before this write go in with it
             try:
@@ -251,8 +252,7 @@ class SqliteJournal:
             except sqlite3.Error as exc:
                 raise JournalError(f"journal write failed: {exc}; nothing after this point was recorded. "
                                    "Fix the cause, then `workrun resume`", file=str(self.path)) from None
-        if fault:
-            faults.hit(fault)
+        faults.hit_all(fault)
 
     def flush_messages(self) -> None:
         """Write the messages :meth:`add_message` holds, now.
@@ -386,9 +386,15 @@ class SqliteJournal:
 
     # -- operations: writes -------------------------------------------------
 
-    def start_operation(self, row: dict[str, Any]) -> None:
-        """Record a call's intent (status ``starting``) before its process starts (R-J1)."""
-        self._tx([_insert("operations", row)], "op.intent")
+    def start_operation(self, row: dict[str, Any], *, node_started_at: float | None = None) -> None:
+        """Record a call's intent (status ``starting``) before its process starts (R-J1); with
+        ``node_started_at``, its node's ``running`` too, in the same transaction."""
+        if node_started_at is None:
+            self._tx([_insert("operations", row)], "op.intent")
+            return
+        key = (row["run_id"], row["node_key"])
+        self._tx([_update("nodes", key, {"status": "running", "started_at": node_started_at}),
+                  _insert("operations", row)], ("node.running", "op.intent"), [("nodes", key, "running", None)])
 
     def operation_running(self, operation_id: str, *, pid: int | None, proc_start: str | None, started_at: float,
                           deadline: float) -> None:
@@ -400,16 +406,27 @@ class SqliteJournal:
     def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
                          error: str | None = None, result: Any = None, exit_code: int | None = None,
                          signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-                         resources: list[dict[str, Any]] | None = None, depends_on: list[str] | None = None) -> None:
-        """Record a call's outcome."""
+                         resources: list[dict[str, Any]] | None = None, depends_on: list[str] | None = None,
+                         process: dict[str, Any] | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
+        """Record a call's outcome (with its process when its ``running`` was never written; with its node's
+        success in the same transaction when ``node_succeeded`` = ``(run_id, node_key)``)."""
         fields: dict[str, Any] = {"status": status, "failure": failure, "error": error, "result": result,
                                   "ended_at": at, "exit_code": exit_code, "signal": signal,
-                                  "stdout_tail": stdout_tail, "stderr_tail": stderr_tail}
+                                  "stdout_tail": stdout_tail, "stderr_tail": stderr_tail, **(process or {})}
         if resources is not None:
             fields["resources"] = resources
         if depends_on is not None:
             fields["depends_on"] = depends_on
-        self._set("operations", (operation_id,), "op.finished", fields)
+        if node_succeeded is None:
+            self._set("operations", (operation_id,), "op.finished", fields)
+            return
+        if status != "succeeded":
+            raise ValueError(f"{operation_id}: its node cannot succeed with a call that {status}")
+        node = tuple(node_succeeded)
+        self._tx([_update("operations", (operation_id,), fields),
+                  _update("nodes", node, {"status": "succeeded", "handled": 0, "result": result, "ended_at": at})],
+                 ("op.finished", "node.finished"),
+                 [("operations", (operation_id,), status, None), ("nodes", node, "succeeded", None)])
 
     # -- compensations and attempts: writes ------------------------------------
 

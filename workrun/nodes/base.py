@@ -43,6 +43,9 @@ class NodeJob:
         depends_on: succeeded upstream operation ids its calls depend on (compensation order, R-C3).
         svc: services (journal, App runner, reporter, stop event).
         should_stop: returns True once the run is being stopped (R-C9); cheap, call it often.
+        started_at: when the node started (epoch seconds) if its ``running`` is not journaled yet: an
+            executor whose kind says ``journals_node_start = True`` writes it with its first call's intent
+            (:meth:`take_start`); the engine writes it after the executor returns otherwise (issue 14).
     """
 
     run_id: str
@@ -51,14 +54,24 @@ class NodeJob:
     depends_on: list[str]
     svc: Services
     should_stop: Callable[[], bool] = field(default=lambda: False)
+    started_at: float | None = None
 
     def say(self, level: str, text: str) -> None:
         """Record a message on this node (journal + reporter)."""
         self.svc.say(self.run_id, self.node.key, level, text)
 
+    def take_start(self) -> float | None:
+        """:attr:`started_at` for the write that will carry the node's ``running`` (once: then None)."""
+        at, self.started_at = self.started_at, None
+        return at
+
 
 class NodeExecutor(Protocol):
-    """Runs one kind of node. Knows nothing of the engine."""
+    """Runs one kind of node. Knows nothing of the engine.
+
+    An executor may declare ``journals_node_start: ClassVar[bool] = True``: it writes the node's ``running``
+    with its first call's intent (:meth:`NodeJob.take_start`); without it the engine writes it first.
+    """
 
     kind: ClassVar[str]
 

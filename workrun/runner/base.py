@@ -9,13 +9,19 @@ outcome after (R-J1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from workrun.outcomes import Failure
 
-__all__ = ["AppRunner", "Collected", "Outcome", "Started"]
+__all__ = ["RUNNING_AFTER", "AppRunner", "Collected", "Outcome", "Started"]
+
+RUNNING_AFTER = 0.05
+"""Seconds after its start when a call still going is journaled ``running`` (its pid), issue 14: a call that ends
+sooner goes from ``starting`` to its outcome in one write, its process recorded with it. Recovery never needs the
+pid: the call directory's claim names the supervisor (R-R3)."""
 
 
 @dataclass
@@ -121,8 +127,12 @@ class AppRunner(Protocol):
         """Start one App process (see the class contract); ``warm``: the code fingerprint of a Tool App
         with ``warm = true`` (its module is loaded once in its fork server, R-P2), else None."""
 
-    def wait(self, started: Started, deadline: float) -> Outcome:
-        """Wait for a started process; end its group at ``deadline`` (epoch seconds) or on stop."""
+    def wait(self, started: Started, deadline: float, *, running: Callable[[], None] | None = None) -> Outcome:
+        """Wait for a started process; end its group at ``deadline`` (epoch seconds) or on stop.
+
+        ``running`` is called once, in this thread, if the process is still going :data:`RUNNING_AFTER` seconds
+        after the wait began (a runner that cannot tell calls it at once); errors it raises propagate after
+        the process is no longer watched."""
 
     def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
                 claim_wait: float = 2.0) -> Outcome:

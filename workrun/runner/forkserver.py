@@ -3,9 +3,10 @@
 One server (``workrun_sdk/_forkserver.py``, standard library only) runs per
 *key* = (venv python, the environment's state, SDK directory, warm Tool App
 entry and fingerprint). It is started lazily on the first call that needs it,
-talks over two pipes (one JSON line per request and per reply) and ends when
-the runner closes its request pipe (:meth:`ForkServers.close`, or the runner
-dying: EOF). The server forks a supervisor per call, in its own session; the
+takes requests on a ``SOCK_SEQPACKET`` socket pair (one JSON message each: the
+server, or the spare supervisor it keeps ready, reads exactly one) and answers
+on a pipe (one JSON line each); it ends when the runner closes its end of the
+socket (:meth:`ForkServers.close`, or the runner dying). The server forks a supervisor per call, in its own session; the
 runner watches that supervisor like a spawned one (pid, start time, exit
 record), through a pidfd: the supervisor is the server's child, not the
 runner's.
@@ -27,6 +28,7 @@ import glob
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import threading
@@ -37,7 +39,8 @@ from typing import Any
 from workrun.errors import UsageError
 from workrun_sdk import _wire
 
-__all__ = ["LAUNCH_ENV", "ForkServers", "ForkServerError", "ForkedProcess", "launch_mode", "prestart"]
+__all__ = ["LAUNCH_ENV", "REQUEST_MAX", "ForkServers", "ForkServerError", "ForkedProcess", "RequestTooLarge",
+           "launch_mode", "prestart"]
 
 LAUNCH_ENV = "WORKRUN_LAUNCH"
 _READY_TIMEOUT = 60.0  # seconds for a server to load (a warm Tool App module may import a lot)
@@ -61,6 +64,15 @@ def launch_mode(environ: dict[str, str] | None = None) -> str:
 
 class ForkServerError(OSError):
     """Raised when no fork server could start a call (the caller reports it like a failed spawn)."""
+
+
+class RequestTooLarge(ForkServerError):
+    """A call's request (its environment, mostly) is over :data:`REQUEST_MAX` bytes, more than one message of
+    the request socket holds: no server was asked; the caller spawns the call instead."""
+
+
+REQUEST_MAX = 64 * 1024
+"""Bytes: the largest request sent to a fork server (a socket message; the default socket buffer holds ~200 KiB)."""
 
 
 def _start_time(pid: int) -> str | None:
@@ -139,10 +151,14 @@ class ForkedProcess:
         self.pid = pid
         self.start = start
         self.call_dir = call_dir
+        self._ended = False
 
-    def wait(self) -> None:
+    def wait(self, timeout: float | None = None) -> bool:
         """Block until the call has ended: its supervisor said so on the *done* pipe (it is exiting) or has
-        exited. Returns None: the outcome is the exit record."""
+        exited; True then (and at once on later calls). False when ``timeout`` seconds passed first."""
+        if self._ended:
+            return True
+        end = None if timeout is None else time.monotonic() + timeout
         try:
             fd = os.pidfd_open(self.pid)
         except OSError:  # gone already (or no pidfd): fall back to watching /proc
@@ -158,24 +174,34 @@ class ForkedProcess:
                 ended = os.path.join(key, _wire.ENDED)
                 while True:  # a line counts only when the call really ended (not a line written by anyone else)
                     if done is not None and done.take(key) and os.path.lexists(ended):
-                        return
-                    if any(ready == fd for ready, _ in poller.poll(1000)):
+                        self._ended = True
+                        return True
+                    left = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
+                    ready = poller.poll(left)
+                    if any(r == fd for r, _ in ready):
                         if done is not None:  # its line came before its exit: take it too (keeps none behind)
                             done.take(key)
                         break
+                    if not ready and end is not None and time.monotonic() >= end:
+                        return False
             while _running(self.pid, self.start):  # without a pidfd (or a reused pid): poll
+                if end is not None and time.monotonic() >= end:
+                    return False
                 time.sleep(0.01)
         finally:
             if fd is not None:
                 os.close(fd)
+        self._ended = True
+        return True
 
 
 class _Server:
-    """One fork server process and its two pipes."""
+    """One fork server process, its request socket and its reply pipe."""
 
     def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None,
                  umask: int = -1) -> None:
-        req_r, self._req = os.pipe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request per message
+        self._req, req_r = ours.detach(), theirs.detach()
         rep_r, rep_w = os.pipe()
         done_w = _done().write_fd
         argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w), str(done_w)]
@@ -210,26 +236,26 @@ class _Server:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def fork(self, request: dict[str, Any]) -> ForkedProcess:
-        """Ask the server to fork a supervisor for one call.
+    def fork(self, request: bytes, call_dir: str) -> ForkedProcess:
+        """Ask the server to fork a supervisor for one call (``request``: its JSON, one socket message).
 
         Raises:
             BrokenPipeError: the server is gone and never saw the request.
             EOFError: the server died after the request was sent (it may have forked the call).
             ForkServerError: the server answered with an error or not at all.
         """
-        data = (json.dumps(request) + "\n").encode()
+        data = request
         with self.lock:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._req, view):]
+            if os.write(self._req, data) != len(data):  # one message, whole or not at all (SOCK_SEQPACKET)
+                raise ForkServerError("the fork server took part of a request")
             reply = self._read(_REPLY_TIMEOUT)
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not fork the call: {reply.get('error')}")
-        return ForkedProcess(int(reply["pid"]), reply.get("start"), request["call_dir"])
+        return ForkedProcess(int(reply["pid"]), reply.get("start"), call_dir)
 
     def close(self, wait: float = 2.0) -> None:
-        """Close the request pipe (the server exits at EOF) and reap it; kill it if it lingers."""
+        """Close the request socket (the server exits when it sees it closed) and reap it; kill it if it
+        lingers."""
         for fd in (self._req, self._rep):
             try:
                 os.close(fd)
@@ -287,7 +313,7 @@ def prestart(python: str, sdk_dir: Path, env: dict[str, str], cwd: Path) -> None
 
     Blocks until the server is up (run it in a thread: ``workrun run`` does this while it loads the rest of
     itself, issue 14). The first :class:`ForkServers` that needs a server of this key takes this one over;
-    one nobody takes is ended by :meth:`ForkServers.close` or when this process exits (its request pipe
+    one nobody takes is ended by :meth:`ForkServers.close` or when this process exits (its request socket
     closes). Never raises: a server that does not start is simply not there, and the call starts its own.
     """
     ident, state, server_env = _key(python, sdk_dir, env, None)
@@ -388,11 +414,15 @@ class ForkServers:
 
         Raises:
             ForkServerError: no server could start the call (nothing of the call ran).
+            RequestTooLarge: its environment is too large for a request (no server was asked).
         """
         real_entry = os.path.realpath(entry)
         warm_entry = (real_entry if os.fspath(entry) == warm[0] else os.path.realpath(warm[0])) if warm else None
         ident, state, server_env = _key(python, sdk_dir, env, (warm_entry, warm[1]) if warm else None)
-        request = {"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": real_entry, "args": []}
+        request = json.dumps({"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": real_entry,
+                              "args": []}).encode()
+        if len(request) > REQUEST_MAX:
+            raise RequestTooLarge(f"the call's request (its environment) is over {REQUEST_MAX} bytes")
         problem: BaseException | None = None
         for _ in range(2):
             try:
@@ -401,7 +431,7 @@ class ForkServers:
                 problem = exc
                 continue
             try:
-                return server.fork(request)
+                return server.fork(request, str(call_dir))
             except BrokenPipeError as exc:  # the server was dead before our request: nothing was forked
                 problem = exc
                 self._forget(ident, server)  # dying, maybe not yet reapable: never asked again
@@ -422,7 +452,7 @@ class ForkServers:
         server.close(wait=0.5)
 
     def close(self) -> None:
-        """End every server (each exits when its request pipe closes); calls in flight go on."""
+        """End every server (each exits when its request socket closes); calls in flight go on."""
         with self._lock:
             self._closed = True
             servers, self._servers = [s for _, s in self._servers.values()], {}

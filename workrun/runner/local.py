@@ -6,13 +6,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
 from workrun.runner.env import EnvManager, app_environment, existing_sdk_path, sdk_path
-from workrun.runner.forkserver import ForkServers, launch_mode, prestart
+from workrun.runner.forkserver import ForkServers, RequestTooLarge, launch_mode, prestart
 from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait, wait_exit
 
 __all__ = ["LocalRunner", "prestart_fork_server"]
@@ -69,17 +70,21 @@ class LocalRunner:
             with self._mutex:
                 if self._servers is None:
                     self._servers = ForkServers()
-            forked = self._servers.start(python, sdk, project, entry, call_dir, env,
-                                         (str(entry), warm) if warm else None)
-            return Started(pid=forked.pid, proc_start=forked.start, handle=(forked, call_dir))
+            try:
+                forked = self._servers.start(python, sdk, project, entry, call_dir, env,
+                                             (str(entry), warm) if warm else None)
+                return Started(pid=forked.pid, proc_start=forked.start, handle=(forked, call_dir))
+            except RequestTooLarge:  # an environment of over REQUEST_MAX bytes: this call is spawned
+                pass
         argv = [python, str(sdk / "workrun_sdk" / "_launch.py"), str(entry)]
         proc = spawn_app_process(argv, project, env, call_dir / "stdout", call_dir / "stderr")
         return Started(pid=proc.pid, proc_start=proc_start_time(proc.pid), handle=(proc, call_dir))
 
-    def wait(self, started: Started, deadline: float) -> Outcome:
-        """Wait for the supervisor; the watchdog ends its group at ``deadline`` or on stop."""
+    def wait(self, started: Started, deadline: float, *, running: Callable[[], None] | None = None) -> Outcome:
+        """Wait for the supervisor; the watchdog ends its group at ``deadline`` or on stop; ``running`` as
+        :meth:`workrun.runner.base.AppRunner.wait` (a spawned call's at once)."""
         proc, call_dir = started.handle
-        return wait(proc, self.watchdog, deadline, call_dir)
+        return wait(proc, self.watchdog, deadline, call_dir, running=running)
 
     def _claimed(self, call_dir: Path, claim_wait: float) -> calldir.Claim:
         """The call's claim after waiting up to ``claim_wait`` s for the launcher; fenced (abandoned) if none."""

@@ -16,10 +16,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from workrun.runner.base import Outcome
+from workrun.runner.base import RUNNING_AFTER, Outcome
 from workrun.runner.calldir import fence, read_exit
 from workrun.runner.forkserver import ForkedProcess
 
@@ -218,8 +219,11 @@ class Watchdog:
 
 
 def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, deadline: float,
-         call_dir: Path | None = None) -> Outcome:
+         call_dir: Path | None = None, *, running: Callable[[], None] | None = None) -> Outcome:
     """Wait for a call's supervisor; the watchdog ends its group at ``deadline`` (epoch seconds) or on stop.
+
+    ``running`` is called once if a forked call is still going :data:`~workrun.runner.base.RUNNING_AFTER`
+    seconds into the wait (a spawned call's at once: its start took longer than that already).
 
     The supervisor's exit record in ``call_dir`` (the App's own exit code or signal) wins over the
     supervisor process's status (SPEC §17: an App ended by a signal is recorded with that signal).
@@ -228,7 +232,14 @@ def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, dead
     """
     watched = watchdog.watch(proc.pid, deadline)
     try:
-        code = proc.wait()
+        if running is not None:
+            if not isinstance(proc, ForkedProcess) or not proc.wait(RUNNING_AFTER):
+                running()
+        if isinstance(proc, ForkedProcess):
+            proc.wait()
+            code = None  # a forked supervisor is its server's child: its exit record decides
+        else:
+            code = proc.wait()
     finally:
         watchdog.forget(proc.pid)
     if watched.ending:
