@@ -200,3 +200,28 @@ def test_an_app_environment_follows_every_change_of_this_process_environment(mon
     assert second["WORKRUN_CALL_DIR"] == str(tmp_path / "c2") and first["WORKRUN_CALL_DIR"] == str(tmp_path / "c1")
     monkeypatch.delenv("SOME_SETTING")
     assert "SOME_SETTING" not in app_environment(python, tmp_path / "sdk", tmp_path / "c3")
+
+
+def test_the_watchdog_is_woken_for_a_deadline_before_its_next_look_and_ends_that_group_on_time():
+    """watch() wakes the watchdog only for a deadline earlier than its next look (every ``tick``): a short
+    deadline is still kept to, not found a tick late."""
+    import subprocess
+    import time
+
+    from workrun.runner.process import Watchdog
+
+    dog = Watchdog(grace=0.2, tick=30.0)
+    time.sleep(0.05)  # its first look is now 30 s away
+    far = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    near = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        dog.watch(far.pid, time.time() + 60)
+        t0 = time.monotonic()
+        watched = dog.watch(near.pid, time.time() + 0.3)
+        assert near.wait(timeout=5) == -15 and watched.timed_out  # SIGTERM at its deadline
+        assert time.monotonic() - t0 < 3
+        assert far.poll() is None
+    finally:
+        for p in (far, near):
+            p.kill()
+            p.wait()

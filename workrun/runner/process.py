@@ -142,8 +142,9 @@ class Watchdog:
     One background thread sleeps until the next thing is due (at most ``tick`` seconds
     when something is due, so a clock change is caught): a group past its deadline
     gets SIGTERM, and SIGKILL ``grace`` seconds later if it is still there. With
-    nothing watched, or nothing due soon, it sleeps until woken by :meth:`watch`
-    or :meth:`stop_all` (no polling while calls run, issue 14).
+    nothing due sooner it looks once every ``tick``; :meth:`watch` wakes it only
+    for a deadline before its next look and :meth:`stop_all` always (a call of
+    the usual kind costs the thread no wake-up, issue 14).
 
     Args:
         grace: seconds between SIGTERM and SIGKILL.
@@ -157,6 +158,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop_all = False
+        self._until = 0.0  # monotonic time of the thread's next look
         self._thread = threading.Thread(target=self._loop, name="workrun-watchdog", daemon=True)
         self._thread.start()
 
@@ -167,7 +169,8 @@ class Watchdog:
             self._procs[pid] = watched
             if self._stop_all:
                 self._end(pid, watched, stopped=True)
-            self._wake.notify()
+            if self._stop_all or time.monotonic() + (deadline - time.time()) < self._until:
+                self._wake.notify()
         return watched
 
     def forget(self, pid: int) -> None:
@@ -193,8 +196,8 @@ class Watchdog:
         if _signal_group(pid, signal.SIGTERM):
             watched.term_at = time.monotonic()
 
-    def _due_in(self) -> float | None:
-        """Seconds until the next deadline or SIGKILL (capped at ``tick``); None when nothing is pending."""
+    def _due_in(self) -> float:
+        """Seconds until the next deadline or SIGKILL, capped at ``tick`` (``tick`` when nothing is pending)."""
         now, mono = time.time(), time.monotonic()
         waits = []
         for w in self._procs.values():
@@ -202,12 +205,14 @@ class Watchdog:
                 waits.append(w.deadline - now)
             elif not w.killed:
                 waits.append(w.term_at + self.grace + SUPERVISOR_MARGIN - mono)
-        return min(self.tick, max(0.0, min(waits))) if waits else None
+        return min(self.tick, max(0.0, min(waits))) if waits else self.tick
 
     def _loop(self) -> None:
         while True:
             with self._lock:
-                self._wake.wait(self._due_in())
+                due = self._due_in()
+                self._until = time.monotonic() + due
+                self._wake.wait(due)
                 now, mono = time.time(), time.monotonic()
                 for pid, watched in list(self._procs.items()):
                     if not watched.ending and (watched.stopped or watched.timed_out or now >= watched.deadline):
