@@ -225,3 +225,19 @@ def test_the_watchdog_is_woken_for_a_deadline_before_its_next_look_and_ends_that
         for p in (far, near):
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("rel", ["l/b/f.py", "a/rel", "l/../a", "missing/x", "l/b/../b/f.py", "l", "a/b/"])
+def test_real_path_is_realpath(tmp_path, rel):
+    """workrun.paths.real_path asks the kernel (O_PATH + /proc/self/fd) and must answer as os.path.realpath
+    does: through symlinks (absolute and relative), '..' after a link, missing tails, directories."""
+    import os
+
+    from workrun.paths import real_path
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f.py").write_text("")
+    (tmp_path / "l").symlink_to(tmp_path / "a")
+    (tmp_path / "a" / "rel").symlink_to("b/f.py")
+    path = str(tmp_path / rel) + ("/" if rel.endswith("/") else "")
+    assert real_path(path) == os.path.realpath(path)

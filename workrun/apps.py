@@ -26,6 +26,7 @@ from workrun.errors import ConfigError
 from workrun.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.models import AppSpec
 from workrun.outbound import check_action
+from workrun.paths import real_path
 
 __all__ = [
     "FINGERPRINT_EXCLUDED_DIRS",
@@ -129,7 +130,7 @@ def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:
     path, symlink escape); return the real path of the file (a string: this runs on every call, issue 14)."""
     if not rel or os.path.isabs(rel) or ".." in Path(rel).parts:
         raise ConfigError(f"{rel!r} must be a relative path inside the project", file=file, field=field)
-    target = os.path.realpath(os.path.join(project, rel))
+    target = real_path(os.path.join(project, rel))
     if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
         raise ConfigError(f"{rel!r} resolves outside the project (symlink escape)", file=file, field=field)
     if not os.path.isfile(target):
@@ -191,7 +192,7 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     file, declared = _PARSED.get(os.path.abspath(project), [pyproject, project / "uv.lock"],
                                  lambda: _parse_apps(project))
     apps: dict[str, AppSpec] = {}
-    root = os.path.realpath(project)
+    root = real_path(project)
     for name, spec in declared.items():
         prefix = f"tool.workrun.apps.{name}"
         entry = _inside(project, root, spec.entry, file, f"{prefix}.entry")
@@ -317,7 +318,7 @@ def _fingerprinted_files(project: Path) -> list[str]:
     in the project or a parent (:mod:`workrun.filestamps`, issue 14); inside one it is listed every time
     (what git ignores depends on more than the directories: its index, config and exclude files)."""
     root = os.path.abspath(project)
-    probes = [os.path.join(folder, ".git") for folder in _ancestors(os.path.realpath(root))]
+    probes = [os.path.join(folder, ".git") for folder in _ancestors(real_path(root))]
     before = time.time_ns()
     probe_stamps = [stamp(p) for p in probes]
     if any(s is not None for s in probe_stamps):  # a .git in the project or a parent: git says what is ignored

@@ -26,6 +26,7 @@ from workrun.dispatch import DispatchRunner
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
 from workrun.outcomes import Failure
+from workrun.paths import real_path
 from workrun.runner import Outcome
 from workrun.runner.process import alive, proc_start_time
 from workrun.services import Services, new_id
@@ -85,7 +86,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     Raises:
         JournalError: when the journal cannot be written (nothing unrecorded is marked done).
     """
-    project = Path(project).resolve()
+    project = Path(real_path(project))
     fp = fingerprint(project)
     op_id = new_id("op")
     call_dir = svc.call_dir(op_id)

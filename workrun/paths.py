@@ -19,9 +19,33 @@ import platformdirs
 from workrun import settings
 from workrun.errors import ConfigError
 
-__all__ = ["data_dir", "keep_copy", "private_umask", "user_umask"]
+__all__ = ["data_dir", "keep_copy", "private_umask", "real_path", "user_umask"]
+
+_O_PATH = getattr(os, "O_PATH", 0)
 
 _USER_UMASK: int | None = None
+
+
+def real_path(path: str | os.PathLike[str]) -> str:
+    """``os.path.realpath(path)``, asked of the kernel where it can (Linux): the path opened with ``O_PATH``
+    and its ``/proc/self/fd`` link read — three system calls whatever its depth, where ``realpath`` takes one
+    ``lstat`` per component (it runs several times per call, issue 14). A path that cannot be opened so
+    (missing, no permission, another platform) goes to ``os.path.realpath``.
+    """
+    if _O_PATH:
+        try:
+            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return os.path.realpath(path)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        finally:
+            os.close(fd)
+        if target.startswith("/") and not target.endswith(" (deleted)"):
+            return target
+    return os.path.realpath(path)
 
 
 def _refuse(path: Path, from_env: bool, message: str) -> ConfigError:

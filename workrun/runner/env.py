@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workrun.errors import EnvironmentUnavailableError
 from workrun.filestamps import StampedCache
-from workrun.paths import user_umask
+from workrun.paths import real_path, user_umask
 from workrun_sdk import _wire
 
 __all__ = ["EnvManager", "app_environment", "clean_env", "existing_sdk_path", "sdk_path", "uv_bin"]
@@ -162,7 +162,7 @@ class EnvManager:
     def _where(self, project: Path) -> tuple[Path, Path, Path]:
         """``(resolved project, its venv's python, its sync marker in the data dir)``; the project's real path is
         looked up on every call, what follows from it is kept (issue 14)."""
-        real = os.path.realpath(project)
+        real = real_path(project)
         where = self._wheres.get(real)
         if where is None:
             ident = hashlib.sha256(real.encode()).hexdigest()[:16]

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.errors import UsageError
+from workrun.paths import real_path
 from workrun_sdk import _wire
 
 __all__ = ["LAUNCH_ENV", "REQUEST_MAX", "ForkServers", "ForkServerError", "ForkedProcess", "RequestTooLarge",
@@ -416,8 +417,8 @@ class ForkServers:
             ForkServerError: no server could start the call (nothing of the call ran).
             RequestTooLarge: its environment is too large for a request (no server was asked).
         """
-        real_entry = os.path.realpath(entry)
-        warm_entry = (real_entry if os.fspath(entry) == warm[0] else os.path.realpath(warm[0])) if warm else None
+        real_entry = real_path(entry)
+        warm_entry = (real_entry if os.fspath(entry) == warm[0] else real_path(warm[0])) if warm else None
         ident, state, server_env = _key(python, sdk_dir, env, (warm_entry, warm[1]) if warm else None)
         request = json.dumps({"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": real_entry,
                               "args": []}).encode()
