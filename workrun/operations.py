@@ -271,7 +271,8 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
             row = settle_request(svc, op)
         else:
             outcome = svc.runner.recover(op["pid"], op["proc_start"], _process_call_dir(op), op["deadline"])
-            row = finish_operation(svc, op, outcome)
+            # a call never journaled running: its supervisor, as its claim names it, is journaled with it
+            row = finish_operation(svc, op, outcome, process=outcome.process if op.get("pid") is None else None)
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
                     f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "

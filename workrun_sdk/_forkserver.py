@@ -152,9 +152,9 @@ class _Spare:
         _reap()
 
 
-def _make_spare(request_fd: int, reply_fd: int, running: int = -1) -> _Spare | None:
+def _make_spare(request_fd: int, reply_fd: int, close: tuple[int, ...] = ()) -> _Spare | None:
     """Fork the next call's supervisor (and its App process) now, between calls; None when it cannot.
-    ``running``: the server's pidfd of a call's supervisor (-1: none), which the spare must not keep."""
+    ``close``: the server's pidfds of its supervisors, which the spare must not keep."""
     if not hasattr(_supervise.signal, "sigtimedwait"):
         return None
     try:
@@ -171,8 +171,8 @@ def _make_spare(request_fd: int, reply_fd: int, running: int = -1) -> _Spare | N
     if pid == 0:
         try:
             mine.close()
-            if running >= 0:
-                os.close(running)
+            for fd in close:
+                os.close(fd)
             _spare(theirs.detach(), request_fd, reply_fd)
         finally:
             os._exit(70)  # _spare() never returns or raises on: never run on in a copy of the server
@@ -241,32 +241,49 @@ def _reap() -> None:
 
 def serve(request_fd: int, reply_fd: int) -> None:
     """Serve fork requests until the runner closes its end of the request socket; a spare supervisor is kept
-    ready between calls, and reads the next request itself (the server reads them only while it has none)."""
-    spare = _make_spare(request_fd, reply_fd)
+    ready between calls, and reads the next request itself (the server reads them only while it has none).
+    Every supervisor it forked is reaped as soon as it exits (a pidfd each): until then its process group
+    exists, and a runner ending that group waits for it to be gone."""
     running = -1  # a pidfd of the supervisor the last spare became: the next spare is forked when it exits
+    reaping: list[int] = []  # pidfds of other supervisors of ours still running: reaped as each exits
+
+    def ours() -> tuple[int, ...]:  # what a process forked from here must not keep
+        return (running, *reaping) if running >= 0 else tuple(reaping)
+
+    spare = _make_spare(request_fd, reply_fd)
     while True:
         poller = select.poll()
         # with a spare, only the runner's hang-up is watched here: its requests are the spare's to read
         poller.register(request_fd, select.POLLIN if spare is None else 0)
         if spare is not None:
             poller.register(spare.fd, select.POLLIN)
-        if running >= 0:
-            poller.register(running, select.POLLIN)
+        for fd in (running, *reaping) if running >= 0 else reaping:
+            poller.register(fd, select.POLLIN)
         try:
             ready = dict(poller.poll(SPARE_AFTER * 1000))
         except InterruptedError:
             continue
         _reap()
+        for fd in [fd for fd in reaping if fd in ready]:
+            reaping.remove(fd)
+            os.close(fd)
         if spare is not None and spare.fd in ready:
             took = spare.taken()
-            if took and running < 0:
-                running = _pidfd(spare.pid)
+            if took:
+                fd = _pidfd(spare.pid)
+                if running < 0:
+                    running = fd
+                elif fd >= 0:
+                    reaping.append(fd)
             spare = None
         if running >= 0 and (running in ready or not ready):  # that call ended (or runs long): fork it now
-            os.close(running)
+            if running in ready:
+                os.close(running)
+            else:  # still running: reaped when it exits
+                reaping.append(running)
             running = -1
             if spare is None:
-                spare = _make_spare(request_fd, reply_fd)
+                spare = _make_spare(request_fd, reply_fd, ours())
             continue
         if request_fd not in ready:
             continue
@@ -293,18 +310,20 @@ def serve(request_fd: int, reply_fd: int) -> None:
             continue
         if pid == 0:
             try:
-                _call(request, (request_fd, reply_fd) if running < 0 else (request_fd, reply_fd, running))
+                _call(request, (request_fd, reply_fd, *ours()))
             finally:
                 os._exit(70)  # never run on in a copy of the server
         os.write(reply_fd, (json.dumps({"pid": pid, "start": _start_time(pid)}) + "\n").encode())
-        if running < 0:
-            running = _pidfd(pid)
-            if running >= 0:
-                continue
+        fd = _pidfd(pid)
+        if running < 0 and fd >= 0:
+            running = fd
+            continue
+        if fd >= 0:
+            reaping.append(fd)
         # no pidfd, or a call came while another runs (nodes in parallel): the next call's spare, now
-        spare = _make_spare(request_fd, reply_fd, running)
-    if running >= 0:
-        os.close(running)
+        spare = _make_spare(request_fd, reply_fd, ours())
+    for fd in (running, *reaping) if running >= 0 else reaping:
+        os.close(fd)
     if spare is not None:
         spare.end()
 

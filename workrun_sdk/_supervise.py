@@ -6,7 +6,7 @@ server (``_forkserver.py``, one forked process per call) both end up in
 process group, whose cwd, environment, stdin (``/dev/null``) and
 stdout/stderr (the call's files) are already the call's. It:
 
-1. claims the call directory (``claim``: ``started <pid>``), so a call the
+1. claims the call directory (``claim``: ``started <pid> <start time>``), so a call the
    runner gave up on before it started can never start late;
 2. becomes a *child subreaper* (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
    a descendant that leaves the process group (``setsid()``, double fork) is
@@ -286,7 +286,8 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
     # end the supervisor between its claim and its exit record (that would read as an unknown outcome).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE) if hasattr(signal, "sigtimedwait") else None
     directory = _wire.call_dir("_launch")
-    if not _wire.claim(directory, f"started {os.getpid()}\n"):
+    me = os.getpid()  # the claim names this supervisor: pid and start time (a reused pid is told apart, R-R3)
+    if not _wire.claim(directory, f"started {me} {_wire.start_time(me) or '-'}\n"):
         _drop(spare)
         print("workrun: this call was abandoned by the runner before it started", file=sys.stderr)
         _flush()

@@ -12,7 +12,7 @@ which belongs to the App. Files in the call directory:
 - ``dependencies.json`` (App -> runner): ``{"v": 1, "depends_on": [operation_id, ...]}``,
   earlier calls this one depends on (``process.depends_on``; for compensation order)
 - ``claim`` : created exclusively by whoever gets there first, the launcher
-  (``started <pid>``) or the runner's recovery (``abandoned``). It fences a
+  (``started <pid> <start time>``) or the runner's recovery (``abandoned``). It fences a
   call that the runner may have died before starting.
 - ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int | null, "signal": int | null}``
   written when the App's code returns or raises (``exit_code``) or is ended by a
@@ -108,6 +108,16 @@ def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise SDKError(f"{path}: envelope version {data.get('v') if isinstance(data, dict) else '?'} "
                        f"is not {VERSION}; the runner and SDK versions differ")
     return data
+
+
+def start_time(pid: int) -> str | None:
+    """A process's start time (``/proc/PID/stat`` field 22, clock ticks since boot) that tells a reused pid
+    apart, or None where there is no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def claim(directory: str | os.PathLike[str], text: str) -> bool:

@@ -65,6 +65,14 @@ def _one_node(write_workflow, project: Path, **extra) -> Path:
     return write_workflow("one", f'[nodes.a]\nproject = "{project}"\napp = "step"\ninput = {{ {inp} }}\n')
 
 
+def _running() -> list[dict] | None:
+    """The operations journaled ``running`` so far (None before the journal exists and is migrated)."""
+    try:
+        return _rows("SELECT * FROM operations WHERE status = 'running'")
+    except sqlite3.OperationalError:
+        return None
+
+
 def _rows(sql: str) -> list[dict]:
     db = sqlite3.connect(f"file:{Path(os.environ['WORKRUN_HOME']) / 'journal.sqlite3'}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
@@ -94,8 +102,7 @@ def test_a_quick_call_records_its_process_with_its_outcome_and_its_node_in_the_s
 def test_a_long_call_is_journaled_running_with_its_pid_while_it_runs(workrun, write_workflow, step, launch):
     proc = spawn_cli("run", _one_node(write_workflow, step, sleep=3), "--json", env={})
     try:
-        op = wait_for(lambda: _rows("SELECT * FROM operations WHERE status = 'running'") if os.path.exists(
-            Path(os.environ["WORKRUN_HOME"]) / "journal.sqlite3") else None, what="the call running", proc=proc)[0]
+        op = wait_for(_running, what="the call running", proc=proc)[0]
         assert op["pid"] and op["started_at"] and op["deadline"] == pytest.approx(op["started_at"] + 60)
         assert os.path.exists(f"/proc/{op['pid']}")  # the call's supervisor, running
         out, err = proc.communicate(timeout=60)
@@ -145,3 +152,36 @@ def test_a_runner_killed_during_a_quick_call_leaves_it_starting_and_resume_takes
     (done,) = run["operations"]
     assert done["status"] == "succeeded" and done["result"] == {"name": "a"}
     assert _calls(tmp_path) == ["a"]
+    (op,) = _rows("SELECT pid, proc_start, started_at, created_at FROM operations")
+    assert op["pid"] and op["proc_start"] and op["started_at"] >= op["created_at"] - 1, op  # its claim's
+
+
+@pytest.mark.parametrize("record", ["ended", "not ended"])
+def test_a_reused_pid_in_the_claim_of_a_call_never_journaled_running_is_not_its_supervisor(tmp_path, record):
+    """Recovery of a ``starting`` call finds its supervisor through the claim (pid and start time): another
+    process that has that pid now is neither waited for nor ended; the exit record decides."""
+    import subprocess
+    import time
+
+    from workrun.runner.local import LocalRunner
+    from workrun.runner.process import proc_start_time
+
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    call_dir = tmp_path / "calls" / "op_x"
+    call_dir.mkdir(parents=True)
+    real = proc_start_time(stranger.pid)
+    (call_dir / "claim").write_text(f"started {stranger.pid} {int(real) - 1}\n")  # that pid, another process
+    (call_dir / "exit.json").write_text(json.dumps({"v": 1, "exit_code": 0, "signal": None}))
+    if record == "ended":
+        (call_dir / "ended").write_text("")
+    try:
+        t0 = time.monotonic()
+        outcome = LocalRunner(tmp_path / "data", grace=0.5).recover(None, None, call_dir, time.time() + 3)
+        assert time.monotonic() - t0 < 2.5  # not waited for until the deadline
+        assert outcome.exit_code == 0 and not outcome.timed_out and outcome.failure is None, outcome
+        assert outcome.process == {"pid": stranger.pid, "proc_start": str(int(real) - 1),
+                                   "started_at": pytest.approx((call_dir / "claim").stat().st_mtime)}
+        assert stranger.poll() is None  # left alone
+    finally:
+        stranger.kill()
+        stranger.wait()

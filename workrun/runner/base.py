@@ -38,6 +38,9 @@ class Outcome:
         ended: the supervisor marked that every process of the call has ended (``ended`` after the exit
             record); without it a supervisor killed while ending the App's descendants may have left some,
             so the call's files are never reused.
+        process: ``{pid, proc_start, started_at}`` of the call's supervisor as its claim names it, found by
+            recovery for a call whose process was never journaled (it ended within :data:`RUNNING_AFTER`),
+            to be journaled with the outcome; else None.
     """
 
     exit_code: int | None = None
@@ -47,6 +50,7 @@ class Outcome:
     not_started: bool = False
     unknown: bool = False
     ended: bool = False
+    process: dict[str, Any] | None = None
 
     @property
     def failure(self) -> Failure | None:

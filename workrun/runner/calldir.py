@@ -28,25 +28,32 @@ RESULT_LIMIT_BYTES = 1024 * 1024
 
 @dataclass(frozen=True)
 class Claim:
-    """The ``claim`` file: ``started`` by the launcher (with its ``pid``) or ``abandoned`` by recovery."""
+    """The ``claim`` file: ``started`` by the call's supervisor (``started PID START``: its pid and its
+    ``/proc`` start time, ``-`` where there is none) or ``abandoned`` by recovery."""
 
     started: bool
     pid: int | None = None
+    start: str | None = None
+    at: float | None = None  # when it was claimed (the file's mtime, epoch seconds)
 
 
 def read_claim(call_dir: Path) -> Claim | None:
     """The call directory's claim, or None when nobody claimed it yet (or it cannot be read)."""
     try:
-        text = (call_dir / "claim").read_text()
+        with open(call_dir / "claim") as fh:
+            text = fh.read()
+            at = os.fstat(fh.fileno()).st_mtime
     except OSError:
         return None
     words = text.split()
     if not words or words[0] != "started":
         return Claim(started=False)
     try:
-        return Claim(started=True, pid=int(words[1]))
+        pid = int(words[1])
     except (IndexError, ValueError):
         return Claim(started=True)
+    start = words[2] if len(words) > 2 and words[2] != "-" else None
+    return Claim(started=True, pid=pid, start=start, at=at)
 
 
 def fence(call_dir: Path) -> bool:

@@ -104,17 +104,31 @@ class LocalRunner:
         A live process is waited for until it exits or its deadline passes (then its group
         is ended: a timeout) or the run is stopped (:meth:`stop_all`: its group is ended, as by
         :meth:`end`, R-C9). Gone without an exit record: unknown. A call whose launcher
-        never claimed its directory is fenced here and reported ``not_started``.
+        never claimed its directory is fenced here and reported ``not_started``. Without ``pid`` (a call
+        never journaled running) the claim names the supervisor (pid and start time: a reused pid is not it)
+        and an exit record marked ``ended`` decides at once; the Outcome's ``process`` then holds what the
+        claim says, to be journaled with it.
         """
-        if pid is None:
+        if pid is None:  # never journaled running (it ended within RUNNING_AFTER, or the runner died first)
             if not call_dir.is_dir():
                 return Outcome(not_started=True)
             claim = self._claimed(call_dir, claim_wait)
             if not claim.started:
                 return Outcome(not_started=True)
+            found = {"pid": claim.pid, "proc_start": claim.start, "started_at": claim.at} if claim.pid else None
+            ended = calldir.read_exit(call_dir)
+            if ended is not None and ended.ended:  # its supervisor is done: whatever has that pid now is not it
+                ended.process = found
+                return ended
             if claim.pid is None:
-                return Outcome(unknown=True)
-            pid, proc_start = claim.pid, None
+                return ended or Outcome(unknown=True)
+            outcome = self._recover_live(claim.pid, claim.start, call_dir, deadline)
+            outcome.process = found
+            return outcome
+        return self._recover_live(pid, proc_start, call_dir, deadline)
+
+    def _recover_live(self, pid: int, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
+        """Wait for the left-behind supervisor ``pid`` (bounded by ``deadline``, ended on stop), then its record."""
         while alive(pid, proc_start):
             if self._stopped.is_set():
                 return self.end(pid, proc_start, call_dir, deadline)
@@ -131,8 +145,8 @@ class LocalRunner:
             if not claim.started:
                 return Outcome(not_started=True)
             if claim.pid is None:
-                return Outcome(unknown=True)
-            pid, proc_start = claim.pid, None
+                return calldir.read_exit(call_dir) or Outcome(unknown=True)
+            pid, proc_start = claim.pid, claim.start
         was_alive = alive(pid, proc_start)
         if was_alive:
             kill_group(pid, self.grace)
