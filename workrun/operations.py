@@ -118,8 +118,9 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     svc.journal.start_operation(row, node_started_at=node_started_at)
     if refused:
         return _failed_before_start(svc, op_id, call_dir, refused, Failure.REFUSED)
-    if unavailable is not None or python is None:
-        return _failed_before_start(svc, op_id, call_dir, unavailable or "no environment", Failure.ENVIRONMENT)
+    if unavailable is not None:
+        return _failed_before_start(svc, op_id, call_dir, unavailable, Failure.ENVIRONMENT)
+    assert python is not None  # prepared above: not refused, not unavailable
     envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")

@@ -93,14 +93,6 @@ def _warm(entry: str) -> None:
             del sys.path[0]
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def _call(request: dict, keep_fds: tuple[int, ...]) -> None:
     """In the forked child: become the call's supervisor (never returns)."""
     if hasattr(_supervise.signal, "sigtimedwait"):  # a SIGTERM from now on waits for the supervisor (no record lost)
@@ -188,7 +180,7 @@ def _spare(fd: int, request_fd: int, reply_fd: int) -> None:
         _supervise.become_subreaper()
         app = _supervise.spare_app(close=(fd, request_fd, reply_fd))
         _supervise.warm_up()
-        start = _start_time(os.getpid())
+        start = _wire.start_time(os.getpid())
     except BaseException:
         os._exit(70)
     poller = select.poll()
@@ -313,7 +305,7 @@ def serve(request_fd: int, reply_fd: int) -> None:
                 _call(request, (request_fd, reply_fd, *ours()))
             finally:
                 os._exit(70)  # never run on in a copy of the server
-        os.write(reply_fd, (json.dumps({"pid": pid, "start": _start_time(pid)}) + "\n").encode())
+        os.write(reply_fd, (json.dumps({"pid": pid, "start": _wire.start_time(pid)}) + "\n").encode())
         fd = _pidfd(pid)
         if running < 0 and fd >= 0:
             running = fd

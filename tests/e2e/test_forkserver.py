@@ -598,8 +598,9 @@ def test_a_forked_supervisor_gone_before_its_claim_is_not_started(tmp_path):
     import signal
     import time
 
-    from workrun.runner.forkserver import ForkedProcess, _start_time
+    from workrun.runner.forkserver import ForkedProcess
     from workrun.runner.process import Watchdog, wait
+    from workrun_sdk._wire import start_time
 
     call_dir = tmp_path / "call"
     call_dir.mkdir()
@@ -607,7 +608,7 @@ def test_a_forked_supervisor_gone_before_its_claim_is_not_started(tmp_path):
     if pid == 0:  # stands for a supervisor killed before its claim
         time.sleep(30)
         os._exit(0)
-    start = _start_time(pid)
+    start = start_time(pid)
     os.kill(pid, signal.SIGKILL)
     try:
         outcome = wait(ForkedProcess(pid, start), Watchdog(grace=1.0), time.time() + 60, call_dir)

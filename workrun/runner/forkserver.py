@@ -76,14 +76,6 @@ REQUEST_MAX = 64 * 1024
 """Bytes: the largest request sent to a fork server (a socket message; the default socket buffer holds ~200 KiB)."""
 
 
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def _running(pid: int, start: str | None) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -245,9 +237,8 @@ class _Server:
             EOFError: the server died after the request was sent (it may have forked the call).
             ForkServerError: the server answered with an error or not at all.
         """
-        data = request
         with self.lock:
-            if os.write(self._req, data) != len(data):  # one message, whole or not at all (SOCK_SEQPACKET)
+            if os.write(self._req, request) != len(request):  # one message, whole or not at all (SOCK_SEQPACKET)
                 raise ForkServerError("the fork server took part of a request")
             reply = self._read(_REPLY_TIMEOUT)
         if "pid" not in reply:
@@ -475,6 +466,6 @@ def _claimed(call_dir: Path) -> ForkedProcess | None:
         parts = text.split()
         if len(parts) == 2 and parts[0] == "started" and parts[1].isdigit():
             pid = int(parts[1])
-            return ForkedProcess(pid, _start_time(pid), str(call_dir))
+            return ForkedProcess(pid, _wire.start_time(pid), str(call_dir))
         return None
     return None

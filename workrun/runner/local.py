@@ -116,12 +116,12 @@ class LocalRunner:
             if not claim.started:
                 return Outcome(not_started=True)
             found = {"pid": claim.pid, "proc_start": claim.start, "started_at": claim.at} if claim.pid else None
-            ended = calldir.read_exit(call_dir)
-            if ended is not None and ended.ended:  # its supervisor is done: whatever has that pid now is not it
-                ended.process = found
-                return ended
+            record = calldir.read_exit(call_dir)
+            if record is not None and record.ended:  # its supervisor is done: whatever has that pid now is not it
+                record.process = found
+                return record
             if claim.pid is None:
-                return ended or Outcome(unknown=True)
+                return record or Outcome(unknown=True)
             outcome = self._recover_live(claim.pid, claim.start, call_dir, deadline)
             outcome.process = found
             return outcome

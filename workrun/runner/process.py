@@ -23,6 +23,7 @@ from pathlib import Path
 from workrun.runner.base import RUNNING_AFTER, Outcome
 from workrun.runner.calldir import fence, read_exit
 from workrun.runner.forkserver import ForkedProcess
+from workrun_sdk import _wire
 
 __all__ = ["Watchdog", "alive", "kill_group", "proc_start_time", "spawn_app_process", "wait", "wait_exit"]
 
@@ -46,13 +47,9 @@ def spawn_app_process(argv: list[str], cwd: Path, env: dict[str, str], stdout: P
 
 
 def proc_start_time(pid: int) -> str | None:
-    """Return the process's start time (``/proc/PID/stat`` field 22) to tell a reused pid apart, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read().decode(errors="replace")
-        return data.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    """Return the process's start time (``/proc/PID/stat`` field 22) to tell a reused pid apart, or None
+    (the one reading the supervisor's claim uses too: :func:`workrun_sdk._wire.start_time`)."""
+    return _wire.start_time(pid)
 
 
 def alive(pid: int, start: str | None) -> bool:
