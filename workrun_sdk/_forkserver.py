@@ -22,11 +22,9 @@ keeps one spare supervisor, already its own session's leader and a
 subreaper, with its App process forked too; they run nothing of the App. The
 spare reads the next request from the runner's socket itself (the server then
 does not), answers the runner and tells the server, so neither a fork nor the
-server is on the call's path (one process hand-over fewer, issue 14). The next spare is forked once that call's
-supervisor has exited (or :data:`SPARE_AFTER` seconds after the reply, for a
-long call): forking it while the call starts would take a core from the call
-and from the runner, which has work to do at that moment too (issue 14). The
-supervisor claims the call directory before it hands the call to its App
+server is on the call's path (one process hand-over fewer, issue 14). The next spare is forked as soon as a
+call takes the last one, so it is ready (its own start done) before the runner
+asks again. The supervisor claims the call directory before it hands the call to its App
 process, so no App code runs for a call that was fenced. A spare that died is
 forked around (the server reads the requests and forks a fresh supervisor per
 call until the next spare); an unused one ends with the server. The server reaps
@@ -53,11 +51,10 @@ import socket as _socket  # noqa: E402
 
 from workrun_sdk import _supervise, _wire  # noqa: E402
 
-__all__ = ["SPARE_AFTER", "serve"]
+__all__ = ["serve"]
 
-SPARE_AFTER = 0.2
 _MESSAGE_MAX = 1 << 22  # bytes: one request (its environment included) is one message of at most this
-"""Seconds after handing a call to the spare when the next spare is forked even though that call still runs."""
+_LOOK = 0.2  # seconds between looks for exited supervisors, only while one has no pidfd (a kernel before 5.3)
 
 
 def _preload() -> None:
@@ -234,13 +231,21 @@ def _reap() -> None:
 def serve(request_fd: int, reply_fd: int) -> None:
     """Serve fork requests until the runner closes its end of the request socket; a spare supervisor is kept
     ready between calls, and reads the next request itself (the server reads them only while it has none).
-    Every supervisor it forked is reaped as soon as it exits (a pidfd each): until then its process group
-    exists, and a runner ending that group waits for it to be gone."""
-    running = -1  # a pidfd of the supervisor the last spare became: the next spare is forked when it exits
-    reaping: list[int] = []  # pidfds of other supervisors of ours still running: reaped as each exits
 
-    def ours() -> tuple[int, ...]:  # what a process forked from here must not keep
-        return (running, *reaping) if running >= 0 else tuple(reaping)
+    The next spare is forked as soon as a call takes the last one, so it is ready before the runner asks again
+    (measured, issue 14: forking it only once that call had ended put the spare's own start on the next call's
+    path). Every supervisor it forked is reaped as soon as it exits (a pidfd each): until then its process group
+    exists, and a runner ending that group waits for it to be gone."""
+    reaping: list[int] = []  # pidfds of our supervisors still running: each is reaped as it exits
+    look: float | None = None  # seconds between looks for exited supervisors: only for one without a pidfd
+
+    def track(pid: int) -> None:
+        nonlocal look
+        fd = _pidfd(pid)
+        if fd >= 0:
+            reaping.append(fd)
+        else:
+            look = _LOOK
 
     spare = _make_spare(request_fd, reply_fd)
     while True:
@@ -249,34 +254,24 @@ def serve(request_fd: int, reply_fd: int) -> None:
         poller.register(request_fd, select.POLLIN if spare is None else 0)
         if spare is not None:
             poller.register(spare.fd, select.POLLIN)
-        for fd in (running, *reaping) if running >= 0 else reaping:
+        for fd in reaping:
             poller.register(fd, select.POLLIN)
         try:
-            ready = dict(poller.poll(SPARE_AFTER * 1000))
+            ready = dict(poller.poll(None if look is None else look * 1000))
         except InterruptedError:
             continue
         _reap()
+        # a descriptor closed here may be reused at once by the next one opened: ``ready`` is not read after
         for fd in [fd for fd in reaping if fd in ready]:
             reaping.remove(fd)
             os.close(fd)
         if spare is not None and spare.fd in ready:
-            took = spare.taken()
-            if took:
-                fd = _pidfd(spare.pid)
-                if running < 0:
-                    running = fd
-                elif fd >= 0:
-                    reaping.append(fd)
+            pid, took = spare.pid, spare.taken()
             spare = None
-        if running >= 0 and (running in ready or not ready):  # that call ended (or runs long): fork it now
-            if running in ready:
-                os.close(running)
-            else:  # still running: reaped when it exits
-                reaping.append(running)
-            running = -1
-            if spare is None:
-                spare = _make_spare(request_fd, reply_fd, ours())
-            continue
+            if took:  # it is that call's supervisor now; the next call's spare, at once
+                track(pid)
+                spare = _make_spare(request_fd, reply_fd, tuple(reaping))
+            continue  # (a spare that died without a call: the server reads the next request itself)
         if request_fd not in ready:
             continue
         if spare is not None:  # the runner hung up (or a request while the spare waits: it reads it)
@@ -302,19 +297,13 @@ def serve(request_fd: int, reply_fd: int) -> None:
             continue
         if pid == 0:
             try:
-                _call(request, (request_fd, reply_fd, *ours()))
+                _call(request, (request_fd, reply_fd, *reaping))
             finally:
                 os._exit(70)  # never run on in a copy of the server
         os.write(reply_fd, (json.dumps({"pid": pid, "start": _wire.start_time(pid)}) + "\n").encode())
-        fd = _pidfd(pid)
-        if running < 0 and fd >= 0:
-            running = fd
-            continue
-        if fd >= 0:
-            reaping.append(fd)
-        # no pidfd, or a call came while another runs (nodes in parallel): the next call's spare, now
-        spare = _make_spare(request_fd, reply_fd, ours())
-    for fd in (running, *reaping) if running >= 0 else reaping:
+        track(pid)
+        spare = _make_spare(request_fd, reply_fd, tuple(reaping))  # the next call's (one per call at most)
+    for fd in reaping:
         os.close(fd)
     if spare is not None:
         spare.end()

@@ -529,9 +529,10 @@ def test_the_done_pipe_takes_each_line_once_whoever_reads_it():
     assert len(done._ended) <= _Done._KEEP and not done.take("/calls/x0")
 
 
-def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(env_of):
-    """The spare a call took is replaced once that call's supervisor has exited (off the call's start, issue 14),
-    or SPARE_AFTER seconds into a call that runs long, so the next call finds one either way."""
+def test_the_next_spare_is_forked_as_a_call_takes_one_and_each_supervisor_is_reaped_as_it_exits(env_of):
+    """The spare a call took is replaced at once, while that call runs (issue 14), so the next call finds one;
+    the call's supervisor, once it exits, is reaped at once (the server waits on a pidfd per supervisor and has
+    no other reason to wake up then), so no zombie holds the call's process group."""
     import signal
     import time
 
@@ -539,7 +540,7 @@ def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(e
     (project / "sleeper.py").write_text("import time\ntime.sleep(30)\n")
     servers = ForkServers()
     try:
-        server, spare = _first_call_and_spare(servers, env_of)  # replaced after the first call ended
+        server, spare = _first_call_and_spare(servers, env_of)
         proc, call_dir = _start(servers, env_of, "long", "sleeper.py", {"kind": "process", "input": {}, "grace": 1})
         assert proc.pid == spare
         deadline = time.monotonic() + 10
@@ -550,6 +551,10 @@ def test_the_next_spare_is_forked_once_the_call_ends_or_while_a_long_call_runs(e
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait()
         assert json.loads((call_dir / "exit.json").read_text())["signal"] == signal.SIGTERM
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{proc.pid}") and time.monotonic() < deadline:  # a zombie is still there
+            time.sleep(0.01)
+        assert not os.path.exists(f"/proc/{proc.pid}"), "the supervisor was not reaped"
         assert _call(servers, env_of, "c2", None)["i"] == 1
     finally:
         servers.close()
