@@ -159,3 +159,27 @@ def test_text_that_looks_like_an_emoji_code_is_shown_as_written(workrun, write_w
     assert ":fire:" in run.out and "\N{FIRE}" not in run.out
     listed = workrun("runs", "list")
     assert ":smile:" in listed.out and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in listed.out
+
+
+@pytest.mark.parametrize("what", ["runs list", "run"])
+def test_a_reader_that_went_away_ends_the_command_quietly(workrun, write_workflow, marker_project, what):
+    """``workrun … | head``: when the pipe's reader has gone, the command exits 141 (128 + SIGPIPE, as any
+    command ended by SIGPIPE) with nothing on stderr (no ``internal error``); a run still ends and is
+    journaled whole."""
+    import json
+    import os
+
+    wf = write_workflow("pipe", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n')
+    assert workrun("run", wf, "--json").code == 0
+    args = ["runs", "list", "--json"] if what == "runs list" else ["run", str(wf), "--json"]
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the command writes anything
+    try:
+        proc = subprocess.run([sys.executable, "-m", "workrun", *args], stdout=w, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+    finally:
+        os.close(w)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""
+    runs = json.loads(workrun("runs", "list", "--json").out)
+    assert [r["status"] for r in runs] == ["succeeded"] * (2 if what == "run" else 1)

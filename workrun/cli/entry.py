@@ -100,12 +100,33 @@ def _failed(exc: BaseException, debug: bool) -> int:
     if isinstance(exc, KeyboardInterrupt):
         print_error("interrupted")
         return 130
+    if isinstance(exc, BrokenPipeError) and _stdout_gone():  # the reader went away (``| head``): nothing to say
+        return 141  # 128 + SIGPIPE: what a command ended by SIGPIPE exits with
     if not isinstance(exc, Exception):
         raise exc
     if debug:  # never a traceback without --debug
         traceback.print_exc()
     print_error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)")
     return 1
+
+
+def _stdout_gone() -> bool:
+    """True when stdout is a pipe whose reader has gone; it is then pointed at ``/dev/null``, so that the
+    interpreter's last flush cannot fail once more."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, 0)
+        if not any(ev & select.POLLERR for _, ev in poller.poll(0)):
+            return False
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _first_project(workflow: str) -> str | None:
