@@ -11,7 +11,10 @@ Measured in the same run, repetitions interleaved (median of ``--repeat``):
     App the way the fork server does (fork a supervisor, fork the App, exec its
     compiled entry, wait) with no journal. Target: <= 3 ms/step over it.
 
-Both launchers are measured (``WORKRUN_LAUNCH=fork``, the default, and ``spawn``).
+Both launchers are measured (``WORKRUN_LAUNCH=fork``, the default, and ``spawn``). Beside the wall
+times it prints the CPU time (user + sys of every process: runner, fork server, supervisors, Apps) per step
+of workrun and of the minimal loop: on a machine with few cores, work off a call's path still competes
+with the path for a core.
 
     python bench/bench_chain.py [--nodes 50] [--repeat 3]
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -121,21 +125,35 @@ def bare_spawn_loop(project: Path, n: int, tmp: Path) -> float:
     return took
 
 
+def _cpu() -> float:
+    """Seconds of CPU (user + sys) of every finished child process and its waited-for descendants."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+CPU: dict[str, list[float]] = {}
+"""CPU seconds of each measured command, by the same keys as the wall times."""
+
+
 def minimal_fork_loop(project: Path, n: int, sdk_dir: Path, tmp: Path) -> float:
     base = tempfile.mkdtemp(dir=tmp)
     env = {**os.environ, "PYTHONPATH": str(sdk_dir)}
+    cpu = _cpu()
     out = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c", MINIMAL_LOOP, str(project), base, str(n)],
                          env=env, capture_output=True, text=True, check=True, cwd=project)
+    CPU.setdefault(f"min_{n}", []).append(_cpu() - cpu)
     return float(out.stdout.strip())
 
 
 def workrun(wf: Path, home: Path, launch: str, n: int) -> float:
     env = {**os.environ, "WORKRUN_HOME": str(home), "WORKRUN_LAUNCH": launch}
     env.pop("VIRTUAL_ENV", None)
+    cpu = _cpu()
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "workrun", "run", str(wf), "--json"], env=env,
                           capture_output=True, text=True)
     took = time.perf_counter() - t0
+    CPU.setdefault(f"{launch}_{n}", []).append(_cpu() - cpu)
     if proc.returncode != 0:
         raise SystemExit(f"workrun run failed: {proc.stderr[-500:]}")
     ops = json.loads(proc.stdout)["operations"]
@@ -184,6 +202,13 @@ def main() -> None:
             print(f"    (a) whole process {w:.3f} s = {w / bare:.2f}x the bare spawn loop (target <= 0.6x for fork)")
             print(f"    (b) slope {n}->{2 * n}: {slope:.2f} ms/step = {slope - min_slope:+.2f} ms/step over the "
                   f"minimal fork loop (target <= 3 for fork); start-up (intercept) {w - slope * n / 1000:.3f} s")
+        c = {k: statistics.median(v) for k, v in CPU.items()}
+        cpu_min = (c[f"min_{2 * n}"] - c[f"min_{n}"]) / n * 1000
+        print(f"  CPU per step (user + sys of every process, slope {n}->{2 * n}; on this machine's "
+              f"{os.cpu_count()} cores):")
+        print(f"    minimal fork loop {cpu_min:.2f} ms/step; " + "; ".join(
+            f"workrun {launch} {(c[f'{launch}_{2 * n}'] - c[f'{launch}_{n}']) / n * 1000:.2f} ms/step"
+            for launch in ("fork", "spawn")))
 
 
 if __name__ == "__main__":
