@@ -122,13 +122,20 @@ class _Spare:
 
     def taken(self) -> bool:
         """Read what the spare said (its ``fd`` is readable): True when it took a request, False when it is
-        gone without one (it died; the server reads the requests itself again). The pair is closed."""
+        gone without one (it died; the server reads the requests itself again: it is reaped now, as it
+        closes its end only by exiting). The pair is closed."""
         try:
             said = os.read(self.fd, 16)
         except OSError:
             said = b""
         os.close(self.fd)
-        return said.startswith(b"t")
+        if said.startswith(b"t"):
+            return True
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped already
+            pass
+        return False
 
     def end(self) -> None:
         """Let it go: it ends (with its App) unless it took a request a moment ago (then it is that call's

@@ -390,7 +390,10 @@ def test_a_spare_supervisor_serves_the_next_call_and_a_dead_one_is_forked_around
         while not (spares := [p for p in _children(server.proc.pid) if p != spare]) and time.monotonic() < deadline:
             time.sleep(0.01)
         os.killpg(spares[0], signal.SIGKILL)  # the next spare dies before its call
-        time.sleep(0.2)
+        deadline = time.monotonic() + 5  # and is reaped at once (no zombie waits for the next request)
+        while os.path.exists(f"/proc/{spares[0]}") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not os.path.exists(f"/proc/{spares[0]}")
         assert _call(servers, env_of, "c3", None)["i"] == 1  # forked at the call instead
     finally:
         servers.close()
