@@ -48,7 +48,7 @@ def test_version_output_is_the_typer_apps(workrun):
 def test_quick_match_takes_only_plain_read_command_lines():
     list_runs, kwargs = quick.match(["runs", "list"])
     assert (list_runs.__module__, list_runs.__name__) == ("workrun.cli.reads", "list_runs")
-    assert kwargs == {"json_mode": False, "limit": 50}
+    assert kwargs == {"json_mode": False, "limit": None}
     assert quick.match(["--debug", "runs", "list", "--limit", "7", "--json"])[1] == {"json_mode": True, "limit": 7}
     assert quick.match(["runs", "show", "run_1", "--json"])[1] == {"json_mode": True, "run_id": "run_1"}
     assert quick.match(["compensations", "list", "--run", "r", "--status", "failed"])[1] == {
@@ -161,7 +161,7 @@ def test_text_that_looks_like_an_emoji_code_is_shown_as_written(workrun, write_w
     assert ":smile:" in listed.out and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in listed.out
 
 
-@pytest.mark.parametrize("what", ["runs list", "run"])
+@pytest.mark.parametrize("what", ["runs list", "runs list table", "runs show table", "run"])
 def test_a_reader_that_went_away_ends_the_command_quietly(workrun, write_workflow, marker_project, what):
     """``workrun … | head``: when the pipe's reader has gone, the command exits 141 (128 + SIGPIPE, as any
     command ended by SIGPIPE) with nothing on stderr (no ``internal error``); a run still ends and is
@@ -171,7 +171,9 @@ def test_a_reader_that_went_away_ends_the_command_quietly(workrun, write_workflo
 
     wf = write_workflow("pipe", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n')
     assert workrun("run", wf, "--json").code == 0
-    args = ["runs", "list", "--json"] if what == "runs list" else ["run", str(wf), "--json"]
+    rid = json.loads(workrun("runs", "list", "--json").out)[0]["run_id"]
+    args = {"runs list": ["runs", "list", "--json"], "runs list table": ["runs", "list"],
+            "runs show table": ["runs", "show", rid], "run": ["run", str(wf), "--json"]}[what]
     r, w = os.pipe()
     os.close(r)  # the reader is gone before the command writes anything
     try:
@@ -183,3 +185,33 @@ def test_a_reader_that_went_away_ends_the_command_quietly(workrun, write_workflo
     assert proc.stderr == ""
     runs = json.loads(workrun("runs", "list", "--json").out)
     assert [r["status"] for r in runs] == ["succeeded"] * (2 if what == "run" else 1)
+
+
+def test_debug_is_taken_wherever_it_is_written(workrun):
+    """``--debug`` after the command is the root option (was: a usage error with a traceback); after ``--`` it
+    is an argument."""
+    before, after = workrun("--debug", "runs", "show", "run_nope"), workrun("runs", "show", "run_nope", "--debug")
+    assert before.code == after.code == 2, (before, after)
+    assert after.err.splitlines()[-1] == before.err.splitlines()[-1] == "error: RUN: no run matches 'run_nope'", after
+    assert "Traceback" in after.err  # what --debug is for
+    plain = workrun("runs", "show", "--", "--debug")
+    assert plain.code == 2 and "Traceback" not in plain.err and "'--debug'" in plain.err, plain
+
+
+def test_runs_list_limit(workrun, write_workflow, marker_project):
+    """``--limit N`` caps the table and the JSON alike; without it the table shows 50 and JSON every run; below
+    1 is a usage error (exit 2)."""
+    import json
+
+    wf = write_workflow("lim", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n')
+    for _ in range(3):
+        assert workrun("run", wf, "--json").code == 0
+    assert len(json.loads(workrun("runs", "list", "--json").out)) == 3
+    for args in (["runs", "list", "--json", "--limit", "2"], ["runs", "list", "--json", "--limit=2"]):
+        assert len(json.loads(workrun(*args).out)) == 2, args
+    assert workrun("runs", "list", "--limit", "1").out.count("run_") == 1
+    assert workrun("runs", "list").out.count("run_") == 3
+    for bad in ("0", "-1"):
+        res = workrun("runs", "list", f"--limit={bad}")
+        assert res.code == 2 and res.err == f"error: --limit: must be at least 1, not {bad}\n", res
+    assert workrun("runs", "list", "--limit", "0").err == "error: --limit: must be at least 1, not 0\n"

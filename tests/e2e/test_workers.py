@@ -231,8 +231,8 @@ def test_missing_psycopg_is_one_line_config_error(tmp_path):
     res = _cli("runs", "list", env={"WORKRUN_JOURNAL": "postgresql://nobody@127.0.0.1:1/none",
                                     "PYTHONPATH": str(shim)})
     assert res.returncode == 2, res
-    assert res.stderr == "error: WORKRUN_JOURNAL: a PostgreSQL journal needs psycopg 3: pip install " \
-                         "'workrun[postgres]'\n"
+    assert res.stderr == "error: WORKRUN_JOURNAL: a PostgreSQL journal needs psycopg 3: install the postgres " \
+                         "extra (from a clone: .venv/bin/pip install -e '.[postgres]')\n"
 
 
 SNAP_APP = """

@@ -110,6 +110,15 @@ def _failed(exc: BaseException, debug: bool) -> int:
     return 1
 
 
+def _debug_first(args: list[str]) -> list[str]:
+    """``--debug`` is a root option taken wherever it is written (``workrun runs show X --debug`` as
+    ``workrun --debug runs show X``); a ``--debug`` after ``--`` is an argument and stays where it is."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:end]:
+        return args
+    return ["--debug", *[a for a in args[:end] if a != "--debug"], *args[end:]]
+
+
 def _stdout_gone() -> bool:
     """True when stdout is a pipe whose reader has gone; it is then pointed at ``/dev/null``, so that the
     interpreter's last flush cannot fail once more."""
@@ -181,6 +190,7 @@ def run(args: list[str]) -> int:
     Args:
         args: the arguments after the program name.
     """
+    args = _debug_first(args)
     try:
         _ahead(args)
         code = _quick(args)
@@ -189,5 +199,5 @@ def run(args: list[str]) -> int:
 
             code = app(args=args, standalone_mode=False, prog_name="workrun")
     except (Exception, KeyboardInterrupt) as exc:
-        code = _failed(exc, "--debug" in args)
+        code = _failed(exc, args[:1] == ["--debug"])
     return code if isinstance(code, int) else 0

@@ -31,10 +31,15 @@ def get_console() -> Console:
     if _console is None:
         from rich.console import Console
 
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:  # rich's own exits 1: the command's handler exits 141 instead
+                self.quiet = True
+                raise BrokenPipeError(32, "the reader of the output has gone")
+
         # NO_COLOR (no-color.org): no colour; with color_system=None rich writes no escape codes at all.
         # emoji=False: text such as ":smile:" in a name or message is shown as written (and rich's emoji table,
         # ~4 ms of start-up, is never loaded)
-        _console = Console(highlight=False, soft_wrap=True, emoji=False,
+        _console = _Console(highlight=False, soft_wrap=True, emoji=False,
                            color_system=None if os.environ.get("NO_COLOR") else "auto")
     return _console
 

@@ -39,7 +39,7 @@ _SHAPES: dict[tuple[str, str], tuple[str | None, dict[str, str], dict[str, str]]
 }
 # the typer defaults of the options above (every parameter is passed explicitly)
 _DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("runs", "list"): {"json_mode": False, "limit": 50},
+    ("runs", "list"): {"json_mode": False, "limit": None},
     ("runs", "show"): {"json_mode": False},
     ("compensations", "list"): {"json_mode": False, "status": None, "run": None},
     ("compensations", "show"): {"json_mode": False},

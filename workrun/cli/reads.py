@@ -46,12 +46,23 @@ def viewing() -> Iterator[Journal]:
         journal.close()
 
 
-def list_runs(json_mode: bool, limit: int) -> None:
-    """``workrun runs list``: runs, newest first (at most ``limit`` in the table; all in JSON)."""
+TABLE_LIMIT = 50
+"""Runs shown by ``workrun runs list`` without ``--limit`` (``--json`` shows all)."""
+
+
+def list_runs(json_mode: bool, limit: int | None) -> None:
+    """``workrun runs list``: runs, newest first: at most ``limit`` (None: :data:`TABLE_LIMIT` in the table,
+    all in JSON).
+
+    Raises:
+        UsageError: ``limit`` is below 1 (exit 2).
+    """
     from workrun.views import rollup_line, runs_list
 
+    if limit is not None and limit < 1:
+        raise UsageError(f"must be at least 1, not {limit}", field="--limit")
     with viewing() as journal:
-        rows = runs_list(journal, limit=None if json_mode else limit)
+        rows = runs_list(journal, limit=limit if limit is not None else None if json_mode else TABLE_LIMIT)
     if json_mode:
         print_json(rows)
         return

@@ -11,7 +11,9 @@ app = typer.Typer(no_args_is_help=True, help="List and show runs.")
 
 
 @app.command("list")
-def list_runs(json_mode: bool = JsonOpt, limit: int = typer.Option(50, help="Show at most this many runs.")) -> None:
+def list_runs(json_mode: bool = JsonOpt,
+              limit: int | None = typer.Option(None, help="Show at most this many runs (default: 50 in the "
+                                                        "table, all with --json).")) -> None:
     """List runs, newest first."""
     reads.list_runs(json_mode, limit)
 

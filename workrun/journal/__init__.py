@@ -52,6 +52,6 @@ def open_journal(data_dir: Path, *, check: bool = True, writable: bool = True) -
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        raise errors.ConfigError("a PostgreSQL journal needs psycopg 3: pip install 'workrun[postgres]'",
-                                 field="WORKRUN_JOURNAL") from None
+        raise errors.ConfigError("a PostgreSQL journal needs psycopg 3: install the postgres extra (from a clone: "
+                                 ".venv/bin/pip install -e '.[postgres]')", field="WORKRUN_JOURNAL") from None
     return PostgresJournal(url)

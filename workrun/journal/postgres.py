@@ -2,7 +2,7 @@
 
 Implements :class:`workrun.journal.base.Journal`. Selected by
 ``WORKRUN_JOURNAL=postgresql://…`` (see :func:`workrun.journal.open_journal`);
-needs psycopg 3 (``pip install 'workrun[postgres]'``).
+needs psycopg 3 (the ``postgres`` extra: ``.venv/bin/pip install -e '.[postgres]'`` from a clone).
 
 What it shares with the SQLite journal, and how:
 
