@@ -84,13 +84,17 @@ def test_lookups_prefixes_and_order(journal):
     _run(journal, "run_x%_03", 3.0)
     assert [r["run_id"] for r in journal.runs()] == ["run_x%_03", "run_abc002", "run_abc001"]
     assert journal.run("run_abc001")["spec"] == {"k": [1, 2]}
-    with pytest.raises(NotFoundError, match="matches several"):
+    with pytest.raises(NotFoundError, match=r"'run_abc' matches several runs \(run_abc001, run_abc002\)$"):
         journal.run("run_abc")
     with pytest.raises(NotFoundError):
         journal.run("run_x_")  # `_` is not a wildcard
     assert journal.run("run_x%")["run_id"] == "run_x%_03"
     assert journal.run("run_abc002")["created_at"] == 2.0
     assert [r["run_id"] for r in journal.runs_with_status("running")] == ["run_abc001", "run_abc002", "run_x%_03"]
+    for i in range(3, 6):
+        _run(journal, f"run_abc00{i}", float(i + 1))
+    with pytest.raises(NotFoundError, match=r"matches several runs \(run_abc001, run_abc002, run_abc003, …\)$"):
+        journal.run("run_ab")
 
 
 def test_operations_round_trip_and_owed_compensation(journal):

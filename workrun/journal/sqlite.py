@@ -524,11 +524,12 @@ class SqliteJournal:
             NotFoundError: no row, or the prefix matches several (``noun`` names them, ``field`` the argument).
         """
         rows = self._query(f"SELECT * FROM {table} WHERE {column} = ?", (given,)) or \
-            self._query(f"SELECT * FROM {table} WHERE {column} LIKE ? || '%' ESCAPE '\\' LIMIT 3",
+            self._query(f"SELECT * FROM {table} WHERE {column} LIKE ? || '%' ESCAPE '\\' ORDER BY {column} LIMIT 4",
                         (given.replace("%", "\\%").replace("_", "\\_"),))
         if len(rows) != 1:
-            raise NotFoundError(f"no {noun} matches {given!r}" if not rows else f"{given!r} matches several {noun}s",
-                                field=field)
+            some = ", ".join(r[column] for r in rows[:3]) + (", …" if len(rows) > 3 else "")
+            raise NotFoundError(f"no {noun} matches {given!r}" if not rows else
+                                f"{given!r} matches several {noun}s ({some})", field=field)
         return rows[0]
 
     def run(self, run_id: str) -> dict[str, Any]:
