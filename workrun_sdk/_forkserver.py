@@ -246,12 +246,11 @@ def serve(request_fd: int, reply_fd: int) -> None:
     reaping: list[int] = []  # pidfds of our supervisors still running: each is reaped as it exits
     look: float | None = None  # seconds between looks for exited supervisors: only for one without a pidfd
 
-    def track(pid: int) -> None:
+    def track(pid: int) -> None:  # ``pid``: our child, not reaped yet (a zombie at worst): never a reused pid
         nonlocal look
-        fd = _pidfd(pid)
-        if fd >= 0:
-            reaping.append(fd)
-        else:
+        try:
+            reaping.append(os.pidfd_open(pid))
+        except (AttributeError, OSError):  # no pidfd here (Linux < 5.3): look for exited children now and then
             look = _LOOK
 
     spare = _make_spare(request_fd, reply_fd)
@@ -267,7 +266,6 @@ def serve(request_fd: int, reply_fd: int) -> None:
             ready = dict(poller.poll(None if look is None else look * 1000))
         except InterruptedError:
             continue
-        _reap()
         # a descriptor closed here may be reused at once by the next one opened: ``ready`` is not read after
         for fd in [fd for fd in reaping if fd in ready]:
             reaping.remove(fd)
@@ -275,10 +273,12 @@ def serve(request_fd: int, reply_fd: int) -> None:
         if spare is not None and spare.fd in ready:
             pid, took = spare.pid, spare.taken()
             spare = None
-            if took:  # it is that call's supervisor now; the next call's spare, at once
-                track(pid)
+            if took:  # it is that call's supervisor now (tracked before any reaping: a call that ended already
+                track(pid)  # is a zombie still); the next call's spare, at once
                 spare = _make_spare(request_fd, reply_fd, tuple(reaping))
+            _reap()
             continue  # (a spare that died without a call: the server reads the next request itself)
+        _reap()
         if request_fd not in ready:
             continue
         if spare is not None:  # the runner hung up (or a request while the spare waits: it reads it)

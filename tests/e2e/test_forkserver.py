@@ -13,6 +13,7 @@ import pytest
 
 from workrun.runner.env import EnvManager, app_environment, sdk_path
 from workrun.runner.forkserver import ForkServers
+from workrun_sdk import _wire
 
 TOOLS_APP = """
 [tool.workrun.apps.tools]
@@ -562,6 +563,49 @@ def test_the_next_spare_is_forked_as_a_call_takes_one_and_each_supervisor_is_rea
     finally:
         servers.close()
     assert _servers_of(env_of[3]) == []
+
+
+def test_a_server_sleeps_while_nothing_ends_even_after_a_call_that_ended_before_it_saw_it_start(env_of):
+    """Break-it finding: a call that had ended before the server read its spare's word (the server was slow to
+    run) was reaped before it was tracked; the server then looked for exited children every 0.2 s for the rest
+    of its life. Here the server is stopped while a call runs and ends; afterwards, with one call that sleeps,
+    it must not wake up at all."""
+    import signal
+    import time
+
+    project = env_of[0]
+    (project / "sleeper.py").write_text("import time\ntime.sleep(30)\n")
+    servers = ForkServers()
+    try:
+        server, spare = _first_call_and_spare(servers, env_of)
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            quick, _ = _start(servers, env_of, "quick", "tools.py",
+                              {"kind": "tool", "input": {"i": 1}, "tool": "who", "grace": 1})
+            assert quick.pid == spare
+            quick.wait()
+            deadline = time.monotonic() + 10  # its supervisor has exited: a zombie the stopped server has not seen
+            while _wire.start_time(spare) is not None and \
+                    open(f"/proc/{spare}/stat").read().rsplit(")", 1)[1].split()[0] != "Z" and \
+                    time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        proc, _ = _start(servers, env_of, "long", "sleeper.py", {"kind": "process", "input": {}, "grace": 1})
+        time.sleep(0.5)  # the next spare is forked and waits; the server now waits for an event
+
+        def wakeups() -> int:
+            with open(f"/proc/{server.proc.pid}/status") as fh:
+                return int(next(line for line in fh if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+        before = wakeups()
+        time.sleep(1.0)
+        assert wakeups() - before == 0, "the server woke up while nothing happened"
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        assert not os.path.exists(f"/proc/{spare}")  # the quick call's supervisor was reaped
+    finally:
+        servers.close()
 
 
 @pytest.mark.parametrize("launch", ["fork", "spawn"])
