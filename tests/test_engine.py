@@ -347,6 +347,39 @@ def test_an_in_flight_call_is_settled_from_what_recovery_finds(tmp_path, found, 
     assert settled["failure"] == (None if status == "succeeded" else found.failure)
 
 
+def test_recovery_gives_every_unclaimed_call_of_a_pass_one_shared_claim_window(tmp_path):
+    """Break-it finding: calls left ``starting`` without a claim were each given CLAIM_WAIT seconds, one after
+    the other (a resume of 8 such calls took 17 s); they were all launched before the runner died, so one window
+    from the start of the pass is enough for all of them."""
+    import time
+
+    from workrun.runner.base import CLAIM_WAIT
+
+    waits: list[float] = []
+
+    class Unclaimed(FakeRunner):
+        def recover(self, pid, proc_start, call_dir, deadline, *, claim_wait=CLAIM_WAIT):
+            waits.append(claim_wait)
+            time.sleep(claim_wait)  # what LocalRunner does when no claim comes: wait it out, then fence
+            return Outcome(not_started=True)
+
+    runner = Unclaimed({"main.py": lambda c: Exit(result={"n": 1})})
+    svc, run_id, _ = _process_run(tmp_path, runner)
+    proj = tmp_path / "projects" / "step"
+    from workrun.apps import load_app
+    from workrun.operations import call_app
+
+    for _ in range(3):
+        op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
+                      depends_on=[])
+        svc.journal._tx([("UPDATE operations SET status = 'starting', result = NULL, pid = NULL, owner_pid = NULL, "
+                          "owner_start = NULL WHERE operation_id = ?", (op["operation_id"],))], None)
+    settled = settle_operations(svc, run_id)
+    assert [s["status"] for s in settled] == ["failed"] * 3
+    assert len(waits) == 3 and CLAIM_WAIT - 0.5 < waits[0] <= CLAIM_WAIT
+    assert sum(waits) <= CLAIM_WAIT + 0.05, waits
+
+
 @pytest.mark.parametrize("app", [Exit(result={"n": 1}), Exit(code=5, stderr="boom\n"), Exit(stopped=True),
                                  Exit(result=[1, 2])], ids=["succeeded", "exited", "stopped", "contract"])
 def test_the_row_a_live_call_returns_is_the_journaled_row(tmp_path, app):

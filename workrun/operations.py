@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal as _signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from workrun.models import AppSpec
 from workrun.outcomes import Failure
 from workrun.paths import real_path
 from workrun.runner import Outcome
+from workrun.runner.base import CLAIM_WAIT
 from workrun.runner.process import alive, proc_start_time
 from workrun.services import Services, new_id
 from workrun.snapshots import materialize, take
@@ -262,6 +264,7 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
     """
     settled = []
     me_pid, me_start = current_owner()
+    claim_by = time.monotonic() + CLAIM_WAIT  # one window for every call of this pass (see CLAIM_WAIT)
     for op in svc.journal.operations_in_flight(run_id):
         if not _owner_gone(op):
             continue
@@ -271,7 +274,8 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
         if op["kind"] == "http":  # an HTTP request: no process to look at
             row = settle_request(svc, op)
         else:
-            outcome = svc.runner.recover(op["pid"], op["proc_start"], _process_call_dir(op), op["deadline"])
+            outcome = svc.runner.recover(op["pid"], op["proc_start"], _process_call_dir(op), op["deadline"],
+                                         claim_wait=max(0.0, claim_by - time.monotonic()))
             # a call never journaled running: its supervisor, as its claim names it, is journaled with it
             row = finish_operation(svc, op, outcome, process=outcome.process if op.get("pid") is None else None)
         if run_id:

@@ -18,6 +18,7 @@ A compensation whose success is saved is never run again (R-R2): only
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from workrun.engine import Engine
 from workrun.nodes import NodeExecutor, default_executors
 from workrun.nodes.http import is_reverse_action, recover_http_attempt
 from workrun.operations import finish_attempt, finish_operation, settle_operations, settle_request
+from workrun.runner.base import CLAIM_WAIT
 from workrun.services import Services
 from workrun.ticket_actions import notify_dead_letters, run_actions, send_notifications
 
@@ -41,13 +43,14 @@ def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]
 
 def recover_attempts(svc: Services, run_id: str) -> None:
     """Settle compensation attempts that were in flight when the runner died."""
+    claim_by = time.monotonic() + CLAIM_WAIT  # one window for every attempt of this pass (see CLAIM_WAIT)
     for attempt in svc.journal.attempts_in_flight(run_id):
         comp = svc.journal.compensation(attempt["compensation_id"])
         if is_reverse_action(comp):
             after = recover_http_attempt(svc, comp, attempt)
         else:
             outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
-                                         attempt["deadline"])
+                                         attempt["deadline"], claim_wait=max(0.0, claim_by - time.monotonic()))
             after = finish_attempt(svc, comp, attempt, outcome)
         svc.say(run_id, comp["node_key"], "warning",
                 f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "

@@ -16,12 +16,17 @@ from typing import Any, Protocol
 
 from workrun.outcomes import Failure
 
-__all__ = ["RUNNING_AFTER", "AppRunner", "Collected", "Outcome", "Started"]
+__all__ = ["CLAIM_WAIT", "RUNNING_AFTER", "AppRunner", "Collected", "Outcome", "Started"]
 
 RUNNING_AFTER = 0.05
 """Seconds after its start when a call still going is journaled ``running`` (its pid), issue 14: a call that ends
 sooner goes from ``starting`` to its outcome in one write, its process recorded with it. Recovery never needs the
 pid: the call directory's claim names the supervisor (R-R3)."""
+
+CLAIM_WAIT = 2.0
+"""Seconds recovery gives a call's launcher to claim its directory before fencing it (R-R3). Every call left
+behind was launched before its runner died, so one window from the start of a recovery pass covers them all:
+recovery never waits this long per call (break-it finding, issue 14)."""
 
 
 @dataclass
@@ -139,9 +144,10 @@ class AppRunner(Protocol):
         the process is no longer watched."""
 
     def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
-                claim_wait: float = 2.0) -> Outcome:
+                claim_wait: float = CLAIM_WAIT) -> Outcome:
         """Settle a call left by a runner that died: wait for a live process (until ``deadline``), then
-        read its exit record; ``not_started`` when recovery fenced it first; ``unknown`` without a record."""
+        read its exit record; ``not_started`` when recovery fenced it first (after up to ``claim_wait`` s
+        without a claim); ``unknown`` without a record."""
 
     def end(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None) -> Outcome:
         """End a left-behind call now: a live group is ended (``stopped``); a finished one keeps its record."""
