@@ -161,11 +161,12 @@ def test_text_that_looks_like_an_emoji_code_is_shown_as_written(workrun, write_w
     assert ":smile:" in listed.out and "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in listed.out
 
 
-@pytest.mark.parametrize("what", ["runs list", "runs list table", "runs show table", "run"])
+@pytest.mark.parametrize("what", ["runs list", "runs list table", "runs show table", "run", "--version", "--help",
+                                  "tickets list"])
 def test_a_reader_that_went_away_ends_the_command_quietly(workrun, write_workflow, marker_project, what):
     """``workrun … | head``: when the pipe's reader has gone, the command exits 141 (128 + SIGPIPE, as any
-    command ended by SIGPIPE) with nothing on stderr (no ``internal error``); a run still ends and is
-    journaled whole."""
+    command ended by SIGPIPE) with nothing on stderr (no ``internal error``, no traceback) — on the fast paths,
+    the typer path (``tickets``) and typer's help alike; a run still ends and is journaled whole."""
     import json
     import os
 
@@ -173,7 +174,8 @@ def test_a_reader_that_went_away_ends_the_command_quietly(workrun, write_workflo
     assert workrun("run", wf, "--json").code == 0
     rid = json.loads(workrun("runs", "list", "--json").out)[0]["run_id"]
     args = {"runs list": ["runs", "list", "--json"], "runs list table": ["runs", "list"],
-            "runs show table": ["runs", "show", rid], "run": ["run", str(wf), "--json"]}[what]
+            "runs show table": ["runs", "show", rid], "run": ["run", str(wf), "--json"], "--version": ["--version"],
+            "--help": ["--help"], "tickets list": ["tickets", "list", "--json"]}[what]
     r, w = os.pipe()
     os.close(r)  # the reader is gone before the command writes anything
     try:
@@ -215,3 +217,17 @@ def test_runs_list_limit(workrun, write_workflow, marker_project):
         res = workrun("runs", "list", f"--limit={bad}")
         assert res.code == 2 and res.err == f"error: --limit: must be at least 1, not {bad}\n", res
     assert workrun("runs", "list", "--limit", "0").err == "error: --limit: must be at least 1, not 0\n"
+
+
+def test_a_closed_stdout_is_not_an_error(workrun, write_workflow, marker_project):
+    """``workrun … >&-`` (stdout closed, not a pipe): output goes nowhere, the command does its work and exits as
+    it would (was: an internal error)."""
+    import json
+    import os
+
+    wf = write_workflow("closed", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n')
+    for args in (["run", str(wf), "--json"], ["runs", "list", "--json"], ["--version"]):
+        proc = subprocess.run([sys.executable, "-m", "workrun", *args], stderr=subprocess.PIPE, text=True,
+                              timeout=120, preexec_fn=lambda: os.close(1))
+        assert (proc.returncode, proc.stderr) == (0, ""), (args, proc.stderr)
+    assert [r["status"] for r in json.loads(workrun("runs", "list", "--json").out)] == ["succeeded"]

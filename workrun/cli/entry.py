@@ -35,13 +35,18 @@ def main(argv: list[str] | None = None) -> None:
         SystemExit: always, with the command's exit code (SPEC §10).
     """
     args = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None:  # started with stdout closed (``>&-``): what would be printed goes nowhere
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (this process's stdout from now on)
     # start-up allocates a lot and frees little: collect young objects less often (issue 14)
     gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
     if "--version" in args and set(args) <= _FAST_VERSION:
         from workrun import __version__
 
-        sys.stdout.write(f"workrun {__version__}\n")  # what the typer app's eager --version prints
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(f"workrun {__version__}\n")  # what the typer app's eager --version prints
+            sys.stdout.flush()
+        except BrokenPipeError:
+            sys.exit(141 if _stdout_gone() else 1)
         sys.exit(0)
     sys.exit(run(args))
 
@@ -200,4 +205,8 @@ def run(args: list[str]) -> int:
             code = app(args=args, standalone_mode=False, prog_name="workrun")
     except (Exception, KeyboardInterrupt) as exc:
         code = _failed(exc, args[:1] == ["--debug"])
+    except SystemExit as exc:  # click ends a command whose output hit a closed pipe with exit 1: 141, as above
+        if exc.code == 1 and _stdout_gone():
+            return 141
+        raise
     return code if isinstance(code, int) else 0

@@ -21,12 +21,14 @@ from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
 from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling, shared_journal
-from workrun.cli.output import console, print_json, run_table
+from workrun.cli.output import console, print_json, raise_broken_pipes, run_table
 from workrun.cli.running import audit_run, run_workflow, start_run
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
 
 __all__ = ["app"]
+
+raise_broken_pipes()  # typer's help is printed by rich too
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "

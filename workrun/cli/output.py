@@ -9,6 +9,7 @@ command that prints only JSON never loads it (R-P3).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -19,8 +20,8 @@ if TYPE_CHECKING:
     from rich.console import Console, Group
     from rich.table import Table
 
-__all__ = ["CliReporter", "console", "escape", "print_error", "print_json", "run_table", "compensation_table",
-           "STATUS_STYLE"]
+__all__ = ["CliReporter", "console", "escape", "print_error", "print_json", "raise_broken_pipes", "run_table",
+           "compensation_table", "STATUS_STYLE"]
 
 _console: Console | None = None
 
@@ -31,17 +32,26 @@ def get_console() -> Console:
     if _console is None:
         from rich.console import Console
 
-        class _Console(Console):
-            def on_broken_pipe(self) -> None:  # rich's own exits 1: the command's handler exits 141 instead
-                self.quiet = True
-                raise BrokenPipeError(32, "the reader of the output has gone")
-
+        raise_broken_pipes()
         # NO_COLOR (no-color.org): no colour; with color_system=None rich writes no escape codes at all.
         # emoji=False: text such as ":smile:" in a name or message is shown as written (and rich's emoji table,
         # ~4 ms of start-up, is never loaded)
-        _console = _Console(highlight=False, soft_wrap=True, emoji=False,
+        _console = Console(highlight=False, soft_wrap=True, emoji=False,
                            color_system=None if os.environ.get("NO_COLOR") else "auto")
     return _console
+
+
+def raise_broken_pipes() -> None:
+    """Make every rich console (ours, and typer's for help) raise ``BrokenPipeError`` when its output hits a
+    pipe whose reader has gone, where rich would end the process with exit 1: the command's handler
+    (:func:`workrun.cli.entry.run`) exits 141 instead, quietly. Imports rich."""
+    from rich.console import Console
+
+    def on_broken_pipe(self: Console) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of the output has gone")
+
+    Console.on_broken_pipe = on_broken_pipe  # type: ignore[method-assign]
 
 
 class _LazyConsole:
