@@ -180,7 +180,8 @@ def resolve(svc: Services, ticket_id: str, text: str | None = None) -> dict[str,
         svc.journal.resolve_ticket(tid, event_row(tid, t["run_id"], who, "resolve", {}, svc.now(), text),
                                    at=svc.now())
     svc.say(t["run_id"], t["node_key"], "info", f"ticket {tid} resolved by {who}; node {t['node_key']} still waits "
-            "(resolving is not resuming)")
+            f"(resolving is not resuming): `workrun stop {t['run_id']}` ends the run, `workrun compensate "
+            f"{t['run_id']}` then undoes it")
     return svc.journal.ticket(tid)
 
 

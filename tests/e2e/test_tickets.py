@@ -145,6 +145,7 @@ def test_resolve_closes_without_advancing_and_stop_ends_the_wait(workrun, write_
     tid = ticket_of(view)["ticket_id"]
     res = workrun("tickets", "resolve", tid)
     assert res.code == 0, res
+    assert f"`workrun stop {view['run_id']}` ends the run" in res.out, res  # what to do next
     after = workrun("runs", "show", view["run_id"], "--json").json()
     assert after["status"] == "waiting"
     assert statuses(after)["charge"] == "waiting" and statuses(after)["ship"] == "pending"

@@ -170,7 +170,8 @@ def resolve(ticket_id: str = IdArg,
     with reading() as svc:
         t = tickets.resolve(svc, ticket_id, note_text)
     console.print(f"{t['ticket_id']}: {styled(t['status'])}; node {escape(t['node_key'])} of run {t['run_id']} still "
-                  "waits (resolving is not resuming)")
+                  f"waits (resolving is not resuming): `workrun stop {t['run_id']}` ends the run, `workrun compensate "
+                  f"{t['run_id']}` then undoes it")
 
 
 @app.command("confirm")
