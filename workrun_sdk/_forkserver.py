@@ -248,9 +248,10 @@ def serve(request_fd: int, reply_fd: int) -> None:
 
     def track(pid: int) -> None:  # ``pid``: our child, not reaped yet (a zombie at worst): never a reused pid
         nonlocal look
-        try:
-            reaping.append(os.pidfd_open(pid))
-        except (AttributeError, OSError):  # no pidfd here (Linux < 5.3): look for exited children now and then
+        fd = _pidfd(pid)
+        if fd >= 0:
+            reaping.append(fd)
+        else:  # no pidfd here (Linux < 5.3): look for exited children now and then
             look = _LOOK
 
     spare = _make_spare(request_fd, reply_fd)
@@ -270,17 +271,16 @@ def serve(request_fd: int, reply_fd: int) -> None:
         for fd in [fd for fd in reaping if fd in ready]:
             reaping.remove(fd)
             os.close(fd)
-        if spare is not None and spare.fd in ready:
+        spoke = spare is not None and spare.fd in ready
+        if spare is not None and spoke:
             pid, took = spare.pid, spare.taken()
             spare = None
             if took:  # it is that call's supervisor now (tracked before any reaping: a call that ended already
                 track(pid)  # is a zombie still); the next call's spare, at once
                 spare = _make_spare(request_fd, reply_fd, tuple(reaping))
-            _reap()
-            continue  # (a spare that died without a call: the server reads the next request itself)
         _reap()
-        if request_fd not in ready:
-            continue
+        if spoke or request_fd not in ready:  # (a spare that died without a call: the server reads the next
+            continue  # request itself)
         if spare is not None:  # the runner hung up (or a request while the spare waits: it reads it)
             if ready[request_fd] & (select.POLLHUP | select.POLLERR):
                 break

@@ -13,7 +13,6 @@ import pytest
 
 from workrun.runner.env import EnvManager, app_environment, sdk_path
 from workrun.runner.forkserver import ForkServers
-from workrun_sdk import _wire
 
 TOOLS_APP = """
 [tool.workrun.apps.tools]
@@ -584,11 +583,7 @@ def test_a_server_sleeps_while_nothing_ends_even_after_a_call_that_ended_before_
                               {"kind": "tool", "input": {"i": 1}, "tool": "who", "grace": 1})
             assert quick.pid == spare
             quick.wait()
-            deadline = time.monotonic() + 10  # its supervisor has exited: a zombie the stopped server has not seen
-            while _wire.start_time(spare) is not None and \
-                    open(f"/proc/{spare}/stat").read().rsplit(")", 1)[1].split()[0] != "Z" and \
-                    time.monotonic() < deadline:
-                time.sleep(0.01)
+            _gone(spare)  # its supervisor has exited: a zombie the stopped server has not seen
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
         proc, _ = _start(servers, env_of, "long", "sleeper.py", {"kind": "process", "input": {}, "grace": 1})
