@@ -241,3 +241,40 @@ def test_real_path_is_realpath(tmp_path, rel):
     (tmp_path / "a" / "rel").symlink_to("b/f.py")
     path = str(tmp_path / rel) + ("/" if rel.endswith("/") else "")
     assert real_path(path) == os.path.realpath(path)
+
+
+def test_a_list_is_aligned_by_terminal_columns_and_shows_control_characters_as_escapes(capsys, monkeypatch):
+    """``runs list`` / ``compensations list`` text (issue 14, R-P3): aligned columns, every value on one line,
+    nothing a terminal would act on (ESC, a line break, a bidi override), wide characters counted as two."""
+    from workrun.cli.output import print_list
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    print_list(["run", "workflow", "status"],
+               [["run_1", "\x1b[31mred\n2\u2028x", "failed"], ["run_2", "東京", "succeeded"], ["run_3", "e\u0301\u202e", "x"]],
+               status_column=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "run    workflow" + " " * 17 + "status",  # the widest value, 23 columns, then two spaces
+        "run_1  \\x1b[31mred\\x0a2\\u2028x  failed",
+        "run_2  東京" + " " * 21 + "succeeded",  # two wide characters: 4 columns
+        "run_3  e\u0301\\u202e" + " " * 18 + "x",  # a combining accent: 0 columns
+    ], lines
+
+
+@pytest.mark.parametrize("no_color", [None, "1"])
+def test_a_list_on_a_terminal_has_a_bold_header_and_coloured_statuses_unless_no_color(capsys, monkeypatch, no_color):
+    from workrun.cli.output import print_list
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("TERM", "xterm")
+    if no_color is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    print_list(["run", "status"], [["run_1", "failed"], ["run_2", "odd\x1b"]], status_column=1)
+    out = capsys.readouterr().out
+    if no_color:
+        assert out == "run    status\nrun_1  failed\nrun_2  odd\\x1b\n"
+    else:
+        assert out == ("\x1b[1mrun\x1b[0m    \x1b[1mstatus\x1b[0m\nrun_1  \x1b[31mfailed\x1b[0m\n"
+                       "run_2  odd\\x1b\n")

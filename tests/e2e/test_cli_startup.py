@@ -31,7 +31,7 @@ def test_version_imports_no_typer_rich_or_pydantic():
 @pytest.mark.parametrize("args", [["runs", "list", "--json"], ["runs", "list"], ["compensations", "list"]])
 def test_read_commands_import_no_typer_pydantic_nor_the_engine(args):
     names = _imported(*args)
-    assert not names & {"typer", "click", "pydantic"}, names
+    assert not names & {"typer", "click", "pydantic", "rich"}, names  # the lists are plain columns (issue 14)
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "workrun", *args], capture_output=True,
                           text=True, timeout=120)
     modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
@@ -39,6 +39,20 @@ def test_read_commands_import_no_typer_pydantic_nor_the_engine(args):
     # with WORKRUN_HOME set and the SQLite journal: no platformdirs, no shutil (~8 ms of compression modules), no
     # PostgreSQL backend
     assert not modules & {"platformdirs", "shutil", "workrun.journal.postgres"}, modules
+
+
+def test_runs_list_prints_plain_columns_without_rich(workrun, write_workflow, marker_project):
+    """With runs to show, ``runs list`` prints aligned columns and never imports rich (~40 ms, issue 14)."""
+    import json
+
+    wf = write_workflow("cols", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n')
+    assert workrun("run", wf, "--json").code == 0
+    rid = json.loads(workrun("runs", "list", "--json").out)[0]["run_id"]
+    assert "rich" not in _imported("runs", "list")
+    lines = workrun("runs", "list").out.splitlines()
+    assert lines[0].split() == ["run", "workflow", "status", "compensation", "started", "(UTC)"], lines
+    assert lines[1].split()[:4] == [rid, "cols", "succeeded", "-"], lines
+    assert lines[0].index("status") == lines[1].index("succeeded"), lines
 
 
 def test_version_output_is_the_typer_apps(workrun):

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from rich.console import Console, Group
     from rich.table import Table
 
-__all__ = ["CliReporter", "console", "escape", "print_error", "print_json", "raise_broken_pipes", "run_table",
+__all__ = ["CliReporter", "console", "escape", "print_error", "print_json", "print_list", "raise_broken_pipes",
+           "run_table",
            "compensation_table", "STATUS_STYLE"]
 
 _console: Console | None = None
@@ -120,6 +121,57 @@ class CliReporter:
             console.print(f"[dim]{stamp}[/] {escape(where)} " + (f"[{style}]{body}[/]" if style else body))
         except (OSError, SystemExit):  # stdout closed (e.g. `| head`): progress is optional, the run goes on
             self.quiet = True
+
+
+_ANSI = {"green": "32", "red": "31", "magenta": "35", "yellow": "33", "cyan": "36", "dim": "2", "bold": "1"}
+
+
+_UNSAFE = ("Cc", "Cf", "Cs", "Zl", "Zp")  # control, format (bidi overrides), lone surrogates, line breaks
+
+
+def _cell(text: str) -> tuple[str, int]:
+    """``text`` safe for a terminal (control, format and line-break characters, e.g. ESC or a bidi override, shown as
+    ``\\x1b`` / ``\\u202e`` escapes) and its width in terminal columns (East Asian wide characters take two,
+    combining marks none)."""
+    import unicodedata
+
+    out, width = [], 0
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if cat in _UNSAFE:
+            code = ord(ch)
+            shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            out.append(shown)
+            width += len(shown)
+        else:
+            out.append(ch)
+            width += 0 if cat in ("Mn", "Me") else 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return "".join(out), width
+
+
+def print_list(columns: list[str], rows: list[list[str]], *, status_column: int | None = None) -> None:
+    """Print a list as aligned columns (``runs list``, ``compensations list``), header first, two spaces between
+    columns, every value whole on one line (ids are copied; ``grep`` and ``awk`` read it).
+
+    Plain text, not a rich table: rich alone costs these commands ~40 ms of start-up (R-P3, issue 14). On a
+    terminal, without ``NO_COLOR`` (no-color.org) and ``TERM=dumb``, the header is bold and the status
+    (``status_column``) coloured as everywhere else (:data:`STATUS_STYLE`). Values are shown safe for a terminal
+    (:func:`_cell`).
+    """
+    cells = [[_cell(v) for v in row] for row in [columns, *rows]]
+    widths = [max(c[i][1] for c in cells) for i in range(len(columns))]
+    colour = (sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+              and os.environ.get("TERM", "") != "dumb")
+    lines = []
+    for n, row in enumerate(cells):
+        parts = []
+        for i, (text, width) in enumerate(row):
+            pad = "" if i == len(row) - 1 else " " * (widths[i] - width)
+            code = "1" if n == 0 else _ANSI.get(STATUS_STYLE.get(text, ""), "") if i == status_column else ""
+            parts.append(f"\x1b[{code}m{text}\x1b[0m{pad}" if colour and code else text + pad)
+        lines.append("  ".join(parts).rstrip())
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
 
 
 def run_table(view: dict[str, Any]) -> Group:

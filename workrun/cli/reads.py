@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from workrun.cli.output import compensation_table, console, escape, print_json, run_table, styled
+from workrun.cli.output import console, escape, print_json, print_list, run_table, styled
 from workrun.errors import UsageError
 from workrun.states import COMPENSATION_STATUSES
 
@@ -66,18 +66,12 @@ def list_runs(json_mode: bool, limit: int | None) -> None:
     if json_mode:
         print_json(rows)
         return
-    from rich.table import Table
-
-    table = Table()
-    table.add_column("run", no_wrap=True)
-    table.add_column("workflow", overflow="fold")
-    table.add_column("status", no_wrap=True)
-    table.add_column("compensation", overflow="fold")
-    table.add_column("started (UTC)", no_wrap=True)
-    for r in rows:
-        started = (r["started_at"] or "-")[:19].replace("T", " ")
-        table.add_row(r["run_id"], escape(r["workflow"]), styled(r["status"]), rollup_line(r) or "-", started)
-    console.print(table if rows else "no runs yet")
+    if not rows:
+        print("no runs yet")
+        return
+    print_list(["run", "workflow", "status", "compensation", "started (UTC)"],
+               [[r["run_id"], r["workflow"], r["status"], rollup_line(r) or "-",
+                 (r["started_at"] or "-")[:19].replace("T", " ")] for r in rows], status_column=2)
 
 
 def show_run(run_id: str, json_mode: bool) -> None:
@@ -134,8 +128,12 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool) -> 
         rows = compensations_list(journal, status=status, run=run)
     if json_mode:
         print_json(rows)
+    elif not rows:
+        print("no compensations")
     else:
-        console.print(compensation_table(rows) if rows else "no compensations")
+        print_list(["compensation", "run", "node", "status", "attempts", "reason"],
+                   [[c["compensation_id"], c["run_id"], c.get("node_key") or "-", c["status"], str(len(c["attempts"])),
+                     c["reason"] or ""] for c in rows], status_column=3)
 
 
 def show_compensation(compensation_id: str, json_mode: bool) -> None:
