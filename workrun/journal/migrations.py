@@ -320,4 +320,9 @@ MIGRATIONS: list[str] = [
     CREATE INDEX dispatched_calls_queue ON dispatched_calls(status, queued_at);
     CREATE INDEX dispatched_calls_worker ON dispatched_calls(worker_id, status);
     """,
+    # 9: one node's operations without reading all of its run's (each node of a run looks up its dependencies'
+    # calls: O(1) per node, not O(nodes), issue 14)
+    """
+    CREATE INDEX operations_node ON operations(run_id, node_key, created_at);
+    """,
 ]
