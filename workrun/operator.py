@@ -29,7 +29,7 @@ from workrun.paths import keep_copy
 from workrun.services import Services
 from workrun.states import COMPENSATION_DONE
 
-__all__ = ["actor", "confirm", "note", "resolve", "retry"]
+__all__ = ["actor", "confirm", "note", "resolve", "retry", "retry_refusal"]
 
 
 def actor() -> str:
@@ -76,6 +76,29 @@ def _conditional(svc: Services, cid: str, status: str, *, reason: str, seen: str
         raise ActionRefusedError(exc.message, field="COMPENSATION_ID") from None
 
 
+def retry_refusal(comp: dict[str, Any], *, lasting_only: bool = False) -> ActionRefusedError | None:
+    """Why the compensation row ``comp`` cannot be retried now (done, running, unknown outcome, held back), or
+    None.
+
+    ``lasting_only``: only the refusals nothing but a person changes (done; an unknown outcome). ``compensations
+    retry`` asks for those before it takes the scheduler lock, so they are an exit 2 at once, also for the
+    dashboard, which reports a command that holds the lock as started (R-U4); ``running`` and held back may
+    change when the command resumes what a dead runner left (after the lock), so they are asked only then."""
+    cid, status = comp["compensation_id"], comp["status"]
+    if status in COMPENSATION_DONE:
+        return _refuse(comp, "retry", "it is already done; nothing to retry")
+    if lasting_only and status != "unknown":
+        return None
+    if status == "running":
+        return _refuse(comp, "retry", "an attempt is running now")
+    if status == "unknown":
+        return _refuse(comp, "retry", "its last attempt's outcome is unknown: verify outside, then "
+                       f"`workrun compensations confirm {cid} --done` or `--not-done` first")
+    if status == "blocked" and comp["held_back_by"]:
+        return _refuse(comp, "retry", f"{comp['reason']}; retry or resolve those first")
+    return None
+
+
 def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = False) -> dict[str, Any]:
     """Run a new attempt now (trigger ``operator``), then whatever it releases (SPEC §10).
 
@@ -89,15 +112,9 @@ def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = Fal
     comp = svc.journal.compensation(compensation_id)
     cid = comp["compensation_id"]
     status = comp["status"]
-    if status in COMPENSATION_DONE:
-        raise _refuse(comp, "retry", "it is already done; nothing to retry")
-    if status == "running":
-        raise _refuse(comp, "retry", "an attempt is running now")
-    if status == "unknown":
-        raise _refuse(comp, "retry", "its last attempt's outcome is unknown: verify outside, then "
-                      f"`workrun compensations confirm {cid} --done` or `--not-done` first")
-    if status == "blocked" and comp["held_back_by"]:
-        raise _refuse(comp, "retry", f"{comp['reason']}; retry or resolve those first")
+    refusal = retry_refusal(comp)
+    if refusal is not None:
+        raise refusal
     _conditional(svc, cid, "pending", reason=f"retry requested by {actor()}", seen=status,
                  held_back_by=comp["held_back_by"], accept_code_change=accept_code_change,
                  event=_event(svc, comp, "retry", {"accept_code_change": accept_code_change}))

@@ -150,7 +150,7 @@ def test_flaky_succeeds_on_third_attempt_always_failing_exhausts_budget(workrun,
     # the run view says it is unfinished and points to the commands
     shown = workrun("runs", "show", view["run_id"])
     assert shown.code == 0
-    assert "compensation not finished for 2 call(s)" in shown.out
+    assert "compensation not finished for 2 operation(s)" in shown.out
     assert f"workrun compensations list --run {view['run_id']}" in shown.out
     assert sorted(workrun("runs", "show", view["run_id"], "--json").json()["unfinished_compensations"]) == \
         sorted([f0["compensation_id"], f2["compensation_id"]])

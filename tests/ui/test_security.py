@@ -58,6 +58,9 @@ def hostile_home(isolated_env: Path, make_project, write_workflow, workrun) -> d
     run_id = r.json()["run_id"]
     comp = next(op["compensation"] for op in r.json()["operations"] if op["compensation"])
     assert comp["status"] == "failed", comp
+    ok = workrun("run", write_workflow("fine", f'[nodes.evil]\nproject = "{project}"\napp = "hostile"\n'), "--json")
+    assert ok.code == 0, ok
+    ok_run = ok.json()["run_id"]
 
     from workrun.journal import SqliteJournal
 
@@ -67,7 +70,7 @@ def hostile_home(isolated_env: Path, make_project, write_workflow, workrun) -> d
                         "status": "running", "created_at": time.time()}, [NODE_KEY])
     journal.add_message("run_quotes00001", NODE_KEY, "error", "<script>alert(3)</script>")
     journal.close()
-    return {"run_id": run_id, "compensation_id": comp["compensation_id"]}
+    return {"run_id": run_id, "compensation_id": comp["compensation_id"], "succeeded_run": ok_run}
 
 
 def _events(home: Path) -> list[tuple]:
@@ -141,6 +144,29 @@ def test_post_needs_csrf_and_same_origin(ui_server, hostile_home, isolated_env: 
     assert bad.status_code == 400
     assert "cannot confirm" in bad.text
     assert _events(isolated_env) == after
+
+
+def test_a_scheduling_action_the_cli_refuses_is_400_with_its_line_not_started(ui_server, hostile_home, workrun,
+                                                                               isolated_env: Path) -> None:
+    """A retry or compensate the CLI refuses answers 400 with the CLI's one line, never "started" (the command
+    refuses before it takes the scheduler lock, which the dashboard reads as started)."""
+    server = ui_server()
+    client = server.client()
+    cid = hostile_home["compensation_id"]
+    assert workrun("compensations", "resolve", cid, "--note", "fixed by hand").code == 0
+    page = client.get(f"/runs/{hostile_home['run_id']}").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    origin = {"Origin": server.base}
+    before = _events(isolated_env)
+    retry = client.post(f"/actions/compensations/{cid}/retry", data={"csrf": csrf}, headers=origin)
+    assert retry.status_code == 400, retry.text
+    assert f"cannot retry {cid} (succeeded): it is already done" in retry.text
+    ok_run = hostile_home["succeeded_run"]
+    compensate = client.post(f"/actions/runs/{ok_run}/compensate", data={"csrf": csrf}, headers=origin)
+    assert compensate.status_code == 400, compensate.text
+    assert f"run {ok_run} succeeded; succeeded runs are not compensated" in compensate.text
+    assert _events(isolated_env) == before
+    assert client.get(f"/api/compensations/{cid}").json()["status"] == "succeeded"
 
 
 def test_hostile_journal_renders_as_text(ui_server, hostile_home) -> None:

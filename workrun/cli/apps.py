@@ -52,7 +52,7 @@ compensation.result({"undone": ctx.original_operation_id})
 
 
 @app.command("new")
-def new(name: str = typer.Argument(..., help="App (and project) name."),
+def new(name: str = typer.Argument(..., metavar="NAME", help="App (and project) name."),
         directory: Optional[Path] = typer.Option(None, "--dir", help="Where to create it (default ./NAME).")) -> None:
     r"""Create an App project: pyproject.toml with \[tool.workrun], main.py, compensate.py, uv.lock."""
     from workrun.runner.env import clean_env, uv_bin
@@ -86,10 +86,13 @@ def _coerce(value: object) -> object:
 @app.command("run")
 def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App project directory."),
         app_name: str = typer.Argument(..., metavar="APP", help="The App's name (under tool.workrun.apps)."),
-        input: List[str] = typer.Option([], "--input", "-i", help="Input KEY=VALUE (repeatable)."),
+        input: List[str] = typer.Option([], "--input", "-i", metavar="KEY=VALUE", help="Input (repeatable)."),
         tool: Optional[str] = typer.Option(None, "--tool", help="For a Tool App: the tool to call."),
         json_mode: bool = JsonOpt) -> None:
-    """Run one App alone: journaled, never compensated (R-A6). Exit 0 if the call succeeded, else 1."""
+    """Run one App alone: journaled, never compensated. Exit 0 if the call succeeded, else 1.
+    \f
+    Implements R-A6.
+    """
     from workrun.apps import load_app
     from workrun.operations import call_app
     from workrun.recovery import recover_operations

@@ -10,7 +10,7 @@ from workrun.cli.session import EXIT, finish_run, reading, run_claim, scheduling
 __all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "run_claim", "scheduling",
            "shared_journal"]
 
-JsonOpt = typer.Option(False, "--json", help="Print JSON (SPEC §9) instead of tables.")
+JsonOpt = typer.Option(False, "--json", help="Print JSON instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
 
 

@@ -50,8 +50,12 @@ def retry(compensation_id: str = IdArg,
     from workrun import operator
     from workrun.views import compensation_full as _full
 
-    with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
-        run_id = ro.journal.compensation(compensation_id)["run_id"]
+    with reading(json_mode) as ro:  # an unknown id or a refusal is exit 2 at once, even while another scheduler runs
+        comp = ro.journal.compensation(compensation_id)
+        refusal = operator.retry_refusal(comp, lasting_only=True)
+        if refusal is not None:
+            raise refusal
+        run_id = comp["run_id"]
     with scheduling(json_mode, wait) as svc:
         t0 = svc.now()
         with run_claim(svc, run_id, wait):
@@ -68,7 +72,7 @@ def retry(compensation_id: str = IdArg,
 
 
 @app.command("note")
-def note(compensation_id: str = IdArg, text: str = typer.Argument(..., help="The note."),
+def note(compensation_id: str = IdArg, text: str = typer.Argument(..., metavar="TEXT", help="The note."),
          attach: Optional[Path] = typer.Option(None, "--attach", help="A file to copy into the record.")) -> None:
     """Add a note (and optionally a file) to a compensation's history."""
     from workrun import operator

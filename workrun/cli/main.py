@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -29,6 +29,25 @@ from workrun.states import COMPENSATION_DONE
 __all__ = ["app"]
 
 raise_broken_pipes()  # typer's help is printed by rich too
+
+
+def _no_type_for_flags() -> None:
+    """typer's help shows a type beside every option, ``<bool>`` for a flag (``--json <bool>``), which reads as
+    if the flag took a value (``--json true`` is a usage error): a flag shows none. Nothing on a typer
+    without that column."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_type_for_flags()
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Workrun: run workflows of Python Apps; when a run finally fails, compensate what "
@@ -59,9 +78,9 @@ def _root(
 
 @app.command()
 def run(
-    workflow: Path = typer.Argument(..., help="The workflow TOML file."),
-    input: List[str] = typer.Option([], "--input", "-i", help="Run input KEY=VALUE (repeatable)."),
-    eval_run: bool = typer.Option(False, "--eval", help="Evaluation run: never compensated (R-W6)."),
+    workflow: Path = typer.Argument(..., metavar="WORKFLOW", help="The workflow TOML file."),
+    input: List[str] = typer.Option([], "--input", "-i", metavar="KEY=VALUE", help="Run input (repeatable)."),
+    eval_run: bool = typer.Option(False, "--eval", help="Evaluation run: never compensated."),
     yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
     submit: bool = typer.Option(False, "--submit", help="Only record the run for workers (`workrun worker`) and "
                                 "print its id; needs WORKRUN_JOURNAL=postgresql://… (R-S3)."),
@@ -86,7 +105,10 @@ def rerun(
     wait: bool = WaitOpt,
     yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
 ) -> None:
-    """Start a new run with the same workflow and inputs (R-W5); the old run's record is untouched."""
+    """Start a new run with the same workflow and inputs; the old run's record is untouched.
+    \f
+    Implements R-W5 (the text before the form feed is the command's help).
+    """
     from workrun.models import WorkflowSpec
     from workrun.nodes import default_executors
     from workrun.workflow import load_workflow
@@ -111,7 +133,10 @@ def stop(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to stop (id or unique prefix)."),
     timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
 ) -> None:
-    """Stop a running or waiting run from another terminal (R-C9): its App processes end, nothing is compensated."""
+    """Stop a running or waiting run from another terminal: its App processes end, nothing is compensated.
+    \f
+    Implements R-C9.
+    """
     from workrun.lock import SchedulerLock
     from workrun.recovery import stop_orphaned_run
 
@@ -212,7 +237,10 @@ class _StopClaim:
 
 @app.command()
 def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
-    """Continue every unfinished run and compensation in the data dir (R-R1); exit 0 if all ended well."""
+    """Continue every unfinished run and compensation in the data directory; exit 0 if all ended well.
+    \f
+    Implements R-R1.
+    """
     from workrun.recovery import resume_all
     from workrun.views import run_view
 
@@ -238,31 +266,49 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     raise typer.Exit(code)
 
 
+def _check_compensate(run: dict[str, Any], *, lasting_only: bool = False) -> None:
+    """Refuse ``workrun compensate`` of this run row (exit 2): an evaluation run, or one running, succeeded or
+    waiting for a person.
+
+    ``lasting_only``: only what resuming a dead runner's work cannot change (evaluation, succeeded, waiting),
+    asked before the scheduler lock (the dashboard reports a command that holds it as started, R-U4); a
+    ``running`` run may be one a dead runner left, which the command resumes first.
+
+    Raises:
+        ActionRefusedError: the run cannot be compensated.
+    """
+    rid = run["run_id"]
+    if run["eval"]:
+        raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
+    if run["status"] == "running" and not lasting_only:
+        raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
+    if run["status"] == "succeeded":
+        raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
+    if run["status"] == "waiting":
+        raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
+                                 "ends it and compensates its calls", field="RUN")
+
+
 @app.command()
 def compensate(
     run_id: str = typer.Argument(..., metavar="RUN", help="A stopped, terminated or failed run (id or unique prefix)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
-    """Explicitly compensate a stopped or terminated run (R-C9), or finish a failed run's compensation."""
+    """Explicitly compensate a stopped or terminated run, or finish a failed run's compensation.
+    \f
+    Implements R-C9.
+    """
     from workrun.operator import actor
     from workrun.recovery import compensate_now
     from workrun.views import run_view
 
-    with reading(json_mode) as ro:  # an unknown id is exit 2 even while another scheduler runs
-        ro.journal.run(run_id)
+    with reading(json_mode) as ro:  # an unknown id or a refusal is exit 2 at once, even while another scheduler runs
+        _check_compensate(ro.journal.run(run_id), lasting_only=True)
     with scheduling(json_mode, wait) as svc:
         run = svc.journal.run(run_id)
         rid = run["run_id"]
-        if run["eval"]:
-            raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
-        if run["status"] == "running":
-            raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
-        if run["status"] == "succeeded":
-            raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
-        if run["status"] == "waiting":
-            raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
-                                     "ends it and compensates its calls", field="RUN")
+        _check_compensate(run)  # again: the run may have moved while this command waited for the lock
         if run["status"] in ("stopped", "terminated") and not run["compensate_requested"]:
             svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
                                                    "action": "compensate", "args": {}})
@@ -318,10 +364,13 @@ def worker(
                                             "--concurrency; 0: only schedule runs)."),
 ) -> None:
     """Claim and drive runs, and run their App calls, from a shared journal (WORKRUN_JOURNAL=postgresql://…)
-    until stopped (R-S2).
+    until stopped.
 
-    Ctrl-C or SIGTERM: claim nothing new and end after the runs and calls in hand; a second one ends at once
-    (claims then pass to other workers when the lease, WORKRUN_LEASE seconds, has passed).
+    Ctrl-C or SIGTERM: claim nothing new and end after the runs and calls in hand; a second one ends at once.
+
+    Claims then pass to other workers when the lease (WORKRUN_LEASE seconds) has passed.
+    \f
+    Implements R-S2.
     """
     import os
     import signal

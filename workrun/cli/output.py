@@ -197,7 +197,7 @@ def run_table(view: dict[str, Any]) -> Group:
                 n = len(comp["attempts"])
                 tail = (f"compensation {comp['compensation_id']} {styled(comp['status'])}"
                         + (f" ({n} attempt{'s' if n != 1 else ''})" if n else ""))
-            lines.append(Text.from_markup(f"  {'':<{width}}    call {op['operation_id']} {escape(call)} "
+            lines.append(Text.from_markup(f"  {'':<{width}}    operation {op['operation_id']} {escape(call)} "
                                           f"{styled(op['status'])}; {tail}"))
     return Group(*lines)
 

@@ -109,7 +109,8 @@ def show_run(run_id: str, json_mode: bool) -> None:
             console.print(f"  `workrun tickets resume {t['ticket_id']}` or "
                           f"`workrun tickets terminate {t['ticket_id']}`")
     if view["unfinished_compensations"]:
-        console.print(f"\n[yellow]compensation not finished[/] for {len(view['unfinished_compensations'])} call(s): "
+        unfinished = len(view["unfinished_compensations"])
+        console.print(f"\n[yellow]compensation not finished[/] for {unfinished} operation(s): "
                       f"`workrun resume` continues pending ones; `workrun compensations list --run {view['run_id']}` "
                       "and `workrun compensations show ID` for the rest")
 

@@ -151,7 +151,7 @@ def retry(ticket_id: str = IdArg, json_mode: bool = JsonOpt, wait: bool = WaitOp
 
 
 @app.command("note")
-def note(ticket_id: str = IdArg, text: str = typer.Argument(..., help="The note."),
+def note(ticket_id: str = IdArg, text: str = typer.Argument(..., metavar="TEXT", help="The note."),
          attach: Optional[Path] = typer.Option(None, "--attach", help="A file to copy into the record.")) -> None:
     """Add a note (and optionally a file) to a ticket's history."""
     from workrun import tickets

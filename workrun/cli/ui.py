@@ -18,9 +18,11 @@ def ui(
     project: List[Path] = typer.Option([], "--project", help="Also show this App project on the Apps page "
                                                             "(repeatable)."),
 ) -> None:
-    """Serve the dashboard on 127.0.0.1 only (R-U1): prints its URL with an access token and opens the browser.
+    """Serve the dashboard on 127.0.0.1 only: prints its URL with an access token and opens the browser.
 
     Runs until Ctrl-C. Reading never blocks a scheduler; actions run the CLI's own commands.
+    \f
+    Implements R-U1.
     """
     import secrets
     import socket

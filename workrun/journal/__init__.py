@@ -54,8 +54,8 @@ def open_journal(data_dir: Path, *, check: bool = True, writable: bool = True) -
 
     Raises:
         ConfigError: a bad ``WORKRUN_JOURNAL``, or a PostgreSQL URL without psycopg installed (exit 2).
-        JournalError: the journal cannot be opened; JournalVersionError: it is newer than this
-            Workrun (both exit 2).
+        JournalError: the journal cannot be opened (or migrated); JournalVersionError: it is newer than this
+            Workrun (both exit 1, one line naming the file).
     """
     url = journal_url()
     if url is None:
