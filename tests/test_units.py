@@ -278,3 +278,24 @@ def test_a_list_on_a_terminal_has_a_bold_header_and_coloured_statuses_unless_no_
     else:
         assert out == ("\x1b[1mrun\x1b[0m    \x1b[1mstatus\x1b[0m\nrun_1  \x1b[31mfailed\x1b[0m\n"
                        "run_2  odd\\x1b\n")
+
+
+@pytest.mark.parametrize("text", ['{"v": NaN}', "[Infinity]", "-Infinity", "[" * 100_000 + "]" * 100_000])
+def test_strict_json_refuses_nan_infinity_and_nesting_too_deep_to_read(text):
+    from workrun_sdk._wire import loads_strict
+
+    with pytest.raises(ValueError):
+        loads_strict(text)
+    assert loads_strict('{"v": [1.5, -2e300, "NaN"]}') == {"v": [1.5, -2e300, "NaN"]}
+
+
+@pytest.mark.parametrize("value, field", [("nan", "nodes.a.input.v"), ("[1, -inf]", "nodes.a.input.v[1]"),
+                                          ("{ w = +inf }", "nodes.a.input.v.w")])
+def test_a_workflow_with_nan_or_inf_is_a_config_error_naming_the_field(tmp_path, value, field):
+    from workrun.apps import parse_toml
+
+    text = f'name = "w"\n[nodes.a]\napp = "x"\ninput = {{ v = {value} }}\n'
+    with pytest.raises(ConfigError) as err:
+        parse_toml(text, "w.toml")
+    assert err.value.line().startswith(f"w.toml: {field}: "), err.value.line()
+    assert parse_toml(text.replace(value, "1.5"), "w.toml")["nodes"]["a"]["input"] == {"v": 1.5}

@@ -37,6 +37,7 @@ __all__ = [
     "load_app",
     "load_project",
     "one_reading",
+    "parse_toml",
     "pydantic_error",
     "toml_type",
 ]
@@ -59,6 +60,31 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 _WANTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "a boolean (true or false)",
            "string_type": "a string", "dict_type": "a table", "model_type": "a table", "list_type": "an array"}
+
+
+def parse_toml(text: str, file: str) -> dict[str, Any]:
+    """Parse a config file's TOML text (a workflow or an App's ``pyproject.toml``).
+
+    TOML's ``nan`` and ``inf`` floats are refused: they are no JSON number, and every value of a config may
+    end up in the journal, an App's input, a request body or a ``--json`` document (SPEC §9).
+
+    Raises:
+        ConfigError: not TOML (naming ``file``), or a ``nan``/``inf`` (naming ``file`` and the dotted field).
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            raise ConfigError(f"{value} is not a JSON number (no nan or inf)", file=file, field=where)
+        if isinstance(value, dict):
+            todo.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+    return data
 
 
 def toml_type(value: Any) -> str:
@@ -119,10 +145,10 @@ def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
     if not (project / "uv.lock").is_file():
         raise ConfigError("uv.lock is missing: run `uv lock` in the project (R-A1)", file=str(project / "uv.lock"))
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = pyproject.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=str(pyproject)) from None
-    return pyproject, data
+    return pyproject, parse_toml(text, str(pyproject))
 
 
 def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:

@@ -39,6 +39,7 @@ from workrun import settings
 from workrun.errors import ConfigError
 from workrun.outcomes import Failure
 from workrun.templates import strings
+from workrun_sdk import _wire
 
 if TYPE_CHECKING:  # socket and ssl are imported where a request is sent: a workflow load needs neither (R-P3)
     import socket
@@ -740,8 +741,8 @@ def _decode_body(raw: bytes, content_type: str, encoding: str | None) -> Any:
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "application/json" or media.endswith("+json"):
         try:
-            return json.loads(text) if text.strip() else None
-        except ValueError:
+            return _wire.loads_strict(text) if text.strip() else None
+        except ValueError:  # not JSON (NaN and Infinity included): kept as the text it is
             return text
     return text
 

@@ -37,6 +37,7 @@ from workrun.services import Services
 from workrun.templates import template_refs
 from workrun.ticket_actions import run_action, send_notifications
 from workrun.ticket_records import event_row
+from workrun_sdk import _wire
 
 __all__ = [
     "check",
@@ -73,7 +74,7 @@ def parse_result(text: str | None) -> Any:
     if text is None:
         return {}
     try:
-        return json.loads(text)
+        return _wire.loads_strict(text)
     except ValueError as exc:
         raise UsageError(f"not JSON: {exc}", field="--result") from None
 

@@ -8,14 +8,13 @@ must satisfy is its executor's ``check`` (:mod:`workrun.nodes`).
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from workrun.apps import load_app, one_reading, pydantic_error, toml_type
+from workrun.apps import load_app, one_reading, parse_toml, pydantic_error, toml_type
 from workrun.errors import ConfigError
 from workrun.models import (
     NODE_MODELS,
@@ -187,9 +186,10 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     if not path.is_file():
         raise ConfigError("workflow file not found", file=file)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    data = parse_toml(text, file)
     unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])

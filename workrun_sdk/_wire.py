@@ -43,6 +43,7 @@ __all__ = [
     "read_envelope",
     "write_json_atomic",
     "claim",
+    "loads_strict",
 ]
 
 VERSION = 1
@@ -91,6 +92,24 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
         raise
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` of JSON as RFC 8259 has it: ``NaN``, ``Infinity`` and ``-Infinity`` (which Python's json
+    reads and writes by default, and no other JSON reader takes) are refused, and so is nesting too deep to
+    read (a ``RecursionError``), so such a value never reaches a journal, a ``--json`` document or an API.
+
+    Raises:
+        ValueError: ``text`` is not such JSON (``json.JSONDecodeError`` is a ValueError too).
+    """
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a versioned envelope written by the other side.
 
@@ -101,7 +120,7 @@ def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = loads_strict(fh.read())
     except (OSError, ValueError) as exc:
         raise SDKError(f"{path}: cannot read call file: {exc}") from None
     if not isinstance(data, dict) or data.get("v") != VERSION:

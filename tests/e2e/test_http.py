@@ -90,6 +90,23 @@ url = "{server.url}/api/orders"
     assert server.count("POST", "/api/orders") == 1
 
 
+def test_a_json_body_with_nan_or_infinity_is_kept_as_text_so_every_output_stays_json(server, write_workflow, workrun):
+    """Python's json reads NaN and Infinity; no other JSON reader does: such a body is text, like any body that is not
+    JSON, and ``--json``, ``runs show`` and the journal stay readable by any JSON parser."""
+    raw = b'{"v": NaN, "w": -Infinity}'
+    server.route("GET", "/nan", status=200, raw=raw, headers={"Content-Type": "application/json"})
+    wf = write_workflow("nan", _allow(server) + f'[nodes.h]\nkind = "http"\nmethod = "GET"\nurl = "{server.url}/nan"\n')
+    res = workrun("run", wf, "--json")
+    assert res.code == 0, res
+
+    def strict(text: str) -> Any:
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+
+    (op,) = _ops(strict(res.out), "h")
+    assert op["result"]["body"] == raw.decode()
+    assert strict(workrun("runs", "show", res.json()["run_id"], "--json").out)
+
+
 def test_redirect_is_not_followed(server, write_workflow, workrun):
     server.route("POST", "/api/orders", status=302, headers={"Location": f"{server.url}/elsewhere"})
     wf = write_workflow("redirect", _allow(server) + f"""

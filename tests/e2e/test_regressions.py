@@ -49,6 +49,8 @@ def test_timeout_ends_children_that_ignore_sigterm(workrun, make_project, tmp_pa
     res = workrun("app", "run", proj, "stubborn", "--input", f"pidfile={pidfile}", "--json")
     assert res.code == 1
     assert "timed out after 2 s" in res.json()["error"]
+    # the App ended by the timeout's SIGTERM: recorded with its signal, as every call's output has it (SPEC §17)
+    assert (res.json()["exit_code"], res.json()["signal"]) == (None, signal.SIGTERM), res.json()
     assert _gone(int(pidfile.read_text()))
 
 

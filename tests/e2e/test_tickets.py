@@ -260,6 +260,8 @@ def test_every_refusal_exits_2_with_one_line_and_changes_nothing(workrun, write_
     attempts = [
         ("tickets", "resume", closed),                               # not pending
         ("tickets", "resume", tid, "--result", "{bad"),              # not JSON
+        ("tickets", "resume", tid, "--result", '{"id": NaN}'),       # not JSON either (only Python's json reads it)
+        ("tickets", "resume", tid, "--result", '{"id": ' + "[" * 50_000 + "]" * 50_000 + "}"),  # too deep
         ("tickets", "resume", tid, "--result", '{"other": 1}'),      # lacks a field ship reads
         ("tickets", "retry", tid),                                   # no action configured
         ("tickets", "resolve", closed),                              # not pending
@@ -315,6 +317,17 @@ def test_kill_after_ticket_opened_then_resume_twice(workrun, write_workflow, ops
     assert len(hook.requests("POST", "/hook")) == 1  # exactly one notification across the kill
 
 
+def test_resume_exits_1_when_the_ticket_action_it_sent_failed(workrun, write_workflow, ops, tmp_path, hook):
+    hook.route("POST", "/refund", status=500, json={"error": "down"})
+    policy = f'{{ compensate = {{ method = "POST", url = "{hook.url}/refund", max_retries = 0 }} }}'
+    wf = payment_workflow(write_workflow, ops, tmp_path / "c.log", policy=policy)
+    assert workrun("run", wf, env={**ALLOW, "WORKRUN_FAULT": "ticket.opened"}).code == -signal.SIGKILL
+    resumed = workrun("resume", "--json", env=ALLOW)
+    assert resumed.code == 1, resumed
+    (view,) = resumed.json()["runs"]
+    assert ticket_of(view)["action"]["status"] == "failed" and len(hook.requests("POST", "/refund")) == 1
+
+
 @pytest.mark.parametrize("idempotent", [False, True])
 def test_kill_during_a_ticket_action_then_resume_twice(workrun, write_workflow, ops, tmp_path, hook, idempotent):
     policy = (f'{{ compensate = {{ method = "POST", url = "{hook.url}/refund", idempotent = {str(idempotent).lower()}'
@@ -323,8 +336,10 @@ def test_kill_during_a_ticket_action_then_resume_twice(workrun, write_workflow, 
     res = workrun("run", wf, env={**ALLOW, "WORKRUN_FAULT": "http.answered"})
     assert res.code == -signal.SIGKILL, res
     assert len(hook.requests("POST", "/refund")) == 1
-    for _ in range(2):
-        workrun("resume", env=ALLOW)
+    first = workrun("resume", env=ALLOW)
+    workrun("resume", env=ALLOW)
+    # resume exits by the ticket action it settled, as by a compensation: 0 only when it succeeded (SPEC §10)
+    assert first.code == (0 if idempotent else 1), first
     (run,) = workrun("runs", "list", "--json").json()
     view = workrun("runs", "show", run["run_id"], "--json").json()
     t = ticket_of(view)

@@ -93,6 +93,8 @@ def test_lookups_prefixes_and_order(journal):
     from workrun.errors import NotFoundError
 
     _run(journal, "run_abc001", 1.0)
+    with pytest.raises(NotFoundError, match="an empty run id matches nothing"):
+        journal.run("")  # a prefix of every id, never "the only run there is"
     _run(journal, "run_abc002", 2.0)
     _run(journal, "run_x%_03", 3.0)
     assert [r["run_id"] for r in journal.runs()] == ["run_x%_03", "run_abc002", "run_abc001"]

@@ -225,3 +225,76 @@ def test_run_page_shows_a_reverse_actions_http_status_and_response(ui_server, wo
         assert res.code == 1, res
     page = ui_server().client().get(f"/runs/{res.json()['run_id']}").text
     assert "HTTP 200" in page and "response: &lt;b&gt;deleted&lt;/b&gt; 7" in page
+
+
+def test_tickets_from_the_dashboard_note_resume_and_terminate(ui_server, workrun, write_workflow, tmp_path: Path,
+                                                              isolated_env: Path) -> None:
+    """R-U4 for tickets: a note (shown in the ticket's history, escaped), resume with a result (the run goes on)
+    and terminate (the run fails and its calls are compensated), each audited as ui:<OS user>."""
+    import getpass
+    import time
+
+    from _kit.ops_apps import write_project
+
+    ops = write_project(tmp_path / "ops")
+
+    def waiting_run(name: str) -> tuple[str, str]:
+        wf = write_workflow(name, f"""
+            [nodes.order]
+            project = "{ops}"
+            app = "step"
+            input = {{ name = "order", log = "{tmp_path / (name + '.log')}" }}
+            [nodes.charge]
+            project = "{ops}"
+            app = "step"
+            needs = ["order"]
+            input = {{ name = "charge", fail = true }}
+            on_failure = "notify"
+            [nodes.ship]
+            project = "{ops}"
+            app = "step"
+            input = {{ name = "ship", value = "{{{{ nodes.charge.result.id }}}}" }}
+        """)
+        res = workrun("run", wf, "--json")
+        assert res.code == 4, res
+        (ticket,) = res.json()["tickets"]
+        return res.json()["run_id"], ticket["ticket_id"]
+
+    resumed_run, resumed = waiting_run("pay1")
+    ended_run, ended = waiting_run("pay2")
+    server = ui_server()
+    client = server.client()
+    page = client.get("/tickets").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    origin = {"Origin": server.base}
+
+    def act(tid: str, action: str, **data: str) -> None:
+        answer = client.post(f"/actions/tickets/{tid}/{action}", data={"csrf": csrf, "back": "/tickets", **data},
+                             headers=origin)
+        assert answer.status_code == 303, answer.text
+
+    def settled(run_id: str, status: str) -> dict:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            view = client.get(f"/api/runs/{run_id}").json()
+            if view["status"] == status and view["compensation"] in (None, "complete"):
+                return view
+            time.sleep(0.2)
+        raise AssertionError(client.get(f"/api/runs/{run_id}").json())
+
+    act(resumed, "note", text="<b>card</b> charged by phone")
+    shown = client.get("/tickets").text
+    assert "&lt;b&gt;card&lt;/b&gt; charged by phone" in shown and "<b>card</b>" not in shown
+    act(resumed, "resume", result='{"id": "ch_1"}')
+    view = settled(resumed_run, "succeeded")
+    ship = next(op for op in view["operations"] if op["node_key"] == "ship")
+    assert ship["input"]["value"] == "ch_1"
+    act(ended, "terminate")
+    view = settled(ended_run, "failed")
+    order = next(op for op in view["operations"] if op["node_key"] == "order")
+    assert order["compensation"]["status"] == "succeeded" and view["compensation"] == "complete"
+    me = f"ui:{getpass.getuser()}"
+    history = {t["ticket_id"]: [(h["actor"], h["action"]) for h in t["history"]] for t in client.get("/api/tickets").json()}
+    assert history[resumed][1:] == [(me, "note"), (me, "resume")], history
+    assert history[ended][1:] == [(me, "terminate")], history
+    assert [line for line in client.get("/tickets").text.splitlines() if "data-history" in line]

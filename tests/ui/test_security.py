@@ -169,6 +169,27 @@ def test_a_scheduling_action_the_cli_refuses_is_400_with_its_line_not_started(ui
     assert client.get(f"/api/compensations/{cid}").json()["status"] == "succeeded"
 
 
+def test_hostile_numbers_and_nul_characters_are_answered_never_a_500(ui_server, hostile_home,
+                                                                        isolated_env: Path) -> None:
+    server = ui_server()
+    client = server.client()
+    huge = "9223372036854775807"
+    for path in (f"/?page={huge}", f"/?page=-{huge}", f"/api/runs?limit={huge}&offset={huge}", "/?page=1e9",
+                 f"/api/runs?offset=-{huge}"):
+        assert client.get(path).status_code == 200, path
+    assert client.get(f"/api/runs?limit={huge}").json()[0]["run_id"]
+    page = client.get(f"/runs/{hostile_home['run_id']}").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    before = _events(isolated_env)
+    cid = hostile_home["compensation_id"]
+    for data in ({"text": "a\x00b"}, {"text": "ok", "back": "/\x00"}, {"outcome": "done\x00"}):
+        action = "confirm" if "outcome" in data else "note"
+        answer = client.post(f"/actions/compensations/{cid}/{action}", data={**data, "csrf": csrf},
+                             headers={"Origin": server.base})
+        assert answer.status_code == 400, (data, answer.status_code, answer.text)
+    assert _events(isolated_env) == before
+
+
 def test_hostile_journal_renders_as_text(ui_server, hostile_home) -> None:
     server = ui_server(env={"WORKRUN_TEST_SECRET": SECRET})
     client = server.client()

@@ -13,6 +13,7 @@ import typer
 from workrun.cli.common import JsonOpt, reading
 from workrun.cli.output import console, escape, print_json, styled
 from workrun.errors import ConfigError, UsageError
+from workrun_sdk import _wire
 
 if TYPE_CHECKING:
     from workrun.models import AppSpec
@@ -78,7 +79,7 @@ def _coerce(value: object) -> object:
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return _wire.loads_strict(value)
     except ValueError:
         return value
 
@@ -112,7 +113,8 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
                       tool_name=tool, standalone=True)
     view = {"operation_id": op["operation_id"], "app": op["app"], "status": op["status"], "input": op["input"],
             "result": op["result"], "resources": op["resources"], "error": op["error"], "exit_code": op["exit_code"],
-            "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "", "compensation": None}
+            "signal": op["signal"], "stdout_tail": op["stdout_tail"] or "", "stderr_tail": op["stderr_tail"] or "",
+            "compensation": None}
     if json_mode:
         print_json(view)
     else:
@@ -121,7 +123,7 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
         if op["stdout_tail"]:
             console.print(escape(op["stdout_tail"].rstrip()))
         console.print(f"result: {json.dumps(op['result'])}")
-        console.print("[dim]standalone call: journaled, never compensated (R-A6)[/]")
+        console.print("[dim]standalone call: journaled, never compensated[/]")
     raise typer.Exit(0 if op["status"] == "succeeded" else 1)
 
 

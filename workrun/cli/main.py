@@ -245,6 +245,7 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     from workrun.views import run_view
 
     with scheduling(json_mode, wait, resume_first=False) as svc:
+        t0 = svc.now()
         if shared_journal():  # claim runs one by one, like a worker that ends when nothing is left (R-S2)
             from workrun.workers import resume_shared
 
@@ -252,9 +253,14 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
         else:
             handled = resume_all(svc)
         views = [run_view(svc.journal, r) for r in handled]
-        # SPEC §10: 0 when every compensation it handled ended succeeded or skipped
+        # SPEC §10: 0 when every compensation it handled ended succeeded or skipped, and every ticket action it
+        # sent or settled (R-M3: a job with attempts, like a compensation; `tickets retry` exits by it too)
+        # succeeded; an action that had failed before this command (a dead letter already) is not its doing
+        acted = [a for v in views for t in v["tickets"] if t["action"]
+                 and (a := svc.journal.ticket_action(t["ticket_id"])) is not None and a["updated_at"] >= t0]
         ok = all(op["compensation"]["status"] in COMPENSATION_DONE
                  for v in views for op in v["operations"] if op["compensation"])
+        ok = ok and all(a["status"] == "succeeded" for a in acted)
         if json_mode:
             print_json({"runs": views})
         else:

@@ -521,8 +521,11 @@ class SqliteJournal:
         """The row of ``table`` whose ``column`` is ``given`` or starts with it (a unique prefix).
 
         Raises:
-            NotFoundError: no row, or the prefix matches several (``noun`` names them, ``field`` the argument).
+            NotFoundError: no row, or the prefix matches several (``noun`` names them, ``field`` the argument),
+                or ``given`` is empty (a prefix of every id: never "the only one there is").
         """
+        if not given:
+            raise NotFoundError(f"an empty {noun} id matches nothing", field=field)
         rows = self._query(f"SELECT * FROM {table} WHERE {column} = ?", (given,)) or \
             self._query(f"SELECT * FROM {table} WHERE {column} LIKE ? || '%' ESCAPE '\\' ORDER BY {column} LIMIT 4",
                         (given.replace("%", "\\%").replace("_", "\\_"),))

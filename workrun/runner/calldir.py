@@ -285,7 +285,7 @@ def collect(call_dir: Path) -> Collected:
             out.error = f"result is {size} bytes, over the 1 MiB limit ({RESULT_LIMIT_BYTES} bytes)"
         else:
             try:
-                data = json.loads(result_file.read_text(encoding="utf-8"))
+                data = _wire.loads_strict(result_file.read_text(encoding="utf-8"))
                 if not isinstance(data, dict) or data.get("v") != _wire.VERSION or "result" not in data:
                     out.error = "result.json: not a version-1 result envelope"
                 else:
@@ -298,14 +298,14 @@ def collect(call_dir: Path) -> Collected:
     dep_file = call_dir / "dependencies.json"
     if "dependencies.json" in sizes:
         try:
-            data = json.loads(dep_file.read_text(encoding="utf-8"))
+            data = _wire.loads_strict(dep_file.read_text(encoding="utf-8"))
             out.depends_on = [d for d in data.get("depends_on", []) if isinstance(d, str)]
         except (ValueError, OSError, AttributeError):
             out.error = out.error or "dependencies.json: not JSON"
     res_file = call_dir / "resources.json"
     if "resources.json" in sizes:
         try:
-            data = json.loads(res_file.read_text(encoding="utf-8"))
+            data = _wire.loads_strict(res_file.read_text(encoding="utf-8"))
             out.resources = [r for r in data.get("resources", []) if isinstance(r, dict)]
         except (ValueError, OSError, AttributeError):
             out.error = out.error or "resources.json: not JSON"

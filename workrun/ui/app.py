@@ -136,9 +136,14 @@ def _dash(request: Request) -> Dashboard:
     return request.app.state.dashboard
 
 
+_INT_MAX = 10**9  # a page number, limit or offset past any journal (and far inside SQLite's 64-bit integers)
+
+
 def _int(value: str | None, default: int, low: int = 1) -> int:
+    """A query parameter as an integer in ``[low, 10**9]`` (``default`` when absent or not a number): a hostile
+    ``?page=9223372036854775807`` is a page past the end, never a 500."""
     try:
-        return max(low, int(value)) if value is not None else default
+        return min(_INT_MAX, max(low, int(value))) if value is not None else default
     except ValueError:
         return default
 
@@ -334,11 +339,20 @@ def api_ticket(request: Request) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """The urlencoded form of a POST (last value of each field); the Guard has bounded its size."""
+    """The urlencoded form of a POST (last value of each field); the Guard has bounded its size.
+
+    Raises:
+        HTTPException: 400 when a field holds a NUL character (nothing is done).
+    """
     from urllib.parse import parse_qsl
 
+    from starlette.exceptions import HTTPException
+
     body = (await request.body()).decode("utf-8", "replace")
-    return dict(parse_qsl(body, keep_blank_values=True))
+    form = dict(parse_qsl(body, keep_blank_values=True))
+    if any("\x00" in k or "\x00" in v for k, v in form.items()):  # no command line can carry it
+        raise HTTPException(400, "a form field holds a NUL character")
+    return form
 
 
 def _back(form: dict[str, str], default: str) -> str:

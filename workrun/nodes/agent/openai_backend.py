@@ -30,6 +30,7 @@ from typing import Any
 from workrun.errors import WorkrunError
 from workrun.models import AgentNode
 from workrun.nodes.agent.backend import ToolCall
+from workrun_sdk import _wire
 
 __all__ = ["REQUEST_TIMEOUT_CAP", "OpenAIBackend"]
 
@@ -141,7 +142,7 @@ class OpenAIBackend:
 
 def _tool_call(call_id: str, name: str, arguments: str | None) -> ToolCall:
     try:
-        args = json.loads(arguments) if arguments else {}
+        args = _wire.loads_strict(arguments) if arguments else {}
     except ValueError as exc:
         return ToolCall(tool=name, args=None, id=call_id, error=f"arguments are not valid JSON: {exc}")
     if not isinstance(args, dict):

@@ -328,7 +328,11 @@ async def _follow(svc: Services, run_id: str, node: RemoteAgentNode, text: str) 
         return NodeOutcome("failed", error=f"task {task.id} ended {state}"
                                            + (f": {_one_line(detail, 500)}" if detail else ""))
     result = _result(task)
-    size = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
+    try:
+        size = len(json.dumps(result, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    except ValueError:  # NaN or Infinity: no JSON reader but Python's takes them
+        return NodeOutcome("failed", error=f"task {task.id} completed but its result holds NaN or Infinity, "
+                                           "which are not JSON")
     if size > MAX_RESULT:
         return NodeOutcome("failed", error=f"task {task.id} completed but its result is {size} bytes, over the "
                                            f"{MAX_RESULT}-byte limit")
