@@ -280,13 +280,17 @@ def test_a_list_on_a_terminal_has_a_bold_header_and_coloured_statuses_unless_no_
                        "run_2  odd\\x1b\n")
 
 
-@pytest.mark.parametrize("text", ['{"v": NaN}', "[Infinity]", "-Infinity", "[" * 100_000 + "]" * 100_000])
+@pytest.mark.parametrize("text", ['{"v": NaN}', "[Infinity]", "-Infinity", "[" * 100_000 + "]" * 100_000,
+                                  "[" * 201 + "]" * 201, '{"a": 1e999}', "[-1e400]", '{"a": "\\udc80"}',
+                                  '{"\\ud800": 1}'])
 def test_strict_json_refuses_nan_infinity_and_nesting_too_deep_to_read(text):
     from workrun_sdk._wire import loads_strict
 
     with pytest.raises(ValueError):
         loads_strict(text)
     assert loads_strict('{"v": [1.5, -2e300, "NaN"]}') == {"v": [1.5, -2e300, "NaN"]}
+    assert loads_strict('["\\ud83d\\ude00"]') == ["\N{GRINNING FACE}"]  # a surrogate pair is one character
+    assert loads_strict("[" * 200 + "]" * 200)
 
 
 @pytest.mark.parametrize("value, field", [("nan", "nodes.a.input.v"), ("[1, -inf]", "nodes.a.input.v[1]"),
@@ -299,3 +303,12 @@ def test_a_workflow_with_nan_or_inf_is_a_config_error_naming_the_field(tmp_path,
         parse_toml(text, "w.toml")
     assert err.value.line().startswith(f"w.toml: {field}: "), err.value.line()
     assert parse_toml(text.replace(value, "1.5"), "w.toml")["nodes"]["a"]["input"] == {"v": 1.5}
+
+
+def test_text_for_rich_shows_control_characters_as_escapes_and_keeps_line_breaks():
+    """Names, messages, stderr lines and notes go to the terminal through ``escape``: nothing in them acts on it."""
+    from workrun.cli.output import escape
+
+    shown = escape("a\x1b]0;title\x07 \x1b[31mred[/] \u202eevil\rline\nnext\tcol")
+    assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown and "\r" not in shown
+    assert shown == "a\\x1b]0;title\\x07 \\x1b[31mred\\[/] \\u202eevil\\x0dline\nnext\tcol"

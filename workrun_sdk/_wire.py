@@ -92,22 +92,51 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
         raise
 
 
+MAX_DEPTH = 200
+"""The deepest nesting of arrays and objects :func:`loads_strict` takes (a value read back deeper in a call stack
+must still fit Python's recursion limit)."""
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is too large for a JSON number")
+    return value
+
+
 def loads_strict(text: str | bytes) -> Any:
-    """``json.loads`` of JSON as RFC 8259 has it: ``NaN``, ``Infinity`` and ``-Infinity`` (which Python's json
-    reads and writes by default, and no other JSON reader takes) are refused, and so is nesting too deep to
-    read (a ``RecursionError``), so such a value never reaches a journal, a ``--json`` document or an API.
+    """``json.loads`` of JSON any reader takes, so that no value read here can break a journal write, a ``--json``
+    document or an API answer later: refused are ``NaN``, ``Infinity`` and ``-Infinity`` (Python's json reads
+    and writes them; no other JSON reader does), a number too large for a float (``1e999`` would become
+    ``Infinity``), a lone surrogate (``"\\udc80"``: no UTF-8 for it), and nesting deeper than
+    :data:`MAX_DEPTH`.
 
     Raises:
         ValueError: ``text`` is not such JSON (``json.JSONDecodeError`` is a ValueError too).
     """
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise ValueError(f"nested more than {MAX_DEPTH} deep") from None
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise ValueError(f"nested more than {MAX_DEPTH} deep")
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+                        if isinstance(v, (dict, list)))
+    raw = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if "\\ud" in raw or "\\uD" in raw:  # an escaped surrogate: only a pair of them is a character
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a lone surrogate (\\ud800-\\udfff without its pair) is no character") from None
+    return value
 
 
 def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -90,10 +90,12 @@ url = "{server.url}/api/orders"
     assert server.count("POST", "/api/orders") == 1
 
 
-def test_a_json_body_with_nan_or_infinity_is_kept_as_text_so_every_output_stays_json(server, write_workflow, workrun):
-    """Python's json reads NaN and Infinity; no other JSON reader does: such a body is text, like any body that is not
-    JSON, and ``--json``, ``runs show`` and the journal stay readable by any JSON parser."""
-    raw = b'{"v": NaN, "w": -Infinity}'
+@pytest.mark.parametrize("raw", [b'{"v": NaN, "w": -Infinity}', b'{"v": 1e999}', b'{"v": "\\udc80"}',
+                                 b"[" * 300 + b"]" * 300])
+def test_a_json_body_no_json_reader_but_pythons_takes_is_kept_as_text(server, write_workflow, workrun, raw):
+    """Python's json reads NaN, Infinity, 1e999 (as Infinity) and a lone surrogate; no other JSON reader does (and a
+    lone surrogate has no UTF-8: the journal write would fail). Such a body is text, like any body that is not JSON,
+    and ``--json``, ``runs show`` and the journal stay readable by any JSON parser."""
     server.route("GET", "/nan", status=200, raw=raw, headers={"Content-Type": "application/json"})
     wf = write_workflow("nan", _allow(server) + f'[nodes.h]\nkind = "http"\nmethod = "GET"\nurl = "{server.url}/nan"\n')
     res = workrun("run", wf, "--json")

@@ -271,6 +271,9 @@ def test_every_refusal_exits_2_with_one_line_and_changes_nothing(workrun, write_
         ("tickets", "show", "tkt_nope"),                             # unknown id
         ("tickets", "resume", "tkt_"),                               # ambiguous prefix
         ("tickets", "list", "--status", "open"),                     # unknown status
+        ("tickets", "list", "--run", ""),                            # an empty id matches nothing
+        ("compensations", "list", "--run", ""),
+        ("tickets", "show", ""),
     ]
     for args in attempts:
         res = workrun(*args)

@@ -91,6 +91,7 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
         tool: Optional[str] = typer.Option(None, "--tool", help="For a Tool App: the tool to call."),
         json_mode: bool = JsonOpt) -> None:
     """Run one App alone: journaled, never compensated. Exit 0 if the call succeeded, else 1.
+
     \f
     Implements R-A6.
     """

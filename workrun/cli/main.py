@@ -83,7 +83,7 @@ def run(
     eval_run: bool = typer.Option(False, "--eval", help="Evaluation run: never compensated."),
     yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
     submit: bool = typer.Option(False, "--submit", help="Only record the run for workers (`workrun worker`) and "
-                                "print its id; needs WORKRUN_JOURNAL=postgresql://… (R-S3)."),
+                                "print its id (needs WORKRUN_JOURNAL=postgresql://…)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
@@ -106,8 +106,9 @@ def rerun(
     yes: bool = typer.Option(False, "--yes", help="Approve tool calls whose App asks for confirmation."),
 ) -> None:
     """Start a new run with the same workflow and inputs; the old run's record is untouched.
+
     \f
-    Implements R-W5 (the text before the form feed is the command's help).
+    Implements R-W5 (the text before the form feed is the help).
     """
     from workrun.models import WorkflowSpec
     from workrun.nodes import default_executors
@@ -134,6 +135,7 @@ def stop(
     timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
 ) -> None:
     """Stop a running or waiting run from another terminal: its App processes end, nothing is compensated.
+
     \f
     Implements R-C9.
     """
@@ -238,6 +240,7 @@ class _StopClaim:
 @app.command()
 def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Continue every unfinished run and compensation in the data directory; exit 0 if all ended well.
+
     \f
     Implements R-R1.
     """
@@ -302,6 +305,7 @@ def compensate(
     wait: bool = WaitOpt,
 ) -> None:
     """Explicitly compensate a stopped or terminated run, or finish a failed run's compensation.
+
     \f
     Implements R-C9.
     """
@@ -375,6 +379,7 @@ def worker(
     Ctrl-C or SIGTERM: claim nothing new and end after the runs and calls in hand; a second one ends at once.
 
     Claims then pass to other workers when the lease (WORKRUN_LEASE seconds) has passed.
+
     \f
     Implements R-S2.
     """

@@ -66,10 +66,13 @@ console: Console = cast("Console", _LazyConsole())
 
 
 def escape(text: str) -> str:
-    """Escape rich markup in ``text`` (rich's ``escape``, imported on first use)."""
+    """``text`` (a name, a message, an App's stderr line, a note: anything not ours) for rich: its markup escaped
+    (rich's ``escape``, imported on first use) and nothing in it a terminal would act on (ESC, a bidi override,
+    a carriage return: shown as ``\\x1b``-style escapes, as :func:`print_list` shows them); line breaks and tabs
+    stay."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(_cell(text, keep="\n\t")[0])
 
 
 STATUS_STYLE = {
@@ -129,16 +132,16 @@ _ANSI = {"green": "32", "red": "31", "magenta": "35", "yellow": "33", "cyan": "3
 _UNSAFE = ("Cc", "Cf", "Cs", "Zl", "Zp")  # control, format (bidi overrides), lone surrogates, line breaks
 
 
-def _cell(text: str) -> tuple[str, int]:
+def _cell(text: str, keep: str = "") -> tuple[str, int]:
     """``text`` safe for a terminal (control, format and line-break characters, e.g. ESC or a bidi override, shown as
     ``\\x1b`` / ``\\u202e`` escapes) and its width in terminal columns (East Asian wide characters take two,
-    combining marks none)."""
+    combining marks none). ``keep``: characters left as they are (e.g. line breaks, for text of several lines)."""
     import unicodedata
 
     out, width = [], 0
     for ch in text:
         cat = unicodedata.category(ch)
-        if cat in _UNSAFE:
+        if cat in _UNSAFE and ch not in keep:
             code = ord(ch)
             shown = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
             out.append(shown)

@@ -125,6 +125,8 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool) -> 
 
     if status is not None and status not in COMPENSATION_STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(COMPENSATION_STATUSES)})", field="--status")
+    if run == "":
+        raise UsageError("an empty run id matches nothing", field="--run")
     with viewing() as journal:
         rows = compensations_list(journal, status=status, run=run)
     if json_mode:

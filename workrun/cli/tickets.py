@@ -48,6 +48,8 @@ def list_tickets(
 
     if status is not None and status not in TICKET_STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(TICKET_STATUSES)})", field="--status")
+    if run == "":
+        raise UsageError("an empty run id matches nothing", field="--run")
     with reading(json_mode) as svc:
         rows = tickets_list(svc.journal, status=status, run=run)
     if json_mode:

@@ -21,6 +21,7 @@ def ui(
     """Serve the dashboard on 127.0.0.1 only: prints its URL with an access token and opens the browser.
 
     Runs until Ctrl-C. Reading never blocks a scheduler; actions run the CLI's own commands.
+
     \f
     Implements R-U1.
     """
@@ -41,6 +42,9 @@ def ui(
         if not p.is_dir():
             raise UsageError("not a directory", file=str(p), field="--project")
     home = data_dir()
+    from workrun.journal import open_journal
+
+    open_journal(home, check=False, writable=False).close()  # a journal it cannot read: one line, exit 1, not 500s
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
