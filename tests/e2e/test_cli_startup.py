@@ -36,9 +36,8 @@ def test_read_commands_import_no_typer_pydantic_nor_the_engine(args):
                           text=True, timeout=120)
     modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert not modules & {"workrun.engine", "workrun.nodes", "workrun.models", "workrun.runner", "workrun.services"}
-    # with WORKRUN_HOME set and the SQLite journal: no platformdirs, no shutil (~8 ms of compression modules), no
-    # PostgreSQL backend
-    assert not modules & {"platformdirs", "shutil", "workrun.journal.postgres"}, modules
+    # with WORKRUN_HOME set: no platformdirs, no shutil (~8 ms of compression modules)
+    assert not modules & {"platformdirs", "shutil"}, modules
 
 
 def test_runs_list_prints_plain_columns_without_rich(workrun, write_workflow, marker_project):
