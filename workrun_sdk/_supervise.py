@@ -321,6 +321,11 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         if call is not None:  # loaded already (a fork server's call): the App need not read input.json again
             call._cache[directory] = envelope
         _exit_like_python(run_app(entry, envelope))
+    if signal.SIGTERM in signal.sigpending():  # the group's SIGTERM came after the check above: if it came before
+        try:  # the fork, a forked child has no pending signals and never got it (it would be SIGKILLed after the
+            os.kill(app, signal.SIGTERM)  # grace, not ended by the stop's SIGTERM); a second one merges with it
+        except OSError:
+            pass
     status: list[int] = []
     recorded: list[int] = []
 
