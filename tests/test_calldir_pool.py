@@ -1,77 +1,80 @@
-"""Reusing a finished call's files (issue 14): emptied first, taken at most once, never a stale byte."""
+"""Reusing a finished call's directory (issue 14): emptied first, taken at most once, never a stale byte."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from workrun.runner import calldir
 from workrun.services import Services
 
+KEPT = ("stdout", "stderr", "input.json")
+
 
 def _finished(calls: Path, name: str) -> Path:
     d = calls / ".trash" / name
     d.mkdir(parents=True)
-    for f in ("stdout", "stderr", "input.json", "claim", "result.json"):
+    for f in (*KEPT, "claim", "result.json", "exit.json", "ended"):
         (d / f).write_text(f"old {f} of {name}\n")
     return d
 
 
-def _pooled_files(calls: Path) -> list[str]:
-    return [n for n in os.listdir(calls / ".pool") if not n.startswith("d-")]
+def _pooled(calls: Path) -> list[str]:
+    return sorted(os.listdir(calls / ".pool"))
 
 
 def _new_call(calls: Path, name: str) -> Path:
     d = calls / name
-    d.mkdir()
+    if not calldir.take_dir(d):
+        d.mkdir()
     return d
 
 
-def test_recycled_files_come_back_empty_and_the_input_is_the_new_one(tmp_path):
+def test_a_recycled_directory_comes_back_with_empty_files_and_the_input_is_the_new_one(tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
     old = _finished(calls, "op_old")
-    inodes = {os.stat(old / f).st_ino for f in ("stdout", "stderr", "input.json")}
-    calldir.recycle(old, calls)
-    assert not old.exists()  # the rest removed, the directory pooled too
+    inodes = {f: os.stat(old / f).st_ino for f in (".", *KEPT)}
+    assert calldir.recycle(old, calls)
+    assert not old.exists()
     new = _new_call(calls, "op_new")
-    calldir.place_outputs(new)
-    calldir.write_input(new, {"kind": "process", "input": {"n": 1}})
+    assert {f: os.stat(new / f).st_ino for f in (".", *KEPT)} == inodes  # no inode allocated
+    assert sorted(os.listdir(new)) == ["input.json", "stderr", "stdout"]  # no claim, result or exit record
     assert (new / "stdout").read_bytes() == b"" and (new / "stderr").read_bytes() == b""
+    calldir.write_input(new, {"kind": "process", "input": {"n": 1}})
     assert json.loads((new / "input.json").read_text()) == {"v": 1, "kind": "process", "input": {"n": 1}}
-    assert {os.stat(new / f).st_ino for f in ("stdout", "stderr", "input.json")} == inodes
-    assert sorted(os.listdir(new)) == ["input.json", "stderr", "stdout"]
-    # the pool is empty now: the next call's files are new ones
+    # the pool is empty now: the next call's directory is a new one
     other = _new_call(calls, "op_other")
-    calldir.place_outputs(other)
+    assert os.listdir(other) == []
     calldir.write_input(other, {"kind": "process", "input": {}})
-    assert sorted(os.listdir(other)) == ["input.json"]
+    assert os.listdir(other) == ["input.json"]
 
 
 def test_the_pool_is_bounded_and_shared_with_a_later_process(tmp_path, monkeypatch):
     calls = tmp_path / "calls"
     calls.mkdir()
-    monkeypatch.setattr(calldir, "POOL_FILES", 4)
-    for i in range(3):
-        calldir.recycle(_finished(calls, f"op_{i}"), calls)
-    assert len(_pooled_files(calls)) == 4
-    assert all(os.path.getsize(calls / ".pool" / f) == 0 for f in _pooled_files(calls))
+    monkeypatch.setattr(calldir, "POOL_DIRS", 2)
+    done = [calldir.recycle(_finished(calls, f"op_{i}"), calls) for i in range(3)]
+    assert done == [True, True, False]  # the third stays where it was: its caller removes it
+    assert (calls / ".trash" / "op_2").is_dir()
+    assert len(_pooled(calls)) == 2
     monkeypatch.setattr(calldir, "_POOLS", {})  # a new runner process finds what the last one left
-    for i in range(2):
-        calldir.place_outputs(_new_call(calls, f"op_new{i}"))
-    assert _pooled_files(calls) == []
+    assert calldir.take_dir(calls / "op_new0") and calldir.take_dir(calls / "op_new1")
+    assert not calldir.take_dir(calls / "op_new2")
+    assert _pooled(calls) == []
 
 
-def test_a_file_taken_by_another_process_is_skipped(tmp_path):
+def test_a_directory_taken_by_another_process_is_skipped(tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
-    calldir.recycle(_finished(calls, "op_old"), calls)
-    for name in _pooled_files(calls)[:2]:  # another runner took two of them meanwhile
-        os.rename(calls / ".pool" / name, tmp_path / name)
-    new = _new_call(calls, "op_new")
-    calldir.place_outputs(new)
-    assert sorted(os.listdir(new)) == ["stdout"]  # one left for stdout, stderr will be created by the launcher
+    for name in ("op_a", "op_b"):
+        calldir.recycle(_finished(calls, name), calls)
+    os.rename(calls / ".pool" / _pooled(calls)[0], tmp_path / "elsewhere")  # another runner took one meanwhile
+    assert calldir.take_dir(calls / "op_new")
+    assert sorted(os.listdir(calls / "op_new")) == ["input.json", "stderr", "stdout"]
+    assert not calldir.take_dir(calls / "op_next")
 
 
 def test_discard_frees_the_name_at_once_and_recycles_only_when_asked(tmp_path):
@@ -87,8 +90,26 @@ def test_discard_frees_the_name_at_once_and_recycles_only_when_asked(tmp_path):
     finally:
         svc.close()
     calls = tmp_path / "data" / "calls"
-    assert len(_pooled_files(calls)) == 2  # op_b's stdout and input.json; none of op_a's
+    assert len(_pooled(calls)) == 1 and _pooled(calls)[0].startswith("d-op_b.")  # op_b's only
     assert os.listdir(calls / ".trash") == []
+
+
+def test_tidy_removes_in_the_calling_thread_and_the_janitor_removes_what_tidy_left(tmp_path):
+    svc = Services(tmp_path / "data", check=False)
+    trash = tmp_path / "data" / "calls" / ".trash"
+    try:
+        d = svc.call_dir("op_a")
+        svc.discard(d, recycle=True)
+        assert len(os.listdir(trash)) == 1  # queued: nothing removed on the caller's path
+        svc.tidy()
+        assert os.listdir(trash) == []  # done by tidy, at once
+        svc.discard(svc.call_dir("op_b"), recycle=False)
+        end = time.monotonic() + 10
+        while os.listdir(trash) and time.monotonic() < end:  # nobody tidies: the janitor's thread does it
+            time.sleep(0.05)
+        assert os.listdir(trash) == []
+    finally:
+        svc.close()
 
 
 def test_what_a_killed_runner_left_in_the_trash_goes_and_new_discards_are_not_caught_in_it(tmp_path):
@@ -102,41 +123,54 @@ def test_what_a_killed_runner_left_in_the_trash_goes_and_new_discards_are_not_ca
     finally:
         svc.close()
     assert not left.exists()
-    assert len(_pooled_files(calls)) == 1  # op_new's stdout, recycled
+    assert len(_pooled(calls)) == 1  # op_new's directory, recycled
     assert sorted(n for n in os.listdir(calls) if n.startswith(".trash")) == [".trash"]
 
 
-def test_a_finished_directory_is_emptied_and_reused_but_never_replaces_an_existing_one(tmp_path):
+def test_a_recycled_directory_never_replaces_an_existing_one(tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
     old = _finished(calls, "op_old")
     ino = os.stat(old).st_ino
     calldir.recycle(old, calls)
-    assert not old.exists()
     (calls / "op_taken").mkdir()
     assert not calldir.take_dir(calls / "op_taken")  # exists: the caller's mkdir fails as it should
     assert calldir.take_dir(calls / "op_new") and os.stat(calls / "op_new").st_ino == ino
-    assert os.listdir(calls / "op_new") == []
     assert not calldir.take_dir(calls / "op_other")  # the pool had one
 
 
-def test_a_call_file_swapped_for_a_symlink_is_never_followed(tmp_path):
-    """An App that replaced its input.json (or an output file) by a symlink to another file: recycling removes
-    the link and never empties, pools or writes through what it points at."""
+def test_a_call_file_swapped_for_a_symlink_or_linked_elsewhere_is_never_followed_or_emptied(tmp_path):
+    """An App that replaced its input.json by a symlink to another file, or hard-linked its stdout elsewhere:
+    recycling removes the link and never empties, pools or writes through what it points at."""
     calls = tmp_path / "calls"
     calls.mkdir()
-    victim = tmp_path / "victim.txt"
+    victim, copy = tmp_path / "victim.txt", tmp_path / "linked.txt"
     victim.write_text("precious\n")
     old = _finished(calls, "op_evil")
-    for name in ("input.json", "stdout"):
-        (old / name).unlink()
-        (old / name).symlink_to(victim)
-    calldir.recycle(old, calls)
-    assert victim.read_text() == "precious\n"
-    assert not old.exists()
-    assert len(_pooled_files(calls)) == 1  # stderr only
+    (old / "input.json").unlink()
+    (old / "input.json").symlink_to(victim)
+    os.link(old / "stdout", copy)
+    assert calldir.recycle(old, calls)
+    assert victim.read_text() == "precious\n" and copy.read_text() == "old stdout of op_evil\n"
     new = _new_call(calls, "op_next")
-    calldir.place_outputs(new)
+    assert os.listdir(new) == ["stderr"]
     calldir.write_input(new, {"kind": "process", "input": {}})
     assert victim.read_text() == "precious\n"
     assert not any((new / f).is_symlink() for f in os.listdir(new))
+
+
+def test_a_directory_with_a_subdirectory_is_not_pooled(tmp_path):
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    old = _finished(calls, "op_odd")
+    (old / "sub").mkdir()
+    assert not calldir.recycle(old, calls)
+    assert not calldir.take_dir(calls / "op_new")
+
+
+def test_loose_files_an_earlier_version_pooled_are_removed(tmp_path):
+    calls = tmp_path / "calls"
+    (calls / ".pool" / "d-0123").mkdir(parents=True)  # an empty directory it pooled: still usable
+    (calls / ".pool" / "0abc").write_text("")
+    assert calldir.take_dir(calls / "op_new") and os.listdir(calls / "op_new") == []
+    assert _pooled(calls) == []

@@ -143,6 +143,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
                                       started_at=started, deadline=deadline)
         written.append(True)
 
+    svc.tidy()  # earlier calls' directories, while this one's App runs
     outcome = svc.runner.wait(started_process, deadline, running=running)
     return finish_operation(svc, {**row, **process, "status": "running" if written else "starting"}, outcome,
                             config=app, whole_row=True, process=None if written else process,

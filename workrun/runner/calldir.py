@@ -11,7 +11,6 @@ import json
 import os
 import stat
 import threading
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,8 @@ from typing import Any
 from workrun.runner.base import Collected, Outcome
 from workrun_sdk import _wire
 
-__all__ = ["CAPTURE_BYTES", "POOL_FILES", "RESULT_LIMIT_BYTES", "Claim", "collect", "fence", "place_outputs",
-           "read_claim", "read_exit", "recycle", "take_dir", "write_input"]
+__all__ = ["CAPTURE_BYTES", "POOL_DIRS", "RESULT_LIMIT_BYTES", "Claim", "collect", "fence", "read_claim",
+           "read_exit", "recycle", "take_dir", "write_input"]
 
 CAPTURE_BYTES = 64 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024
@@ -61,21 +60,24 @@ def fence(call_dir: Path) -> bool:
     return bool(_wire.claim(call_dir, "abandoned\n"))
 
 
-POOL_FILES = 32
-"""Empty files kept per calls directory for reuse (see :func:`recycle`)."""
+POOL_DIRS = 32
+"""Emptied call directories kept per calls directory for reuse (see :func:`recycle`)."""
 
-_RECYCLED = ("stdout", "stderr", "input.json")
+_KEPT = frozenset(("stdout", "stderr", "input.json"))
+"""The files a pooled directory keeps, emptied: the next call's outputs and input."""
 
 
 class _Pool:
-    """Empty files in ``<calls>/.pool``, ready to become a new call's ``stdout``, ``stderr`` or ``input.json``.
+    """Emptied directories of finished calls, in ``<calls>/.pool`` (``d-*``), ready to become new calls'
+    directories with their ``stdout``, ``stderr`` and ``input.json`` already there, empty.
 
-    Every new file costs an inode allocation and every removed one a deletion; on file systems that
-    keep recently deleted inodes from reuse (ext4 without a journal) an allocation scans past every
-    inode deleted in the last minutes, so a call's seven files cost milliseconds there. Reusing three
-    of them halves both (issue 14). Files enter the pool already truncated, and only from a call whose
-    supervisor recorded the App's exit (so nothing of that call still writes to them). A rename out of
-    the pool is atomic: of two processes taking the same file, one gets it and the other a new file.
+    Every new file costs an inode allocation and every removed one a deletion; on file systems that keep
+    recently deleted inodes from reuse (ext4 without a journal) an allocation scans past every inode deleted in
+    the last minutes, so a call's seven files cost milliseconds there. A pooled directory keeps four of its
+    inodes (itself and three files) and is taken with one rename (issue 14). Directories enter the pool already
+    emptied, and only from a call whose supervisor marked every process of the call ended (nothing writes into
+    them any more). A rename out of the pool is atomic: of two processes taking the same directory, one gets it
+    and the other makes a new one.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -85,82 +87,49 @@ class _Pool:
             names = os.listdir(folder)  # left by an earlier runner
         except OSError:
             names = []
-        self.free = [str(folder / n) for n in names if not n.startswith("d-")]
-        self.dirs = [str(folder / n) for n in names if n.startswith("d-")]
+        self.dirs = [os.path.join(folder, n) for n in names if n.startswith("d-")]
+        for name in names:  # loose files pooled by an earlier version
+            if not name.startswith("d-"):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
 
     def take(self, dest: Path) -> bool:
-        """Move a pooled empty file to ``dest`` (which must not exist); False when the pool has none."""
-        while True:
-            with self.lock:
-                if not self.free:
-                    return False
-                src = self.free.pop()
-            try:
-                os.rename(src, dest)
-                return True
-            except OSError:  # taken by another process meanwhile, or gone
-                continue
-
-    def take_dir(self, dest: Path) -> bool:
-        """Move a pooled empty directory to ``dest`` (which must not exist); False when there is none."""
+        """Move a pooled directory to ``dest`` (which must not exist); False when there is none."""
         while True:
             with self.lock:
                 if not self.dirs:
                     return False
                 src = self.dirs.pop()
-            if dest.exists():  # a rename would replace an empty directory there: the caller makes it fail
+            if os.path.lexists(dest):  # a rename would replace an empty directory there: the caller makes it fail
                 with self.lock:
                     self.dirs.append(src)
                 return False
             try:
                 os.rename(src, dest)
                 return True
-            except OSError:
+            except OSError:  # taken by another process meanwhile, or gone
                 continue
 
-    def put_dir(self, path: Path) -> None:
-        """Move the empty directory ``path`` into the pool (nothing when full, not empty or not possible)."""
-        with self.lock:
-            if len(self.dirs) >= POOL_FILES:
-                return
-        target = str(self.folder / f"d-{uuid.uuid4().hex}")
-        try:
-            if os.listdir(path):  # only an empty directory may become a new call's
-                return
-            os.rename(path, target)
-        except OSError:  # gone, or no pool folder yet
-            return
-        with self.lock:
-            self.dirs.append(target)
-
     def put(self, path: Path) -> bool:
-        """Empty ``path`` and move it into the pool; False (``path`` untouched or emptied) when full or not possible,
-        or when it is not a regular file (a symlink is never followed)."""
+        """Move the emptied directory ``path`` into the pool; False when full or not possible (``path`` stays)."""
         with self.lock:
-            if len(self.free) >= POOL_FILES:
+            if len(self.dirs) >= POOL_DIRS:
                 return False
-        target = str(self.folder / uuid.uuid4().hex)
+        target = os.path.join(self.folder, f"d-{path.name}")  # a call directory's name is unique
         try:
-            st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode):  # e.g. an App swapped it for a symlink: never empty what it points at
-                return False
-            if st.st_size:
-                fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
-                try:
-                    os.ftruncate(fd, 0)
-                finally:
-                    os.close(fd)
             try:
                 os.rename(path, target)
             except FileNotFoundError:
                 if not path.exists():
                     return False
-                self.folder.mkdir(exist_ok=True)
+                os.makedirs(self.folder, exist_ok=True)
                 os.rename(path, target)
         except OSError:
             return False
         with self.lock:
-            self.free.append(target)
+            self.dirs.append(target)
         return True
 
 
@@ -176,53 +145,55 @@ def _pool(calls: Path) -> _Pool:
         return pool
 
 
-def place_outputs(call_dir: Path) -> None:
-    """Put empty pooled files in place as the call's ``stdout`` and ``stderr`` (both launchers open them
-    with truncation, reusing the files); nothing when the pool is empty (the launcher creates them)."""
-    pool = _pool(call_dir.parent)
-    for name in ("stdout", "stderr"):
-        if not pool.take(call_dir / name):
-            return
+def recycle(finished: Path, calls: Path) -> bool:
+    """Empty a finished call's directory ``finished`` (already moved out of the calls directory ``calls``) and
+    pool it for a later call: its ``stdout``, ``stderr`` and ``input.json`` stay, truncated; every other file is
+    removed. True when pooled. False when not (the pool is full, it holds a subdirectory, or a file cannot be
+    removed): the caller removes what is left.
 
-
-def recycle(finished: Path, calls: Path) -> None:
-    """Move ``stdout``, ``stderr`` and ``input.json`` of a finished call's directory ``finished`` (already
-    moved out of the calls directory ``calls``), emptied, into the pool for later calls; remove its other
-    files and pool the directory itself.
-
-    Only for a call whose supervisor recorded the App's exit: it ended every process of the call, so
-    nothing writes to these files any more.
+    Only for a call whose supervisor marked every process of the call ended: nothing writes to these files any
+    more. A kept name that is not a regular file of its own (an App swapped it for a symlink, or linked it
+    elsewhere) is removed, never followed or emptied.
     """
-    pool = _pool(calls)
-    for name in _RECYCLED:
-        pool.put(finished / name)
     try:
-        for entry in os.scandir(finished):
+        with os.scandir(finished) as found:
+            entries = list(found)
+        for entry in entries:
+            if entry.name in _KEPT:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                    if st.st_size:
+                        fd = os.open(entry.path, os.O_WRONLY | os.O_NOFOLLOW)
+                        try:
+                            os.ftruncate(fd, 0)
+                        finally:
+                            os.close(fd)
+                    continue
             if entry.is_dir(follow_symlinks=False):
-                return  # not what a call leaves: the caller removes the whole tree
+                return False  # not what a call leaves: the caller removes the whole tree
             os.unlink(entry.path)
     except OSError:
-        return
-    pool.put_dir(finished)
+        return False
+    return _pool(calls).put(finished)
 
 
 def take_dir(path: Path) -> bool:
-    """Make ``path`` (a new call directory in a calls directory) from a pooled empty directory; False when the
-    pool has none or ``path`` exists (then the caller makes it, and fails as it should)."""
-    return _pool(path.parent).take_dir(path)
+    """Make ``path`` (a new call directory in a calls directory) from a pooled directory (with empty ``stdout``,
+    ``stderr`` and ``input.json`` in it, or some of them); False when the pool has none or ``path`` exists (then
+    the caller makes it, and fails as it should)."""
+    return _pool(path.parent).take(path)
 
 
 def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
-    """Write ``input.json`` (version-1 envelope) into a new call directory (into a pooled file when there is one).
+    """Write ``input.json`` (version-1 envelope) into a new call directory (truncating the empty one a pooled
+    directory has).
 
     Written in place, not through a temporary file and a rename: nothing reads it before the call's process is
     asked to start, which is after this returns. A runner killed while writing it leaves a call that never
     started, which recovery fences (``claim``: ``abandoned``) and records as not started.
     """
     text = json.dumps({"v": _wire.VERSION, **envelope}, ensure_ascii=False, allow_nan=False)
-    target = call_dir / "input.json"
-    _pool(call_dir.parent).take(target)  # an emptied file of an earlier call, when the pool has one
-    with open(target, "w", encoding="utf-8") as fh:
+    with open(call_dir / "input.json", "w", encoding="utf-8") as fh:
         fh.write(text)
 
 

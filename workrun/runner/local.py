@@ -62,7 +62,6 @@ class LocalRunner:
               warm: str | None = None) -> Started:
         """Write ``input.json`` and start the call's supervisor in its own group: forked by the environment's
         fork server (``launch="fork"``) or ``python <sdk>/workrun_sdk/_launch.py ENTRY`` (``"spawn"``)."""
-        calldir.place_outputs(call_dir)
         calldir.write_input(call_dir, {"grace": self.grace, **envelope})
         sdk = self.sdk_dir
         env = app_environment(python, sdk, call_dir)
