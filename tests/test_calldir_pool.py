@@ -32,7 +32,7 @@ def _new_call(calls: Path, name: str) -> Path:
     return d
 
 
-def test_a_recycled_directory_comes_back_with_empty_files_and_the_input_is_the_new_one(tmp_path):
+def test_a_recycled_directory_comes_back_with_empty_outputs_and_the_input_is_the_new_one(tmp_path):
     calls = tmp_path / "calls"
     calls.mkdir()
     old = _finished(calls, "op_old")
@@ -43,8 +43,10 @@ def test_a_recycled_directory_comes_back_with_empty_files_and_the_input_is_the_n
     assert {f: os.stat(new / f).st_ino for f in (".", *KEPT)} == inodes  # no inode allocated
     assert sorted(os.listdir(new)) == ["input.json", "stderr", "stdout"]  # no claim, result or exit record
     assert (new / "stdout").read_bytes() == b"" and (new / "stderr").read_bytes() == b""
-    calldir.write_input(new, {"kind": "process", "input": {"n": 1}})
-    assert json.loads((new / "input.json").read_text()) == {"v": 1, "kind": "process", "input": {"n": 1}}
+    for data in ({"n": 1, "pad": "x" * 100}, {"n": 2}):  # written over what is there, longer or shorter
+        calldir.write_input(new, {"kind": "process", "input": data})
+        assert json.loads((new / "input.json").read_text()) == {"v": 1, "kind": "process", "input": data}
+    assert os.stat(new / "input.json").st_ino == inodes["input.json"]
     # the pool is empty now: the next call's directory is a new one
     other = _new_call(calls, "op_other")
     assert os.listdir(other) == []
@@ -174,3 +176,22 @@ def test_loose_files_an_earlier_version_pooled_are_removed(tmp_path):
     (calls / ".pool" / "0abc").write_text("")
     assert calldir.take_dir(calls / "op_new") and os.listdir(calls / "op_new") == []
     assert _pooled(calls) == []
+
+
+def test_outputs_are_emptied_only_when_they_hold_data(tmp_path):
+    """Both launchers open the call's stdout and stderr emptied; an empty one is not truncated again (on ext4
+    that makes its next data go to disk at close: see workrun_sdk._wire.open_empty)."""
+    from workrun_sdk import _wire
+
+    full, empty = tmp_path / "full", tmp_path / "empty"
+    full.write_bytes(b"old output\n")
+    empty.write_bytes(b"")
+    before = os.stat(empty).st_ctime_ns
+    time.sleep(0.02)
+    for path in (full, empty):
+        os.close(_wire.open_empty(path))
+    assert full.read_bytes() == b"" and empty.read_bytes() == b""
+    assert os.stat(empty).st_ctime_ns == before  # never truncated
+    fd = _wire.open_empty(tmp_path / "new")
+    os.close(fd)
+    assert (tmp_path / "new").read_bytes() == b"" and (os.stat(tmp_path / "new").st_mode & 0o777) == 0o600

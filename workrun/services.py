@@ -200,7 +200,7 @@ class Services:
 
         Args:
             recycle: the call's supervisor recorded the App's exit (so every process of the call has
-                ended): its output and input files are emptied and kept for later calls
+                ended): the directory, with its output and input files, is kept for a later call
                 (:func:`workrun.runner.calldir.recycle`).
         """
         trash = path.parent / ".trash"

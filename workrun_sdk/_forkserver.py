@@ -209,7 +209,8 @@ def _spare(fd: int, request_fd: int, reply_fd: int) -> None:
     if not message:  # not needed after all: end the App process too
         _supervise._drop(app)
         os._exit(0)
-    try:  # the runner's answer first, then the server's news (the runner waits for the answer)
+    app = _supervise.prepare_app(app, message)  # it takes the call's place meanwhile; it runs once claimed
+    try:  # the runner's answer, then the server's news (the runner waits for the answer)
         os.write(reply_fd, (json.dumps({"pid": os.getpid(), "start": start}) + "\n").encode())
         os.write(fd, b"t")
     except OSError:

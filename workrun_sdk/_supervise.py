@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, NoReturn
 
-__all__ = ["become_subreaper", "enter", "run_app", "spare_app", "supervise"]
+__all__ = ["become_subreaper", "enter", "prepare_app", "run_app", "spare_app", "supervise"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 _WAKE = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -279,8 +279,9 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         entry: absolute path of the App's entry script (or Tool App module).
         args: the App's ``sys.argv[1:]``.
         spare: ``(pid, fd)`` of an App process forked ahead of the call by :func:`spare_app` (a fork
-            server's spare supervisor): it is handed the call once claimed instead of a new fork; a spare
-            that cannot take it is ended and the App forked as usual.
+            server's spare supervisor) and sent the call's request already (:func:`prepare_app`): it is told
+            to go once the call is claimed, instead of a new fork; a spare that cannot go is ended and the App
+            forked as usual.
     """
     # Held from before the claim: a SIGTERM (the runner ending the call just after it started) must never
     # end the supervisor between its claim and its exit record (that would read as an unknown outcome).
@@ -308,8 +309,7 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
         print("workrun: the call was ended before the App started", file=sys.stderr)
         _record_and_exit(directory, signal.SIGTERM)  # a wait status: ended by SIGTERM
     _flush()
-    app = _hand_over(spare, {"entry": entry, "args": args, "envelope": envelope, "call_dir": directory,
-                             "cwd": os.getcwd(), "env": dict(os.environ)})
+    app = _hand_over(spare)
     if app is None:
         app = os.fork()
     if app == 0:  # the App
@@ -371,9 +371,12 @@ def enter(cwd: str, env: dict[str, str], call_dir: str, *, truncate: bool = True
     null = os.open(os.devnull, os.O_RDONLY)
     # the supervisor writes nothing to them once it has handed the call to its App (it flushes first), so the
     # App's own descriptions of the files start where the spawn launcher's shared ones would: at 0
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
-    out = os.open(os.path.join(call_dir, "stdout"), flags, 0o600)
-    err = os.open(os.path.join(call_dir, "stderr"), flags, 0o600)
+    if truncate:
+        out = _wire.open_empty(os.path.join(call_dir, "stdout"))
+        err = _wire.open_empty(os.path.join(call_dir, "stderr"))
+    else:
+        out = os.open(os.path.join(call_dir, "stdout"), os.O_WRONLY | os.O_CREAT, 0o600)
+        err = os.open(os.path.join(call_dir, "stderr"), os.O_WRONLY | os.O_CREAT, 0o600)
     for fd, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -419,10 +422,11 @@ def write_all(fd: int, data: bytes) -> bool:
 
 def spare_app(close: tuple[int, ...] = ()) -> tuple[int, int] | None:
     """In a spare supervisor (a fork server's, forked ahead of its call, signals held): fork its App process
-    now, off the call's path. The App waits, running nothing of the App, until :func:`supervise` hands it the
-    call after the claim (or exits when the supervisor closes the pipe unused). ``close``: descriptors of the
-    supervisor's the App must not keep. Returns ``(pid, fd)`` or None when it cannot be forked (the App is
-    then forked at the call, as usual)."""
+    now, off the call's path. The App runs nothing of the App until its supervisor has claimed the call: it
+    takes the call's place as soon as :func:`prepare_app` sends it the request (in parallel with the claim,
+    issue 14), then waits for :func:`supervise` to tell it to go (it exits when the pipe closes first).
+    ``close``: descriptors of the supervisor's the App must not keep. Returns ``(pid, fd)`` or None when it
+    cannot be forked (the App is then forked at the call, as usual)."""
 
     def app(r: int) -> None:
         for fd in close:
@@ -431,6 +435,22 @@ def spare_app(close: tuple[int, ...] = ()) -> tuple[int, int] | None:
         _app_waits(r)
 
     return fork_waiting(app)
+
+
+def prepare_app(spare: tuple[int, int] | None, request: bytes) -> tuple[int, int] | None:
+    """Send the spare App process the call's request (the runner's message, as the spare supervisor read it),
+    so it takes the call's place while its supervisor claims the call. Returns ``spare``, or None when the App
+    process is gone (it is ended and reaped: the App is forked at the call, as usual)."""
+    if spare is None:
+        return None
+    view = memoryview(len(request).to_bytes(8, "big") + request)
+    try:
+        while view:
+            view = view[os.write(spare[1], view):]
+        return spare
+    except OSError:
+        _drop(spare)
+        return None
 
 
 def warm_up() -> None:
@@ -445,15 +465,12 @@ def warm_up() -> None:
     os.getcwd()
 
 
-def _app_waits(fd: int) -> NoReturn:
-    """The App process of a spare: read the call, take its place, run the App (see :func:`spare_app`)."""
-    import json
-
-    warm_up()
-    chunks = []
-    while True:
+def _read_exactly(fd: int, size: int) -> bytes:
+    """``size`` bytes from the pipe ``fd``, fewer when it closes first."""
+    chunks: list[bytes] = []
+    while size > 0:
         try:
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, min(size, 1 << 16))
         except InterruptedError:
             continue
         except OSError:
@@ -461,37 +478,46 @@ def _app_waits(fd: int) -> NoReturn:
         if not chunk:
             break
         chunks.append(chunk)
-    os.close(fd)
-    if not chunks:  # never used
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _app_waits(fd: int) -> NoReturn:
+    """The App process of a spare: take the call's place when the request comes, run the App when told to go
+    (see :func:`spare_app`)."""
+    import json
+
+    warm_up()
+    head = _read_exactly(fd, 8)
+    if len(head) < 8:  # never used
         os._exit(0)
     try:
-        call = json.loads(b"".join(chunks))
-        enter(call["cwd"], call["env"], call["call_dir"], truncate=False)
-    except BaseException as exc:
-        try:
-            os.write(2, f"workrun: the App process could not take the call: {exc}\n".encode())
-        finally:
-            os._exit(70)
+        request = json.loads(_read_exactly(fd, int.from_bytes(head, "big")))
+        call_dir = request["call_dir"]
+        enter(request["cwd"], request["env"], call_dir, truncate=False)
+        envelope = _wire.read_envelope(os.path.join(call_dir, "input.json"))
+    except BaseException:  # its supervisor finds the same problem and never says go
+        os._exit(70)
+    if _read_exactly(fd, 1) != b"g":  # not claimed (fenced, ended before it began, cannot start)
+        os._exit(0)
+    os.close(fd)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     signal.pthread_sigmask(signal.SIG_SETMASK, set(mask) - set(_WAKE))  # the App gets them as usual
-    entry = call["entry"]
-    sys.argv = [entry, *call["args"]]
+    entry = request["entry"]
+    sys.argv = [entry, *(request.get("args") or [])]
     sys.path[0] = os.path.dirname(entry)
     cache = sys.modules.get("workrun_sdk._call")
     if cache is not None:
-        cache._cache[call["call_dir"]] = call["envelope"]
-    _exit_like_python(run_app(entry, call["envelope"]))
+        cache._cache[call_dir] = envelope
+    _exit_like_python(run_app(entry, envelope))
 
 
-def _hand_over(spare: tuple[int, int] | None, call: dict[str, Any]) -> int | None:
-    """Give the claimed call to the spare App process; its pid, or None (no spare, or it cannot take it:
-    it is ended)."""
+def _hand_over(spare: tuple[int, int] | None) -> int | None:
+    """Tell the prepared spare App process to go; its pid, or None (no spare, or it cannot go: it is ended)."""
     if spare is None:
         return None
-    import json
-
     pid, fd = spare
-    if write_all(fd, json.dumps(call).encode()):
+    if write_all(fd, b"g"):
         return pid
     _drop((pid, -1))  # it died meanwhile: end what is left of it, fork the App as usual
     return None

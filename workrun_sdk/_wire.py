@@ -92,6 +92,25 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
         raise
 
 
+def open_empty(path: str | os.PathLike[str]) -> int:
+    """Open ``path`` write-only at offset 0, created (mode 0o600) or emptied, and return the descriptor. An
+    existing file is truncated only when it holds data: truncating an empty file is not free on ext4 (its next
+    data is written out as soon as it is closed, ``auto_da_alloc``, and emptying it again then frees disk
+    blocks: ~0.3 ms each time where the disk is mounted with ``discard``, issue 14).
+
+    Raises:
+        OSError: the file cannot be opened or emptied (nothing is left open then).
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_size:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 MAX_DEPTH = 200
 """The deepest nesting of arrays and objects :func:`loads_strict` takes (a value read back deeper in a call stack
 must still fit Python's recursion limit)."""

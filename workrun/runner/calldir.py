@@ -64,12 +64,12 @@ POOL_DIRS = 32
 """Emptied call directories kept per calls directory for reuse (see :func:`recycle`)."""
 
 _KEPT = frozenset(("stdout", "stderr", "input.json"))
-"""The files a pooled directory keeps, emptied: the next call's outputs and input."""
+"""The files a pooled directory keeps: the next call's outputs (emptied) and its input (written over)."""
 
 
 class _Pool:
     """Emptied directories of finished calls, in ``<calls>/.pool`` (``d-*``), ready to become new calls'
-    directories with their ``stdout``, ``stderr`` and ``input.json`` already there, empty.
+    directories with their ``stdout`` and ``stderr`` already there, empty, and an ``input.json`` to write over.
 
     Every new file costs an inode allocation and every removed one a deletion; on file systems that keep
     recently deleted inodes from reuse (ext4 without a journal) an allocation scans past every inode deleted in
@@ -147,9 +147,10 @@ def _pool(calls: Path) -> _Pool:
 
 def recycle(finished: Path, calls: Path) -> bool:
     """Empty a finished call's directory ``finished`` (already moved out of the calls directory ``calls``) and
-    pool it for a later call: its ``stdout``, ``stderr`` and ``input.json`` stay, truncated; every other file is
-    removed. True when pooled. False when not (the pool is full, it holds a subdirectory, or a file cannot be
-    removed): the caller removes what is left.
+    pool it for a later call: its ``stdout`` and ``stderr`` stay, truncated, and its ``input.json`` as it is
+    (:func:`write_input` writes over it; emptying it here would cost more on ext4: see
+    :func:`workrun_sdk._wire.open_empty`); every other file is removed. True when pooled. False when not (the
+    pool is full, it holds a subdirectory, or a file cannot be removed): the caller removes what is left.
 
     Only for a call whose supervisor marked every process of the call ended: nothing writes to these files any
     more. A kept name that is not a regular file of its own (an App swapped it for a symlink, or linked it
@@ -162,7 +163,7 @@ def recycle(finished: Path, calls: Path) -> bool:
             if entry.name in _KEPT:
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    if st.st_size:
+                    if st.st_size and entry.name != "input.json":  # see write_input
                         fd = os.open(entry.path, os.O_WRONLY | os.O_NOFOLLOW)
                         try:
                             os.ftruncate(fd, 0)
@@ -178,23 +179,31 @@ def recycle(finished: Path, calls: Path) -> bool:
 
 
 def take_dir(path: Path) -> bool:
-    """Make ``path`` (a new call directory in a calls directory) from a pooled directory (with empty ``stdout``,
-    ``stderr`` and ``input.json`` in it, or some of them); False when the pool has none or ``path`` exists (then
-    the caller makes it, and fails as it should)."""
+    """Make ``path`` (a new call directory in a calls directory) from a pooled directory (with empty ``stdout``
+    and ``stderr`` and an old ``input.json`` in it, or some of them); False when the pool has none or ``path``
+    exists (then the caller makes it, and fails as it should)."""
     return _pool(path.parent).take(path)
 
 
 def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
-    """Write ``input.json`` (version-1 envelope) into a new call directory (truncating the empty one a pooled
-    directory has).
+    """Write ``input.json`` (version-1 envelope) into a new call directory (over the old one a pooled directory
+    has, which no process reads: its call never started).
 
     Written in place, not through a temporary file and a rename: nothing reads it before the call's process is
     asked to start, which is after this returns. A runner killed while writing it leaves a call that never
     started, which recovery fences (``claim``: ``abandoned``) and records as not started.
     """
     text = json.dumps({"v": _wire.VERSION, **envelope}, ensure_ascii=False, allow_nan=False)
-    with open(call_dir / "input.json", "w", encoding="utf-8") as fh:
-        fh.write(text)
+    data = text.encode("utf-8")
+    fd = os.open(call_dir / "input.json", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:  # over a pooled file's old bytes, cut to length after (never emptied first: see _wire.open_empty)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if os.fstat(fd).st_size > len(data):
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def read_exit(call_dir: Path) -> Outcome | None:

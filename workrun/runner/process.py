@@ -41,9 +41,16 @@ def spawn_app_process(argv: list[str], cwd: Path, env: dict[str, str], stdout: P
     Raises:
         OSError: the process cannot be started.
     """
-    with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True, close_fds=True)
+    out = _wire.open_empty(stdout)  # emptied only when not empty (a pooled file is): see open_empty
+    try:
+        err = _wire.open_empty(stderr)
+        try:
+            return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True, close_fds=True)
+        finally:
+            os.close(err)
+    finally:
+        os.close(out)
 
 
 def proc_start_time(pid: int) -> str | None:
