@@ -17,7 +17,12 @@ which belongs to the App. Files in the call directory:
 - ``exit.json`` (launcher -> runner): ``{"v": 1, "exit_code": int | null, "signal": int | null}``
   written when the App's code returns or raises (``exit_code``) or is ended by a
   signal (``signal``, ``exit_code`` null), so the outcome survives the runner dying.
+- ``ended`` (launcher -> runner): created once every process of the call has ended (after ``exit.json``).
+  A forked supervisor also says so on the runner's *done* pipe, and a spawned one by exiting as its App did:
+  the runner believes the file only then (an App can create one too), and reuses the call's files only then.
 - ``stdout`` / ``stderr``: the App's output streams (the runner keeps their last 64 KiB).
+
+``claim``, ``exit.json`` and ``ended`` are the launcher's: an App must not write them.
 
 Every file the App or the supervisor writes is written atomically (temporary file, rename). ``input.json`` is
 written in place: it is complete before the call is asked to start, and a call whose runner died while writing

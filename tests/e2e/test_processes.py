@@ -6,7 +6,11 @@ Real uv App projects, real signals, real escaped daemons; every test runs under 
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -274,3 +278,78 @@ def test_a_forked_call_is_like_a_spawned_one(workrun, write_workflow, make_proje
     assert got["argv"] == [str(project / "who.py")] and got["name"] == "__main__"
     assert got["stdin"] == "" and got["env"] == "seen" and got["call_dir"] is True
     assert op["stdout_tail"] == "to stdout\n"
+
+
+# An App that writes a file named ``ended`` into its call directory (the launcher's marker that every process of
+# the call has ended) and leaves a daemon that ignores SIGTERM and keeps writing to the stdout it inherited.
+FORGE = """
+import os, signal, time
+from workrun_sdk import process
+data = process.input()
+open(os.path.join(os.environ["WORKRUN_CALL_DIR"], "ended"), "w").close()
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.write(w, f"{os.getpid()}\\n".encode())
+        for _ in range(3000):
+            os.write(1, b"DAEMON OF AN EARLIER CALL\\n")
+            time.sleep(0.01)
+        os._exit(0)
+    os._exit(0)
+os.close(w)
+daemon = int(os.read(r, 64))
+with open(data["pids"], "w") as fh:
+    fh.write(f"{daemon} {os.getppid()}\\n")
+process.result({"daemon": daemon})
+"""
+
+SLOW = """
+import time
+from workrun_sdk import process
+time.sleep(0.15)
+process.result({"ok": process.input()["name"]})
+"""
+
+
+def test_an_ended_file_written_by_the_app_is_not_believed(make_project, write_workflow, tmp_path, launcher,
+                                                          monkeypatch):
+    """Break-it finding: the App wrote ``ended`` and its supervisor was killed while it waited for the App's
+    daemon. The runner believed the App's file and reused the call's directory: the daemon's output showed up in
+    later calls' stdout. Only the supervisor's own word (the done pipe; a spawned one's exit) counts now."""
+    monkeypatch.setenv("WORKRUN_GRACE", "30")  # the supervisor waits long for the daemon: it is killed meanwhile
+    project = make_project("forge", """
+        [tool.workrun.apps.forge]
+        entry = "forge.py"
+        [tool.workrun.apps.slow]
+        entry = "slow.py"
+    """, {"forge.py": FORGE, "slow.py": SLOW})
+    pids = tmp_path / "pids"
+    text = f'[nodes.d]\nproject = "{project}"\napp = "forge"\ninput = {{ pids = "{pids}" }}\n'
+    for i in range(4):
+        text += (f'[nodes.s{i}]\nproject = "{project}"\napp = "slow"\ninput = {{ name = "s{i}" }}\n'
+                 f'needs = ["{"d" if i == 0 else f"s{i - 1}"}"]\n')
+    wf = write_workflow("forge", text)
+    runner = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    daemon = 0
+    try:
+        end = time.monotonic() + 120
+        while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < end:
+            time.sleep(0.05)
+        daemon, supervisor = (int(x) for x in pids.read_text().split())
+        time.sleep(0.5)  # the App has exited; its supervisor is ending the daemon (which ignores SIGTERM)
+        os.kill(supervisor, signal.SIGKILL)
+        out, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        if daemon and alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
+    assert runner.returncode == 0, err
+    ops = {o["node_key"]: o for o in json.loads(out)["operations"]}
+    assert ops["d"]["status"] == "succeeded", ops["d"]
+    for key in ("s0", "s1", "s2", "s3"):
+        assert ops[key]["status"] == "succeeded" and "DAEMON" not in (ops[key]["stdout_tail"] or ""), ops[key]

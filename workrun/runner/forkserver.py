@@ -138,6 +138,8 @@ class ForkedProcess:
         pid: the supervisor's pid (leader of the call's session and process group).
         start: its ``/proc`` start time, to tell a reused pid apart.
         call_dir: the call's directory, as its supervisor tells it on the *done* pipe (None: not told).
+        told: its supervisor said on the *done* pipe that every process of the call has ended (a pipe no App
+            process has: an ``ended`` file alone could be the App's).
     """
 
     def __init__(self, pid: int, start: str | None, call_dir: str | None = None) -> None:
@@ -145,6 +147,7 @@ class ForkedProcess:
         self.start = start
         self.call_dir = call_dir
         self._ended = False
+        self.told = False
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the call has ended: its supervisor said so on the *done* pipe (it is exiting) or has
@@ -167,13 +170,13 @@ class ForkedProcess:
                 ended = os.path.join(key, _wire.ENDED)
                 while True:  # a line counts only when the call really ended (not a line written by anyone else)
                     if done is not None and done.take(key) and os.path.lexists(ended):
-                        self._ended = True
+                        self._ended = self.told = True
                         return True
                     left = 1000 if end is None else max(0, int((end - time.monotonic()) * 1000) + 1)
                     ready = poller.poll(left)
                     if any(r == fd for r, _ in ready):
                         if done is not None:  # its line came before its exit: take it too (keeps none behind)
-                            done.take(key)
+                            self.told = done.take(key)
                         break
                     if not ready and end is not None and time.monotonic() >= end:
                         return False

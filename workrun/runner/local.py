@@ -106,8 +106,15 @@ class LocalRunner:
         never claimed its directory is fenced here and reported ``not_started``. Without ``pid`` (a call
         never journaled running) the claim names the supervisor (pid and start time: a reused pid is not it)
         and an exit record marked ``ended`` decides at once; the Outcome's ``process`` then holds what the
-        claim says, to be journaled with it.
+        claim says, to be journaled with it. The Outcome is never ``ended``: a restarted runner cannot tell
+        whether the supervisor or its App wrote that file, so the call's files are not reused.
         """
+        outcome = self._recover(pid, proc_start, call_dir, deadline, claim_wait)
+        outcome.ended = False
+        return outcome
+
+    def _recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None,
+                 claim_wait: float) -> Outcome:
         if pid is None:  # never journaled running (it ended within RUNNING_AFTER, or the runner died first)
             if not call_dir.is_dir():
                 return Outcome(not_started=True)

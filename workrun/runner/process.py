@@ -227,6 +227,18 @@ class Watchdog:
                         _signal_group(pid, signal.SIGKILL)
 
 
+def _ended_by_supervisor(proc: subprocess.Popen[bytes] | ForkedProcess, code: int | None, record: Outcome) -> bool:
+    """True when the call's supervisor itself says every process of the call has ended: a forked one on the
+    runner's *done* pipe, which no App process has; a spawned one by exiting the way its record says the App
+    did, which it does only after writing ``ended`` (killed before, it exits by SIGKILL instead). Only then is
+    the ``ended`` file believed: an App can write one too."""
+    if isinstance(proc, ForkedProcess):
+        return proc.told
+    if record.signal is not None:
+        return code == -record.signal
+    return code == record.exit_code
+
+
 def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, deadline: float,
          call_dir: Path | None = None, *, running: Callable[[], None] | None = None) -> Outcome:
     """Wait for a call's supervisor; the watchdog ends its group at ``deadline`` (epoch seconds) or on stop.
@@ -256,6 +268,8 @@ def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, dead
         kill_group(proc.pid, watchdog.grace)
     record = read_exit(call_dir) if call_dir is not None else None
     if record is not None:
+        if record.ended and not _ended_by_supervisor(proc, code, record):
+            record.ended = False  # an ``ended`` file its supervisor did not write (the App's?) is not believed
         if not record.ended:  # its supervisor was killed while ending the App's descendants: end what is left
             kill_group(proc.pid, watchdog.grace)
         record.timed_out, record.stopped = watched.timed_out, watched.stopped
