@@ -469,3 +469,53 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
         compensation_status=comp_status, reason=reason, next_attempt_at=next_at)
     shutil.rmtree(call_dir, ignore_errors=True)
     return svc.journal.compensation(cid)
+
+
+STALE_AFTER = 600.0
+"""Seconds a call directory no journaled call in flight names must stay unchanged before :func:`gc_call_dirs`
+removes it (one being made right now, by a standalone ``app run``, is not its runner's leftover)."""
+
+
+def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int]:
+    """Remove the call directories runners that were killed left behind (``workrun gc``); return
+    ``(removed, kept)``.
+
+    A runner killed after journaling a call's outcome, but before removing its directory, leaves it for good
+    (and one killed while removing it, what is in ``calls/.trash``). Removed: every directory in
+    ``<data>/calls`` that no operation or compensation attempt still in flight (``starting``/``running``: its
+    outcome is decided from these files, R-R3) names, once unchanged for :data:`STALE_AFTER` seconds, and what
+    ``.trash`` holds. Kept: those of calls in flight, a worker's (``exec-*``, which it removes itself) and the
+    pool of emptied directories (``.pool``). Call it holding the scheduler lock (no call of this data directory
+    starts meanwhile).
+    """
+    calls = svc.data_dir / "calls"
+    try:
+        names = sorted(os.listdir(calls))
+    except OSError:
+        return 0, 0
+    journal = svc.journal
+    needed = {str(op["call_dir"]) for op in journal.operations_in_flight(None) if op.get("call_dir")}
+    for run in journal.runs():
+        needed.update(str(op["call_dir"]) for op in journal.operations_in_flight(run["run_id"]) if op.get("call_dir"))
+        needed.update(str(a["call_dir"]) for a in journal.attempts_in_flight(run["run_id"]) if a.get("call_dir"))
+    removed = kept = 0
+    now = time.time()
+    for name in names:
+        path = calls / name
+        if name == ".pool" or name.startswith("exec-") or (name.startswith(".") and not name.startswith(".trash")):
+            continue
+        if not name.startswith(".trash"):
+            try:
+                changed = path.lstat().st_mtime
+            except OSError:
+                continue
+            if str(path) in needed or now - changed < STALE_AFTER:
+                kept += 1
+                continue
+        removed += 1
+        if not dry_run:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    return removed, kept

@@ -278,3 +278,43 @@ def test_eval_run_never_compensates(workrun):
     refused = workrun("compensate", view["run_id"])
     assert refused.code == 2 and "evaluation" in refused.err
     path.unlink()
+
+
+def test_gc_removes_call_directories_killed_runners_left_and_keeps_those_in_flight(workrun, write_workflow,
+                                                                                  slow_project, logs, isolated_env):
+    """Break-it finding: a runner killed just after journaling a call's outcome left its directory for good, and
+    ``workrun gc`` did not remove it. It does now, once the directory is stale; never one whose call is still in
+    flight (its outcome is decided from its files on resume)."""
+    calls = isolated_env / "calls"
+    wf = write_workflow("one", f'[nodes.a]\nproject = "{slow_project}"\napp = "slow"\ninput = {{ name = "a" }}\n')
+    res = workrun("run", wf, "--json", env={**logs, "WORKRUN_FAULT": "op.finished"})  # the outcome is journaled
+    assert res.code == -signal.SIGKILL, res
+    (done,) = [p for p in calls.iterdir() if not p.name.startswith(".")]
+    res = workrun("resume", "--json", env=logs)  # the run is finished; nothing names that directory any more
+    assert res.code == 0, res
+    slow = write_workflow("slow", f'[nodes.a]\nproject = "{slow_project}"\napp = "slow"\n'
+                                  f'input = {{ name = "a", sleep = 1 }}\n')
+    res = workrun("run", slow, "--json", env={**logs, "WORKRUN_FAULT": "op.started"})  # killed, its call in flight
+    assert res.code == -signal.SIGKILL, res
+    (flying,) = [p for p in calls.iterdir() if not p.name.startswith(".") and p != done]
+    wait_for(lambda: (flying / "exit.json").exists(), what="the call to end without its runner")
+    (calls / ".trash" / "op_left.1234").mkdir(parents=True)  # one a killed runner was removing
+    (calls / "exec-worker-call").mkdir()  # a worker's (it removes its own)
+    old = time.time() - 3600
+    for path in (done, flying, calls / "exec-worker-call"):
+        os.utime(path, (old, old))
+    fresh = calls / "op_just_made"  # one a runner made a moment ago, before journaling its call
+    fresh.mkdir()
+    dry = workrun("gc", "--dry-run")
+    assert dry.code == 0 and "would remove 2 stale call directory(ies); kept 2" in dry.out, dry
+    assert done.exists() and (calls / ".trash" / "op_left.1234").exists()
+    res = workrun("gc")
+    assert res.code == 0 and "removed 2 stale call directory(ies); kept 2" in res.out, res
+    assert not done.exists() and not (calls / ".trash" / "op_left.1234").exists()
+    assert flying.exists() and fresh.exists() and (calls / "exec-worker-call").exists()
+    res = workrun("resume", "--json", env=logs)  # the call in flight is recovered from its files
+    assert res.code == 0, res
+    (run,) = res.json()["runs"]
+    (op,) = run["operations"]
+    assert op["status"] == "succeeded" and op["result"] == {"name": "a", "slept": 1.0}, op
+    assert Path(logs["CALL_LOG"]).read_text().split() == ["a", "a"]

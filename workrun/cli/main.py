@@ -339,11 +339,14 @@ def compensate(
 @app.command()
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
     """Remove code snapshots that no unfinished compensation needs, and stale call directories."""
+    from workrun.operations import gc_call_dirs
     from workrun.snapshots import gc as snapshots_gc
 
     with scheduling(False, False, resume_first=False) as svc:
         removed, kept = snapshots_gc(svc, dry_run=dry_run)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
+        removed, kept = gc_call_dirs(svc, dry_run=dry_run)
+        console.print(f"{'would remove' if dry_run else 'removed'} {removed} stale call directory(ies); kept {kept}")
     raise typer.Exit(0)
 
 
