@@ -1,10 +1,11 @@
 """Fork server: one per (App environment, SDK version), forking a supervisor per call (R-P1, R-P2).
 
-``python <sdk>/workrun_sdk/_forkserver.py REQUEST_FD REPLY_FD DONE_FD [WARM_ENTRY]`` is
+``python <sdk>/workrun_sdk/_forkserver.py REQUEST_FD REPLY_FD DONE_FD CALLS [WARM_ENTRY]`` is
 started by the runner in the App's environment (its venv python, the clean
 environment of :func:`workrun.runner.env.app_environment` without a call
-directory). It loads the interpreter and the whole SDK once (and, with
-``WARM_ENTRY``, a Tool App's module: ``warm = true``), then serves requests
+directory). It loads the interpreter and the SDK once (the tool SDK too for
+``CALLS`` = ``tool``; with ``WARM_ENTRY``, a Tool App's module too: ``warm =
+true``), then serves requests
 one at a time, single-threaded, over a socket and a pipe:
 
 - request (one message of the runner's ``SOCK_SEQPACKET`` socket pair, so a reader takes exactly one):
@@ -33,8 +34,8 @@ closes (the runner ended or closed it).
 
 What differs from a spawned call: the hash seed (``PYTHONHASHSEED``) and the
 interpreter's start-up settings are the server's; the SDK modules (and what
-they import: ``json``, ``inspect``, ``typing``, ``ctypes``...) are already in
-``sys.modules``.
+they import: ``json``, ``ctypes``; for Tool App calls ``inspect``, ``typing``,
+``runpy``...) are already in ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -57,17 +58,23 @@ _MESSAGE_MAX = 1 << 22  # bytes: one request (its environment included) is one m
 _LOOK = 0.2  # seconds between looks for exited supervisors, only while one has no pidfd (a kernel before 5.3)
 
 
-def _preload() -> None:
-    """Import what App calls use, so a forked call finds it in ``sys.modules``."""
+def _preload(tools: bool) -> None:
+    """Import what App calls use, so a forked call finds it in ``sys.modules``. ``tools``: a server for Tool App
+    calls, which also preloads the tool SDK (``inspect``, ``typing``, ``runpy``...: ~10 ms per call otherwise).
+    A server for process and compensation calls does not: every page more in the server is a page more to copy
+    and to tear down per call (measured, issue 14: ~0.2 ms per call of a chain)."""
     import atexit  # noqa: F401
     import builtins  # noqa: F401
-    import runpy  # noqa: F401  (tool calls load their module with it)
-    import traceback  # noqa: F401
     import types  # noqa: F401
 
     import workrun_sdk.compensation  # noqa: F401
     import workrun_sdk.process  # noqa: F401
-    import workrun_sdk.tool  # noqa: F401
+
+    if tools:
+        import runpy  # noqa: F401  (tool calls load their module with it)
+        import traceback  # noqa: F401
+
+        import workrun_sdk.tool  # noqa: F401
 
     try:  # every supervisor calls prctl through it
         import ctypes
@@ -328,17 +335,18 @@ def _pidfd(pid: int) -> int:
 def main(argv: list[str]) -> None:
     """Start-up: preload, optionally warm a Tool App module, say ``ready``, serve.
 
-    ``argv``: ``REQUEST_FD REPLY_FD DONE_FD [WARM_ENTRY]``; ``DONE_FD`` (-1: none) is the runner's *done* pipe,
-    which every supervisor keeps and its App never has (:data:`workrun_sdk._supervise._done_fd`)."""
+    ``argv``: ``REQUEST_FD REPLY_FD DONE_FD CALLS [WARM_ENTRY]``; ``DONE_FD`` (-1: none) is the runner's *done*
+    pipe, which every supervisor keeps and its App never has (:data:`workrun_sdk._supervise._done_fd`);
+    ``CALLS``: ``process`` (process and compensation calls) or ``tool`` (Tool App calls; a warm server's)."""
     request_fd, reply_fd, done_fd = int(argv[0]), int(argv[1]), int(argv[2])
     os.set_blocking(request_fd, False)  # the server and its spare both wait on it: a read never blocks either
     if done_fd >= 0:
         os.set_blocking(done_fd, False)  # a full pipe drops the line: the runner then sees the supervisor exit
         _supervise._done_fd = done_fd
-    _preload()
-    if len(argv) > 3:
+    _preload(len(argv) > 3 and argv[3] == "tool")
+    if len(argv) > 4:
         try:
-            _warm(os.path.realpath(argv[3]))
+            _warm(os.path.realpath(argv[4]))
         except BaseException as exc:  # the runner uses a plain server: each call then reports its own error
             _supervise._flush()
             os.write(reply_fd, (json.dumps({"ready": False, "warm_error": f"{type(exc).__name__}: {exc}"})

@@ -684,3 +684,52 @@ def test_a_call_whose_environment_is_too_large_for_a_request_is_spawned(make_pro
     res = workrun("run", wf, "--json", env={"WORKRUN_LAUNCH": "fork", "BIG": "x" * 100})
     assert res.code == 0, res
     assert res.json()["operations"][0]["result"] == {"size": 100, "forked": True}
+
+
+SERVER_OF = """
+import os, sys
+
+
+def server_of_this_call() -> dict:
+    with open(f"/proc/{os.getppid()}/stat") as fh:  # the supervisor's parent: the fork server
+        server = int(fh.read().rsplit(")", 1)[1].split()[1])
+    with open(f"/proc/{server}/cmdline", "rb") as fh:
+        argv = [a.decode() for a in fh.read().split(b"\\0") if a]
+    return {"server": server, "calls": argv[5], "tool_sdk": "workrun_sdk.tool" in sys.modules}
+"""
+
+KINDS_APPS = """
+[tool.workrun.apps.p]
+entry = "main.py"
+[tool.workrun.apps.tools]
+kind = "tool"
+entry = "tools.py"
+"""
+
+
+def test_process_calls_fork_from_a_server_without_the_tool_sdk(workrun, write_workflow, make_project):
+    """Issue 14: a server for process (and compensation) calls does not load the tool SDK (every page more in the
+    server is a page more to copy and tear down per call); Tool App calls of the same environment use a server
+    that does."""
+    main = SERVER_OF + "from workrun_sdk import process\nprocess.result(server_of_this_call())\n"
+    tools = SERVER_OF + ("from workrun_sdk.tool import tool\n\n\n@tool(name='where', description='Its server.')\n"
+                         "def where(i: int) -> dict:\n    return server_of_this_call()\n")
+    project = make_project("kinds", KINDS_APPS, {"main.py": main, "tools.py": tools})
+    wf = write_workflow("kinds", f"""
+        [nodes.p]
+        project = "{project}"
+        app = "p"
+        [nodes.agent]
+        kind = "agent"
+        needs = ["p"]
+        tools = [{{ project = "{project}", app = "tools" }}]
+        prompt = "where"
+        max_steps = 2
+        script = [{{ tool = "where", args = {{ i = 1 }} }}]
+    """)
+    res = workrun("run", wf, "--json")
+    assert res.code == 0, res
+    by_node = {o["node_key"]: o["result"] for o in res.json()["operations"]}
+    assert by_node["p"]["calls"] == "process" and by_node["p"]["tool_sdk"] is False, by_node
+    assert by_node["agent"]["calls"] == "tool" and by_node["agent"]["tool_sdk"] is True, by_node
+    assert by_node["p"]["server"] != by_node["agent"]["server"]

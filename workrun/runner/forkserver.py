@@ -2,7 +2,8 @@
 
 One server (``workrun_sdk/_forkserver.py``, standard library only) runs per
 *key* = (venv python, the environment's state, SDK directory, warm Tool App
-entry and fingerprint). It is started lazily on the first call that needs it,
+entry and fingerprint, kind of calls: Tool App calls or the others, which
+need less of the SDK loaded). It is started lazily on the first call that needs it,
 takes requests on a ``SOCK_SEQPACKET`` socket pair (one JSON message each: the
 server, or the spare supervisor it keeps ready, reads exactly one) and answers
 on a pipe (one JSON line each); it ends when the runner closes its end of the
@@ -195,12 +196,13 @@ class _Server:
     """One fork server process, its request socket and its reply pipe."""
 
     def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None,
-                 umask: int = -1) -> None:
+                 umask: int = -1, calls: str = "process") -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request per message
         self._req, req_r = ours.detach(), theirs.detach()
         rep_r, rep_w = os.pipe()
         done_w = _done().write_fd
-        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w), str(done_w)]
+        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w), str(done_w),
+                "tool" if warm else calls]
         if warm:
             argv.append(warm)
         try:
@@ -282,11 +284,12 @@ def _env_state(python: str) -> tuple[int, ...]:
     return tuple(stamps)
 
 
-def _key(python: str, sdk_dir: Path, env: dict[str, str],
-         warm: tuple[str | None, str] | None) -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, str]]:
-    """``(ident, state, server environment)`` of the server a call with this environment uses (see module doc)."""
+def _key(python: str, sdk_dir: Path, env: dict[str, str], warm: tuple[str | None, str] | None,
+         calls: str = "process") -> tuple[tuple[Any, ...], tuple[Any, ...], dict[str, str]]:
+    """``(ident, state, server environment)`` of the server a call with this environment uses (see module doc):
+    ``ident`` = (python, SDK directory, warm Tool App, kind of calls: ``"process"`` or ``"tool"``)."""
     server_env = {k: v for k, v in env.items() if k != "WORKRUN_CALL_DIR"}
-    ident = (python, str(sdk_dir), warm)
+    ident = (python, str(sdk_dir), warm, "tool" if warm else calls)
     return ident, (_env_state(python), tuple(sorted(server_env.items()))), server_env
 
 
@@ -370,7 +373,7 @@ class ForkServers:
             if self._closed:
                 raise ForkServerError("the runner is shutting down")
             if warm is not None and self._cold.get(ident) == state:  # its module failed to load: plain server
-                warm, ident = None, ident[:-1] + (None,)
+                warm, ident = None, (*ident[:2], None, "tool")
             known = self._servers.get(ident)
             if warm is not None:  # the same Tool App with another fingerprint: that server is outdated
                 for other in [k for k in self._servers if k[:2] == ident[:2] and k[2] and k[2][0] == warm
@@ -385,7 +388,7 @@ class ForkServers:
             if early is not None:
                 self._servers[ident] = (state, early)
                 return early
-            server = _Server(python, sdk_dir, env, cwd, warm)
+            server = _Server(python, sdk_dir, env, cwd, warm, calls=ident[3])
             if not server.ready.get("ready"):
                 server.close(wait=0.5)
                 if warm is None:
@@ -395,10 +398,10 @@ class ForkServers:
                 self._servers[ident] = (state, server)
                 return server
         # the warm module failed to load in the server: calls load it themselves (and report why)
-        return self._server(ident[:-1] + (None,), state, python, sdk_dir, env, cwd, None)
+        return self._server((*ident[:2], None, "tool"), state, python, sdk_dir, env, cwd, None)
 
     def start(self, python: str, sdk_dir: Path, cwd: Path, entry: Path, call_dir: Path, env: dict[str, str],
-              warm: tuple[str, str] | None = None) -> ForkedProcess:
+              warm: tuple[str, str] | None = None, *, tools: bool = False) -> ForkedProcess:
         """Start one call through the server of its environment; retried once on a new server.
 
         Args:
@@ -406,6 +409,7 @@ class ForkServers:
             cwd: the call's working directory (the project); entry: absolute entry path.
             call_dir: the call directory, with ``input.json`` written; env: the call's environment.
             warm: ``(entry, fingerprint digest)`` of a Tool App with ``warm = true``, else None.
+            tools: a Tool App call (its server has the tool SDK loaded; calls of other kinds use another).
 
         Raises:
             ForkServerError: no server could start the call (nothing of the call ran).
@@ -413,7 +417,8 @@ class ForkServers:
         """
         real_entry = real_path(entry)
         warm_entry = (real_entry if os.fspath(entry) == warm[0] else real_path(warm[0])) if warm else None
-        ident, state, server_env = _key(python, sdk_dir, env, (warm_entry, warm[1]) if warm else None)
+        ident, state, server_env = _key(python, sdk_dir, env, (warm_entry, warm[1]) if warm else None,
+                                        "tool" if tools else "process")
         request = json.dumps({"call_dir": str(call_dir), "cwd": str(cwd), "env": env, "entry": real_entry,
                               "args": []}).encode()
         if len(request) > REQUEST_MAX:

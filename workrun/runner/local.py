@@ -71,7 +71,8 @@ class LocalRunner:
                     self._servers = ForkServers()
             try:
                 forked = self._servers.start(python, sdk, project, entry, call_dir, env,
-                                             (str(entry), warm) if warm else None)
+                                             (str(entry), warm) if warm else None,
+                                             tools=envelope.get("kind") == "tool")
                 return Started(pid=forked.pid, proc_start=forked.start, handle=(forked, call_dir))
             except RequestTooLarge:  # an environment of over REQUEST_MAX bytes: this call is spawned
                 pass
