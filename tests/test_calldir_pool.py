@@ -141,6 +141,17 @@ def test_a_recycled_directory_never_replaces_an_existing_one(tmp_path):
     assert not calldir.take_dir(calls / "op_other")  # the pool had one
 
 
+def test_a_directory_taken_from_the_pool_is_new_by_its_time(tmp_path):
+    """``workrun gc`` tells a stale directory by its time: a pooled one becomes a new call's with a new one."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    calldir.recycle(_finished(calls, "op_old"), calls)
+    (pooled,) = (calls / ".pool").iterdir()
+    os.utime(pooled, (time.time() - 3600, time.time() - 3600))
+    assert calldir.take_dir(calls / "op_new")
+    assert time.time() - os.stat(calls / "op_new").st_mtime < 60
+
+
 def test_a_call_file_swapped_for_a_symlink_or_linked_elsewhere_is_never_followed_or_emptied(tmp_path):
     """An App that replaced its input.json by a symlink to another file, or hard-linked its stdout elsewhere:
     recycling removes the link and never empties, pools or writes through what it points at."""

@@ -91,7 +91,6 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     project = Path(real_path(project))
     fp = fingerprint(project)
     op_id = new_id("op")
-    call_dir = svc.call_dir(op_id)
     snapshot = None
     refused = None
     if app.compensation is not None and app.compensation.entry is not None and app.compensation.code == "snapshot" \
@@ -107,6 +106,9 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
             python = svc.runner.prepare(project)
         except EnvironmentUnavailableError as exc:
             unavailable = exc.message
+    # made only now, just before its intent is journaled: no directory waits unnamed by the journal while the
+    # environment syncs (``workrun gc`` removes one a killed runner left that way, once stale)
+    call_dir = svc.call_dir(op_id)
     created = svc.now()
     row = {
         "operation_id": op_id, "run_id": run_id, "node_key": node_key, "tool_call_index": tool_call_index,
@@ -476,9 +478,9 @@ STALE_AFTER = 600.0
 removes it (one being made right now, by a standalone ``app run``, is not its runner's leftover)."""
 
 
-def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int]:
+def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int, list[Path]]:
     """Remove the call directories runners that were killed left behind (``workrun gc``); return
-    ``(removed, kept)``.
+    ``(removed, kept, the paths that could not be removed)``.
 
     A runner killed after journaling a call's outcome, but before removing its directory, leaves it for good
     (and one killed while removing it, what is in ``calls/.trash``). Removed: every directory in
@@ -492,13 +494,14 @@ def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int]:
     try:
         names = sorted(os.listdir(calls))
     except OSError:
-        return 0, 0
+        return 0, 0, []
     journal = svc.journal
     needed = {str(op["call_dir"]) for op in journal.operations_in_flight(None) if op.get("call_dir")}
     for run in journal.runs():
         needed.update(str(op["call_dir"]) for op in journal.operations_in_flight(run["run_id"]) if op.get("call_dir"))
         needed.update(str(a["call_dir"]) for a in journal.attempts_in_flight(run["run_id"]) if a.get("call_dir"))
     removed = kept = 0
+    failed: list[Path] = []
     now = time.time()
     for name in names:
         path = calls / name
@@ -512,10 +515,14 @@ def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int]:
             if str(path) in needed or now - changed < STALE_AFTER:
                 kept += 1
                 continue
-        removed += 1
         if not dry_run:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-    return removed, kept
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                failed.append(path)
+                continue
+        removed += 1
+    return removed, kept, failed

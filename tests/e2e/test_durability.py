@@ -318,3 +318,83 @@ def test_gc_removes_call_directories_killed_runners_left_and_keeps_those_in_flig
     (op,) = run["operations"]
     assert op["status"] == "succeeded" and op["result"] == {"name": "a", "slept": 1.0}, op
     assert Path(logs["CALL_LOG"]).read_text().split() == ["a", "a"]
+
+
+def test_gc_never_removes_the_directory_of_a_standalone_call_waiting_for_its_environment(workrun, slow_project,
+                                                                                         logs, isolated_env):
+    """Break-it finding: ``workrun app run`` (no scheduler lock) took a pooled directory, with the pool's old time,
+    before waiting for its environment (another process syncing it) and journaling its call; ``gc`` removed it and
+    the call crashed. The directory is made just before the call's intent is journaled now, and a pooled one
+    gets a new time when taken."""
+    import subprocess
+    import sys
+
+    from filelock import FileLock
+
+    assert workrun("app", "run", slow_project, "slow", "--input", "name=a", env=logs).code == 0
+    calls = isolated_env / "calls"
+    for pooled in (calls / ".pool").iterdir():  # the last call was an hour ago
+        old = time.time() - 3600
+        os.utime(pooled, (old, old))
+    (marker,) = (isolated_env / "envs").glob("*.json")
+    with FileLock(str(marker) + ".lock"):  # another process is syncing the environment
+        app = subprocess.Popen([sys.executable, "-m", "workrun", "app", "run", str(slow_project), "slow", "--input",
+                                "name=b", "--json"], env={**os.environ, **logs}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)  # it waits for the environment
+        res = workrun("gc")
+        assert res.code == 0, res
+    out, err = app.communicate(timeout=120)
+    assert app.returncode == 0, err
+    assert json.loads(out)["status"] == "succeeded"
+    assert Path(logs["CALL_LOG"]).read_text().split() == ["a", "b"]
+
+
+def test_gc_does_not_count_a_directory_it_cannot_remove(workrun, isolated_env, monkeypatch):
+    """A directory gc cannot remove is returned, not counted as removed; the others go."""
+    from workrun import operations
+    from workrun.services import Services
+
+    calls = isolated_env / "calls"
+    for name in ("op_stuck", "op_gone"):
+        (calls / name).mkdir(parents=True)
+        old = time.time() - 3600
+        os.utime(calls / name, (old, old))
+    real = operations.shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if Path(path).name == "op_stuck":
+            raise PermissionError(13, "Operation not permitted", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(operations.shutil, "rmtree", rmtree)
+    svc = Services(isolated_env, check=False)
+    try:
+        assert operations.gc_call_dirs(svc, dry_run=True) == (2, 0, [])
+        assert operations.gc_call_dirs(svc) == (1, 0, [calls / "op_stuck"])
+    finally:
+        svc.close()
+    assert sorted(p.name for p in calls.iterdir()) == ["op_stuck"]
+
+
+def test_gc_exits_1_naming_a_directory_it_cannot_remove(workrun, isolated_env):
+    """The CLI side of the above, with a file the file system refuses to remove (``chattr +i``)."""
+    import shutil
+    import subprocess
+
+    calls = isolated_env / "calls"
+    stuck = calls / "op_stuck"
+    stuck.mkdir(parents=True)
+    (stuck / "f").write_text("x")
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(stuck / "f")],
+                                                        capture_output=True).returncode != 0:
+        pytest.skip("needs chattr +i (root on a file system with immutable files, e.g. ext4)")
+    try:
+        old = time.time() - 3600
+        os.utime(stuck, (old, old))
+        res = workrun("gc")
+        assert res.code == 1, res
+        assert "removed 0 stale call directory(ies); kept 0" in res.out, res
+        assert res.err == f"error: {stuck}: cannot be removed\n", res.err
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck / "f")], check=True)

@@ -21,7 +21,7 @@ from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
 from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling, shared_journal
-from workrun.cli.output import console, print_json, raise_broken_pipes, run_table
+from workrun.cli.output import console, print_error, print_json, raise_broken_pipes, run_table
 from workrun.cli.running import audit_run, run_workflow, start_run
 from workrun.errors import ActionRefusedError, WorkrunError
 from workrun.states import COMPENSATION_DONE
@@ -338,16 +338,19 @@ def compensate(
 
 @app.command()
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
-    """Remove code snapshots that no unfinished compensation needs, and stale call directories."""
+    """Remove code snapshots that no unfinished compensation needs, and stale call directories (exit 1 when one
+    cannot be removed)."""
     from workrun.operations import gc_call_dirs
     from workrun.snapshots import gc as snapshots_gc
 
     with scheduling(False, False, resume_first=False) as svc:
         removed, kept = snapshots_gc(svc, dry_run=dry_run)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
-        removed, kept = gc_call_dirs(svc, dry_run=dry_run)
+        removed, kept, failed = gc_call_dirs(svc, dry_run=dry_run)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} stale call directory(ies); kept {kept}")
-    raise typer.Exit(0)
+        for path in failed:
+            print_error(f"{path}: cannot be removed")
+    raise typer.Exit(1 if failed else 0)
 
 
 def _submit(spec, inputs: dict, eval_run: bool, json_mode: bool) -> None:

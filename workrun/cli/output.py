@@ -84,8 +84,8 @@ _LEVEL_STYLE = {"info": "", "warning": "yellow", "error": "red"}
 
 
 def print_error(line: str) -> None:
-    """Print exactly one error line on stderr."""
-    sys.stderr.write("error: " + " ".join(line.split("\n")) + "\n")
+    """Print exactly one error line on stderr (nothing in it a terminal would act on: see :func:`escape`)."""
+    sys.stderr.write("error: " + _cell(" ".join(line.split("\n")))[0] + "\n")
     sys.stderr.flush()
 
 

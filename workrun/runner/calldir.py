@@ -56,8 +56,12 @@ def read_claim(call_dir: Path) -> Claim | None:
 
 
 def fence(call_dir: Path) -> bool:
-    """Claim the directory as abandoned; True when this call won (the launcher will then refuse to start)."""
-    return bool(_wire.claim(call_dir, "abandoned\n"))
+    """Claim the directory as abandoned; True when this call won (the launcher will then refuse to start).
+    False when the directory is gone (nothing can start in it any more, but what ran in it is not known)."""
+    try:
+        return bool(_wire.claim(call_dir, "abandoned\n"))
+    except FileNotFoundError:
+        return False
 
 
 POOL_DIRS = 32
@@ -108,9 +112,13 @@ class _Pool:
                 return False
             try:
                 os.rename(src, dest)
-                return True
             except OSError:  # taken by another process meanwhile, or gone
                 continue
+            try:  # a new call's directory is new: ``workrun gc`` tells a stale one by its time
+                os.utime(dest)
+            except OSError:
+                pass
+            return True
 
     def put(self, path: Path) -> bool:
         """Move the emptied directory ``path`` into the pool; False when full or not possible (``path`` stays)."""
