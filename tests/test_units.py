@@ -312,3 +312,33 @@ def test_text_for_rich_shows_control_characters_as_escapes_and_keeps_line_breaks
     shown = escape("a\x1b]0;title\x07 \x1b[31mred[/] \u202eevil\rline\nnext\tcol")
     assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown and "\r" not in shown
     assert shown == "a\\x1b]0;title\\x07 \\x1b[31mred\\[/] \\u202eevil\\x0dline\nnext\tcol"
+
+
+def test_resume_keeps_waiting_for_a_dead_runners_run_whose_lease_passes_between_its_two_looks():
+    """A CI run caught ``workrun resume`` (shared journal) saying "nothing to resume" with a dead runner's run left:
+    its claim failed while the lease still held, and its look for held runs, a moment later, found the lease passed.
+    The look uses the time from before the claim now, so the run is still waited for (and claimed next)."""
+    import socket as _socket
+    import time as _time
+
+    from workrun import workers
+
+    lease = _time.time() - 0.001  # passed just now, after the claim that found the run still held
+
+    class Journal:
+        def held_runs_needing_work(self, now: float) -> list[dict]:
+            return [{"run_id": "run_1", "worker_id": "wkr_dead", "lease_until": lease, "host": _socket.gethostname(),
+                     "pid": None}] if lease >= now else []
+
+    class Svc:
+        journal = Journal()
+        said: list[str] = []
+
+        def say(self, run_id, node_key, level, text):
+            self.said.append(text)
+
+    svc = Svc()
+    host = _socket.gethostname()
+    assert workers._orphaned_claims(svc, host, [], set(), lease - 0.5) is True  # the time of the failed claim
+    assert "taking the run over when its lease passes" in svc.said[0]
+    assert workers._orphaned_claims(svc, host, [], set(), _time.time()) is False  # what it asked before: gone

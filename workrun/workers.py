@@ -355,9 +355,10 @@ def resume_shared(svc: Services) -> list[str]:
     try:
         told: set[str] = set()
         while not svc.stopping():
+            before = time.time()  # a lease that passes between the claim and the look below is still seen
             claim = beat.claim(svc.journal)
             if not claim:
-                if not _orphaned_claims(svc, beat.host, handled, told):
+                if not _orphaned_claims(svc, beat.host, handled, told, before):
                     break
                 time.sleep(IDLE_POLL)  # a dead runner's claim: taken over once its lease passes (R-R1)
                 continue
@@ -374,12 +375,16 @@ def resume_shared(svc: Services) -> list[str]:
     return handled
 
 
-def _orphaned_claims(svc: Services, host: str, handled: list[str], told: set[str]) -> bool:
+def _orphaned_claims(svc: Services, host: str, handled: list[str], told: set[str], now: float) -> bool:
     """True when a run needing work is still held by a runner on this host that is gone (killed, so it
     never released its claim): ``resume`` waits its lease out and takes it over rather than leaving it
-    (R-R1). Runs held by a live runner (or one on another host) are left to it, said once each."""
+    (R-R1). Runs held by a live runner (or one on another host) are left to it, said once each.
+
+    ``now``: epoch seconds from before the claim that found nothing, so a lease that passed since is still
+    held here (the next claim takes the run): asked at a later time, the run was in neither answer and
+    ``resume`` said "nothing to resume" (a CI run caught it)."""
     waiting = False
-    for row in shared(svc).held_runs_needing_work(time.time()):
+    for row in shared(svc).held_runs_needing_work(now):
         rid = row["run_id"]
         if rid in handled:
             continue
