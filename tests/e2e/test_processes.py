@@ -60,7 +60,8 @@ process.result({"survived": True})
 
 # The App forks a child that calls setsid() and forks again: the grandchild leaves the App's
 # process group and session (a daemon). It ignores SIGTERM, so only SIGKILL ends it.
-ESCAPE = """
+# DAEMON: the App's code up to its daemon's pid (``daemon``); the daemon runs LOOP (indented 8).
+DAEMON = """
 import os, signal, sys, time
 from workrun_sdk import process
 data = process.input()
@@ -70,11 +71,14 @@ if os.fork() == 0:
     if os.fork() == 0:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         os.write(w, f"{os.getpid()}\\n".encode())
-        while True:
-            time.sleep(1)
+LOOP
+        os._exit(0)
     os._exit(0)
 os.close(w)
 daemon = int(os.read(r, 64))
+"""
+
+ESCAPE = DAEMON.replace("LOOP", "        while True:\n            time.sleep(1)") + """
 with open(data["pids"], "w") as fh:
     fh.write(f"{daemon}\\n")
 if data["mode"] == "hang":
@@ -283,23 +287,11 @@ def test_a_forked_call_is_like_a_spawned_one(workrun, write_workflow, make_proje
 # An App that writes a file named ``ended`` into its call directory (the launcher's marker that every process of
 # the call has ended) and leaves a daemon that ignores SIGTERM and keeps writing to the stdout it inherited.
 FORGE = """
-import os, signal, time
-from workrun_sdk import process
-data = process.input()
+import os
 open(os.path.join(os.environ["WORKRUN_CALL_DIR"], "ended"), "w").close()
-r, w = os.pipe()
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        os.write(w, f"{os.getpid()}\\n".encode())
-        for _ in range(3000):
+""" + DAEMON.replace("LOOP", """        for _ in range(3000):
             os.write(1, b"DAEMON OF AN EARLIER CALL\\n")
-            time.sleep(0.01)
-        os._exit(0)
-    os._exit(0)
-os.close(w)
-daemon = int(os.read(r, 64))
+            time.sleep(0.01)""") + """
 with open(data["pids"], "w") as fh:
     fh.write(f"{daemon} {os.getppid()}\\n")
 process.result({"daemon": daemon})
