@@ -505,9 +505,10 @@ def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int, lis
     now = time.time()
     for name in names:
         path = calls / name
-        if name == ".pool" or name.startswith("exec-") or (name.startswith(".") and not name.startswith(".trash")):
+        trash = name.startswith(".trash")
+        if name.startswith("exec-") or (name.startswith(".") and not trash):  # a worker's, the pool
             continue
-        if not name.startswith(".trash"):
+        if not trash:
             try:
                 changed = path.lstat().st_mtime
             except OSError:

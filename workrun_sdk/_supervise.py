@@ -409,10 +409,8 @@ def fork_waiting(child: Callable[[int], object]) -> tuple[int, int] | None:
 
 def write_all(fd: int, data: bytes) -> bool:
     """Write ``data`` to the pipe ``fd`` and close it; False when the reader is gone (nothing more is sent)."""
-    view = memoryview(data)
     try:
-        while view:
-            view = view[os.write(fd, view):]
+        _wire.write_fully(fd, data)
         return True
     except OSError:
         return False
@@ -443,10 +441,8 @@ def prepare_app(spare: tuple[int, int] | None, request: bytes) -> tuple[int, int
     process is gone (it is ended and reaped: the App is forked at the call, as usual)."""
     if spare is None:
         return None
-    view = memoryview(len(request).to_bytes(8, "big") + request)
     try:
-        while view:
-            view = view[os.write(spare[1], view):]
+        _wire.write_fully(spare[1], len(request).to_bytes(8, "big") + request)
         return spare
     except OSError:
         _drop(spare)

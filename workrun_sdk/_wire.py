@@ -116,6 +116,17 @@ def open_empty(path: str | os.PathLike[str]) -> int:
     return fd
 
 
+def write_fully(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a pipe or a file), however many writes that takes.
+
+    Raises:
+        OSError: a write failed (a pipe whose reader is gone: ``BrokenPipeError``); part of ``data`` may be written.
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 MAX_DEPTH = 200
 """The deepest nesting of arrays and objects :func:`loads_strict` takes (a value read back deeper in a call stack
 must still fit Python's recursion limit)."""

@@ -205,9 +205,7 @@ def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
     data = text.encode("utf-8")
     fd = os.open(call_dir / "input.json", os.O_WRONLY | os.O_CREAT, 0o600)
     try:  # over a pooled file's old bytes, cut to length after (never emptied first: see _wire.open_empty)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _wire.write_fully(fd, data)
         if os.fstat(fd).st_size > len(data):
             os.ftruncate(fd, len(data))
     finally:

@@ -193,7 +193,8 @@ class ForkedProcess:
 
 
 class _Server:
-    """One fork server process, its request socket and its reply pipe."""
+    """One fork server process, its request socket and its reply pipe; ``calls``: the kind of calls it serves,
+    ``"process"`` or ``"tool"`` (a warm server's is ``"tool"``: see :func:`_key`)."""
 
     def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None,
                  umask: int = -1, calls: str = "process") -> None:
@@ -201,8 +202,7 @@ class _Server:
         self._req, req_r = ours.detach(), theirs.detach()
         rep_r, rep_w = os.pipe()
         done_w = _done().write_fd
-        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w), str(done_w),
-                "tool" if warm else calls]
+        argv = [python, str(sdk_dir / "workrun_sdk" / "_forkserver.py"), str(req_r), str(rep_w), str(done_w), calls]
         if warm:
             argv.append(warm)
         try:
