@@ -117,6 +117,8 @@ class DispatchRunner:
     See the module doc for the protocol; every method keeps :class:`~workrun.runner.base.AppRunner`'s contract.
     """
 
+    decides_by_claim = True  # the run's claim holder settles every call of the run (R-R3, R-F2)
+
     def __init__(self, journal: Any, local: AppRunner, run_id: str | None) -> None:
         self.journal = journal
         self.local = local

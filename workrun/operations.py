@@ -257,8 +257,11 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
     """Settle the in-flight operations of a run (of standalone calls when ``run_id`` is None) after a restart.
 
     Only calls whose owner is gone are settled: a call whose owning process still lives (another
-    ``workrun app run``, or this process) is left to it. An orphaned call is adopted first (a conditional
-    write), so of two recoverers only one settles it. Each is decided by
+    ``workrun app run``, or this process) is left to it. On a shared journal the run's claim decides
+    instead (R-R3, R-F2): a scheduler holding the claim of ``run_id`` settles every call of the run that
+    another process made, alive or not (a frozen worker whose lease passed has lost the run; its call is
+    decided from its call directory and exit record, never started again). An orphaned call is adopted
+    first (a conditional write), so of two recoverers only one settles it. Each is decided by
     :meth:`~workrun.runner.base.AppRunner.recover` and journaled by :func:`finish_operation`, exactly as
     a live call would be (R-R1, R-R3).
 
@@ -268,8 +271,10 @@ def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]
     settled = []
     me_pid, me_start = current_owner()
     claim_by = time.monotonic() + CLAIM_WAIT  # one window for every call of this pass (see CLAIM_WAIT)
+    by_claim = run_id is not None and svc.runner.decides_by_claim
     for op in svc.journal.operations_in_flight(run_id):
-        if not _owner_gone(op):
+        mine = op.get("owner_pid") == me_pid and op.get("owner_start") == me_start
+        if mine or not (by_claim or _owner_gone(op)):
             continue
         if not svc.journal.adopt_operation(op["operation_id"], owner_pid=me_pid, owner_start=me_start,
                                            seen_pid=op.get("owner_pid"), seen_start=op.get("owner_start")):

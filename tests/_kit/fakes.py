@@ -51,6 +51,8 @@ AppFunction = Callable[[Call], Exit]
 class FakeRunner:
     """An AppRunner whose Apps are Python functions by entry file name (``apps["main.py"]``)."""
 
+    decides_by_claim = False
+
     def __init__(self, apps: dict[str, AppFunction] | None = None) -> None:
         self.apps = apps or {}
         self.started: list[tuple[str, dict[str, Any]]] = []  # (entry name, envelope) in order

@@ -211,6 +211,9 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
             if not node.idempotent:
                 return NodeOutcome("failed", error=f"operation {last['operation_id']}: {last['error']}")
             resend_key = _key_of(last)
+        if last["status"] in ("starting", "running"):  # its owner lives on: never sent a second time (R-R3)
+            return NodeOutcome("failed", error=f"operation {last['operation_id']} is still in flight in "
+                               f"process {last.get('owner_pid')}; not sent again (R-R3)")
     budget = policy.attempts() if policy.retry else (2 if node.idempotent else 1)
     try:
         spec_allow = list((svc.journal.run(run_id)["spec"] or {}).get("http_allow") or [])

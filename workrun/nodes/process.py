@@ -71,6 +71,9 @@ class ProcessExecutor:
                 return NodeOutcome("succeeded", last["result"])
             if last["status"] == "unknown" and not last["config"].get("idempotent"):
                 return NodeOutcome("failed", error=f"operation {last['operation_id']}: {last['error']}")
+            if last["status"] in ("starting", "running"):  # its owner lives on: never start it a second time
+                return NodeOutcome("failed", error=f"operation {last['operation_id']} is still in flight in "
+                                   f"process {last.get('owner_pid')}; not started again (R-R3)")
         attempts = policy.attempts()
         error = next((o["error"] for o in reversed(prior) if o["status"] == "failed"), None)  # budget spent before
         while used < attempts:

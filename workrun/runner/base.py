@@ -128,6 +128,11 @@ class AppRunner(Protocol):
     - :meth:`collect` never raises.
     """
 
+    #: True when a run's calls belong to whoever holds the run's claim (a shared journal's scheduler): recovery
+    #: then settles a call another process made even while that process lives (a frozen worker lost the run,
+    #: R-R3, R-F2). False for a local runner: a live owner's call is left to it.
+    decides_by_claim: bool
+
     def prepare(self, project: Path, *, offline: bool = False) -> str:
         """Return the project environment's python (path), syncing it first if needed."""
 

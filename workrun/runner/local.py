@@ -28,6 +28,8 @@ class LocalRunner:
         launch: ``"fork"`` (calls start from a per-environment fork server, R-P1) or ``"spawn"``.
     """
 
+    decides_by_claim = False  # a live owner's call is left to it (AppRunner.decides_by_claim)
+
     def __init__(self, data_dir: Path, grace: float = 5.0, launch: str = "spawn") -> None:
         self.data_dir = data_dir
         self.grace = grace
