@@ -12,6 +12,7 @@ from _kit.http_server import TestServer
 from workrun.errors import ConfigError
 from workrun.outbound import (
     AllowList,
+    UnsafeRequestError,
     allow_from_env,
     check_address,
     check_templates,
@@ -136,9 +137,15 @@ def test_template_values_are_percent_encoded_on_the_wire() -> None:
         assert got.status == 404 and got.sent
         (arrived,) = server.received
         assert arrived.path == "/items/%2F..%2Fadmin%3Fx%3D1%23?q=%2F..%2Fadmin%3Fx%3D1%23&n=1"
-        req = _request(server.url + "/items/{{ v }}/x", method="GET", values={"v": ".."})
-        send(req, _allow(server))
-        assert server.received[1].path == "/items/%2E%2E/x"
+
+    # SPEC §19: a value that makes a path segment . or .. (in any spelling) is never sent
+    for value in ("..", ".", "%2e", "%2E%2e", " .. "):
+        with pytest.raises(UnsafeRequestError, match=r"unsafe path from \{\{ v \}\}"):
+            _request("http://127.0.0.1/items/{{ v }}/x", method="GET", values={"v": value})
+    for value in ("", "   ", None):  # R-X3: an empty value in a path segment or a query value
+        for url in ("http://127.0.0.1/items/{{ v }}", "http://127.0.0.1/items?id={{ v }}"):
+            with pytest.raises(UnsafeRequestError, match=r"empty value for \{\{ v \}\} in url"):
+                _request(url, method="DELETE", values={"v": value})
 
 
 def test_loopback_is_refused_without_allow_and_nothing_is_sent() -> None:
@@ -318,7 +325,7 @@ def test_queued_request_keeps_env_references_and_is_filled_where_it_is_sent():
     queued = req.queued()
     assert "here" not in json.dumps(queued)
     sent = from_queued(json.loads(json.dumps(queued)), {"TOKEN": "there"})
-    assert sent.headers["Authorization"] == "Bearer there" and sent.secrets == ["there"]
+    assert sent.headers["Authorization"] == "Bearer there" and sent.secrets == {"TOKEN": "there"}
     assert sent.headers["X-Note"] == "{{ env.TOKEN }}"  # data, not a reference
     assert (sent.target, sent.body, sent.shown(), sent.headers["Idempotency-Key"]) == (
         req.target, req.body, req.shown(), "op-1")

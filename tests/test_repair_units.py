@@ -4,6 +4,8 @@ machines, the journal's ticket transactions on a real SQLite file, and the engin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from _kit.fakes import FakeExecutor, failing, hold, services, workflow
@@ -12,7 +14,8 @@ from workrun.errors import ConfigError, InvalidTransitionError, StaleStatusError
 from workrun.journal.sqlite import SqliteJournal
 from workrun.models import HttpAction
 from workrun.states import allowed, check
-from workrun.ticket_records import event_row, fill, render_request, ticket_message, ticket_row
+from workrun.outbound import from_queued
+from workrun.ticket_records import event_row, render_request, ticket_message, ticket_row
 from workrun.workflow import parse_policy
 
 
@@ -53,13 +56,61 @@ def test_action_values_are_filled_at_registration_and_encoded_in_the_url():
                         body={"order": "{{ nodes.order.result.id }}", "why": "node {{ node_key }}: {{ error }}"})
     values = {"inputs": {}, "nodes": {"order": {"result": {"id": "a/b?c"}}}, "run_id": "run_1", "node_key": "charge",
               "error": "HTTP 402"}
-    req = render_request(action, values)
+    req = render_request(action, values, idempotency_key="tkt_1")
     assert req["url"] == "http://127.0.0.1/refund/a%2Fb%3Fc?run=run_1"
-    assert req["headers"] == {"Authorization": "Bearer {{ env.TOKEN }}"}  # read at send time only (R-H5)
+    assert req["headers"]["Authorization"] == "Bearer {{ env.TOKEN }}"  # read at send time only (R-H5)
     assert req["body"] == {"order": "a/b?c", "why": "node charge: HTTP 402"}
-    assert fill("{{ nodes.order.result.id }}", {"nodes": {"order": {"result": {"id": 7}}}}) == 7
+    sent = from_queued(req["prepared"], {"TOKEN": "t0k"})
+    assert sent.headers["Authorization"] == "Bearer t0k" and sent.secrets == {"TOKEN": "t0k"}
+    assert sent.target == "/refund/a%2Fb%3Fc?run=run_1" and sent.headers["Idempotency-Key"] == "tkt_1"
+    whole = HttpAction(method="POST", url="http://127.0.0.1/", body={"id": "{{ nodes.order.result.id }}"})
+    assert render_request(whole, {"nodes": {"order": {"result": {"id": 7}}}}, idempotency_key="k")["body"] == {"id": 7}
     with pytest.raises(KeyError):
-        fill("{{ nodes.order.result.missing }}", values)
+        render_request(HttpAction(method="POST", url="http://127.0.0.1/{{ nodes.order.result.missing }}"), values,
+                       idempotency_key="k")
+
+
+@pytest.mark.parametrize("where", ["inputs", "result", "error", "message"])
+def test_a_value_from_outside_holding_a_template_is_sent_literally(where, monkeypatch):
+    """R-X1 (issue 26, bug 1): a ticket action or notification is prepared once; a value from an input, a node's
+    result, an error or a message that holds ``{{ env.NAME }}`` is data and reaches the wire as written."""
+    monkeypatch.setenv("OTHER_SECRET", "s3cr3t")
+    monkeypatch.setenv("TOKEN", "t0k")
+    evil = "declined: {{ env.OTHER_SECRET }}"
+    values = {"inputs": {"note": "-"}, "nodes": {"lookup": {"result": {"body": {"note": "-"}}}}, "error": "-",
+              "message": "-", "run_id": "run_1"}
+    ref = {"inputs": "inputs.note", "result": "nodes.lookup.result.body.note", "error": "error",
+           "message": "message"}[where]
+    if where == "inputs":
+        values["inputs"]["note"] = evil
+    elif where == "result":
+        values["nodes"]["lookup"]["result"]["body"]["note"] = evil
+    else:
+        values[where] = evil
+    action = HttpAction(method="POST", url="http://127.0.0.1/refund?note={{ " + ref + " }}",
+                        headers={"X-Note": "{{ " + ref + " }}", "Authorization": "Bearer {{ env.TOKEN }}"},
+                        body={"note": "{{ " + ref + " }}", "text": "n: {{ " + ref + " }}"})
+    req = render_request(action, values, idempotency_key="tkt_1")
+    sent = from_queued(req["prepared"])
+    assert sent.headers["X-Note"] == evil and sent.headers["Authorization"] == "Bearer t0k"
+    assert b"s3cr3t" not in (sent.body or b"") and "s3cr3t" not in sent.target
+    assert "s3cr3t" not in json.dumps(req)
+    assert sent.secrets == {"TOKEN": "t0k"}
+
+
+@pytest.mark.parametrize("value, says", [("", "empty value for {{ nodes.o.result.id }} in url"),
+                                         ("  ", "empty value for {{ nodes.o.result.id }} in url"),
+                                         (None, "empty value for {{ nodes.o.result.id }} in url"),
+                                         ("..", "unsafe path from {{ nodes.o.result.id }}"),
+                                         (".", "unsafe path from {{ nodes.o.result.id }}")])
+def test_an_empty_or_dot_value_in_a_url_is_never_sent(value, says):
+    """R-X3: an action whose filled URL would hit the collection (``DELETE /orders/``) is stored unsendable."""
+    action = HttpAction(method="DELETE", url="http://127.0.0.1/orders/{{ nodes.o.result.id }}")
+    req = render_request(action, {"nodes": {"o": {"result": {"id": value}}}}, idempotency_key="k")
+    assert req["prepared"] is None and req["unsendable"] == says
+    query = HttpAction(method="DELETE", url="http://127.0.0.1/orders?id={{ nodes.o.result.id }}")
+    if value is None or not value.strip():
+        assert render_request(query, {"nodes": {"o": {"result": {"id": value}}}}, idempotency_key="k")["unsendable"]
 
 
 @pytest.mark.parametrize("status, says", [("pending", "waits for a person"),

@@ -28,6 +28,7 @@ from workrun.compensation.records import plan_records
 from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.nodes.base import NodeExecutor, NodeJob
 from workrun.operations import settle_operations
+from workrun.outbound import RequestError
 from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id
 from workrun.states import NODE_ENDED
@@ -212,8 +213,11 @@ class Engine:
         if policy.action is not None:
             action = action_row(tid, run_id, policy.action, {}, now)
             try:
-                action["request"] = {**render_request(policy.action, values), "timeout": policy.action.timeout}
+                action["request"] = render_request(policy.action, values, idempotency_key=tid)
                 action_note = "; its action is registered"
+            except RequestError as exc:
+                action.update(status="failed", reason=f"{exc}: the action cannot be sent")
+                action_note = f"; its action cannot be sent ({action['reason']})"
             except KeyError as exc:
                 action.update(status="failed", reason=f"template {{{{ {exc.args[0]} }}}} has no value: the action "
                               "cannot be sent")

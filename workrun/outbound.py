@@ -30,14 +30,15 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from workrun import settings
 from workrun.errors import ConfigError
 from workrun.outcomes import Failure
+from workrun.redact import redact_value
 from workrun.templates import strings
 from workrun_sdk import _wire
 
@@ -48,12 +49,15 @@ if TYPE_CHECKING:  # socket and ssl are imported where a request is sent: a work
 __all__ = [
     "ALLOW_ENV",
     "AllowList",
+    "EnvLater",
     "HEADERS_LIMIT",
     "METHODS",
     "PreparedRequest",
+    "RequestError",
     "REQUEST_LIMIT",
     "RESPONSE_LIMIT",
     "SendResult",
+    "UnsafeRequestError",
     "TAIL_LIMIT",
     "UrlTemplate",
     "allow_from_env",
@@ -294,19 +298,62 @@ def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = T
 
 
 def _text(value: Any) -> str:
+    """A filled value as text: a string as is, ``null`` as the empty string (R-X3), anything else as JSON."""
+    if value is None:
+        return ""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _fill(text: str, lookup: Callable[[str], Any], encode: bool) -> str:
+    """Fill the templates of ``text`` once (R-X1): a value is placed as data, never read as a template again.
+
+    With ``encode`` (a URL's path or query) each value is percent-encoded (it can never add ``/ ? # &``), and
+    an empty, whitespace-only or ``null`` value is refused (R-X3).
+
+    Raises:
+        KeyError: a reference has no value.
+        UnsafeRequestError: an empty value in the URL.
+    """
     def sub(m: re.Match[str]) -> str:
-        value = _text(lookup(m.group(1)))
+        raw = lookup(m.group(1))
+        value = _text(raw)
         if not encode:
             return value
-        if value in (".", ".."):  # a whole dot segment would be resolved away by URL normalisation
-            return value.replace(".", "%2E")
+        if not value.strip():
+            raise UnsafeRequestError(f"empty value for {{{{ {m.group(1)} }}}} in url")
         return quote(value, safe="")
 
     return _TEMPLATE.sub(sub, text)
+
+
+def _decoded(text: str) -> str:
+    """``text`` percent-decoded until nothing changes (``%252e`` -> ``%2e`` -> ``.``): how a lenient server may
+    read it."""
+    for _ in range(8):
+        once = unquote(text)
+        if once == text:
+            break
+        text = once
+    return text
+
+
+def _fill_target(rest: str, lookup: Callable[[str], Any]) -> str:
+    """The path and query as sent: templates filled and percent-encoded; a filled path segment that is ``.`` or
+    ``..`` (in any spelling) is refused, for it would climb out of the path the file wrote (SPEC §19).
+
+    Raises:
+        KeyError: a reference has no value.
+        UnsafeRequestError: an empty value in the URL, or a dot segment made by a value.
+    """
+    path, sep, query = rest.split("#", 1)[0].partition("?")
+    segments = []
+    for segment in path.split("/"):
+        filled = _fill(segment, lookup, encode=True)
+        refs = _TEMPLATE.findall(segment)
+        if refs and _decoded(filled).strip() in (".", ".."):
+            raise UnsafeRequestError(f"unsafe path from {{{{ {refs[0]} }}}}")
+        segments.append(filled)
+    return "/".join(segments) + (sep + _fill(query, lookup, encode=True) if sep else "")
 
 
 def _fill_value(value: Any, lookup: Callable[[str], Any]) -> Any:
@@ -338,7 +385,8 @@ class PreparedRequest:
         body: the body's bytes (None for no body).
         shown_body: the body as journaled: a JSON value for a table, text for a string, or None.
         timeout: seconds for the whole exchange (R-H4).
-        secrets: the environment values placed in headers (scrubbed from anything recorded).
+        secrets: environment variable name -> the value placed in a header (redacted in every form from anything
+            recorded, R-X2).
         header_parts: header name -> ``[["text", TEXT] | ["env", NAME], ...]``: the value as filled except
             that ``{{ env.NAME }}`` stays a reference (what :meth:`queued` stores; never a secret).
     """
@@ -351,7 +399,7 @@ class PreparedRequest:
     body: bytes | None
     shown_body: Any
     timeout: float
-    secrets: list[str] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
     header_parts: dict[str, list[list[str]]] = field(default_factory=dict)
 
     @property
@@ -386,14 +434,14 @@ def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     environ = os.environ if environ is None else environ
     sent: dict[str, str] = {}
     shown: dict[str, str] = {}
-    secrets: list[str] = []
+    secrets: dict[str, str] = {}
     for name, parts in data["headers"].items():
         value, text = [], []
         for kind, part in parts:
             if kind == "env":
                 if part not in environ:
                     raise RequestError(f"environment variable {part} is not set on this worker")
-                secrets.append(environ[part])
+                secrets[part] = environ[part]
                 value.append(environ[part])
                 text.append("{{ env." + part + " }}")
             else:
@@ -407,12 +455,37 @@ def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = Non
         shown[name] = "".join(text)
     body = data["body"].encode("utf-8") if data["body"] is not None else None
     return PreparedRequest(data["method"], parse_url(data["url"]), data["target"], sent, shown, body,
-                           data["shown_body"], float(data["timeout"]), [s for s in secrets if s],
+                           data["shown_body"], float(data["timeout"]), {k: v for k, v in secrets.items() if v},
                            {k: [list(p) for p in v] for k, v in data["headers"].items()})
 
 
 class RequestError(ValueError):
     """Raised by :func:`prepare` when the filled request cannot be sent (message names the field, no secret)."""
+
+
+class UnsafeRequestError(RequestError):
+    """A filled value would send the request somewhere the file did not write: an empty or ``null`` value in a
+    URL path segment or query value ("empty value for {{ … }} in url", R-X3), or a path segment made ``.`` or
+    ``..`` ("unsafe path from {{ … }}"). Final: the call or attempt fails, never retried (a dead letter at once).
+    """
+
+
+class EnvLater(Mapping[str, str]):
+    """The environment a request is prepared with when ``{{ env.NAME }}`` is read later, where it is sent (a
+    stored ticket action or notification, a request queued for a worker, R-H5, R-X1): every name reads as empty
+    here; the header keeps the typed reference (:attr:`PreparedRequest.header_parts`)."""
+
+    def __getitem__(self, name: str) -> str:
+        return ""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
 
 
 def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: Any, timeout: float,
@@ -440,17 +513,17 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
             that is not ASCII, the headers exceed 64 KiB or the body 1 MiB.
     """
     environ = os.environ if environ is None else environ
-    target = _fill(url.rest.split("#", 1)[0], lookup, encode=True) or "/"
+    target = _fill_target(url.rest, lookup) or "/"
     if not target.startswith("/"):
         target = "/" + target
-    secrets: list[str] = []
+    secrets: dict[str, str] = {}
 
     def with_env(ref: str) -> Any:
         env = _ENV_REF.match(ref)
         if env:
             if env.group(1) not in environ:
                 raise RequestError(f"environment variable {env.group(1)} is not set")
-            secrets.append(environ[env.group(1)])
+            secrets[env.group(1)] = environ[env.group(1)]
             return environ[env.group(1)]
         return lookup(ref)
 
@@ -489,7 +562,7 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
     if sum(len(k) + len(v.encode("utf-8")) + 4 for k, v in sent.items()) > HEADERS_LIMIT:
         raise RequestError("request headers over 64 KiB")
     return PreparedRequest(method, url, target, sent, shown, data, shown_body, float(timeout),
-                           [s for s in secrets if s], parts)
+                           {k: v for k, v in secrets.items() if v}, parts)
 
 
 def _parts(template: str, lookup: Callable[[str], Any]) -> list[list[str]]:
@@ -701,18 +774,9 @@ class SendResult:
         return cls(**{**data, "failure": Failure(failure) if failure is not None else None})
 
 
-def _scrub(value: Any, secrets: list[str]) -> Any:
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, "[redacted]")
-        return value
-    if isinstance(value, dict):
-        return {k: _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
+def _scrub(value: Any, secrets: Mapping[str, str]) -> Any:
+    """``value`` with every form of every secret replaced by ``{{ env.NAME }}`` (R-X2)."""
+    return redact_value(value, secrets)
 
 
 def _resolve(host: str, port: int) -> list[IPAddress]:
@@ -920,15 +984,17 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
         for chunk in response.iter_bytes():
             total += len(chunk)
             if total > RESPONSE_LIMIT:
-                tail = b"".join(chunks)[:TAIL_LIMIT].decode("utf-8", errors="replace")
-                return SendResult(True, status, kept, None, Failure.BAD_RESPONSE,
-                                  f"HTTP {status}: response over 1 MiB", _scrub(tail, request.secrets), address)
+                tail = _scrub(b"".join(chunks)[:2 * TAIL_LIMIT].decode("utf-8", errors="replace"), request.secrets)
+                return SendResult(True, status, kept, None, Failure.BAD_RESPONSE, f"HTTP {status}: response over 1 MiB",
+                                  tail.encode("utf-8")[:TAIL_LIMIT].decode("utf-8", errors="ignore"), address)
             chunks.append(chunk)
     except (httpx.HTTPError, OSError) as exc:
         return _lost(request, exchange, address, exc)
     raw = b"".join(chunks)
     body = _scrub(_decode_body(raw, kept.get("content-type", ""), response.charset_encoding), request.secrets)
-    tail = _scrub(raw[:TAIL_LIMIT].decode("utf-8", errors="replace"), request.secrets)
+    # redacted whole before it is cut, so a secret across the cut leaves no part of itself behind
+    tail = _scrub(raw.decode("utf-8", errors="replace"), request.secrets).encode("utf-8")[:TAIL_LIMIT] \
+        .decode("utf-8", errors="ignore")
     result = SendResult(True, status, kept, body, None, None, tail, address)
     if 200 <= status < 300:
         return result

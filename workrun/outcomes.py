@@ -35,6 +35,8 @@ class Failure(StrEnum):
         HTTP_STATUS: an HTTP request was answered with a status other than 2xx (3xx included: no redirect is
             followed) (R-H2).
         BAD_RESPONSE: an HTTP answer broke a bound: body over 1 MiB or headers over 64 KiB (R-H4).
+        UNSAFE_REQUEST: not sent because a filled value would aim it elsewhere than the file wrote: an empty or
+            ``null`` value in the URL (R-X3), a dot segment; final, never retried.
     """
 
     NOT_STARTED = "not_started"
@@ -49,6 +51,12 @@ class Failure(StrEnum):
     NOT_SENT = "not_sent"
     HTTP_STATUS = "http_status"
     BAD_RESPONSE = "bad_response"
+    UNSAFE_REQUEST = "unsafe_request"
+
+    @property
+    def final(self) -> bool:
+        """True when trying again cannot help: the same values would fill the same request (R-X3)."""
+        return self is Failure.UNSAFE_REQUEST
 
     @property
     def counts(self) -> bool:

@@ -80,8 +80,9 @@ def render(value: Any, context: dict[str, Any]) -> Any:
     """Fill templates in ``value`` from ``{"inputs": {...}, "nodes": {key: {"result": ...}}}``.
 
     A string that is exactly one template takes the referenced value as is
-    (numbers stay numbers); otherwise values are interpolated as text (JSON for
-    objects and lists).
+    (numbers stay numbers, ``null`` stays ``null``); otherwise values are interpolated
+    as text (JSON for objects and lists, ``null`` as the empty string, SPEC §19). Each
+    template is filled once: a value that contains ``{{ … }}`` is data (R-X1).
 
     Raises:
         TemplateValueError: naming the reference, when a value is missing at run time.
@@ -98,6 +99,8 @@ def render(value: Any, context: dict[str, Any]) -> Any:
 
     def sub(m: re.Match[str]) -> str:
         v = _lookup(m.group(1), context)
+        if v is None:
+            return ""
         return v if isinstance(v, str) else json.dumps(v)
 
     return _TEMPLATE.sub(sub, value)

@@ -23,7 +23,7 @@ from workrun import faults
 from workrun.backoff import backoff_delay
 from workrun.errors import ActionRefusedError, ConfigError
 from workrun.models import HttpAction, WorkflowSpec
-from workrun.outbound import RequestError, SendResult, allow_from_env, parse_allow, parse_url, prepare, send
+from workrun.outbound import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
 from workrun.outcomes import Failure
 from workrun.services import Services, new_id
 from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line
@@ -41,17 +41,25 @@ __all__ = [
 
 def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout: float, idempotency_key: str,
                  before_send: Callable[[], None] | None = None) -> SendResult:
-    """Send a stored request (``{method, url, headers, body}``, values filled at registration, only
-    ``{{ env.NAME }}`` left, read now) through the outbound guard of the run's workflow (R-H3..R-H5).
+    """Send a stored request through the outbound guard of the run's workflow (R-H3..R-H5, R-X1).
+
+    Args:
+        request: as :func:`~workrun.ticket_records.render_request` stored it: ``prepared`` holds the values
+            filled once at registration, with ``{{ env.NAME }}`` in header values as typed references, read
+            now; no template is filled here. ``unsendable`` (R-X3) fails it at once, not sent, final.
 
     Never raises for network trouble or a request that cannot be prepared: it is in the result.
     """
+    if request.get("unsendable"):
+        return SendResult(False, failure=Failure.UNSAFE_REQUEST, error=f"not sent: {request['unsendable']}")
+    stored = request.get("prepared")
+    if not stored:  # a journal written before requests were stored prepared: it cannot be sent safely now
+        return SendResult(False, failure=Failure.NOT_SENT, error="not sent: the stored request predates prepared "
+                          "requests; register the action again")
     spec = svc.journal.run(run_id)["spec"] or {}
     try:
         allow = parse_allow(list(spec.get("http_allow") or [])) + allow_from_env()
-        prepared = prepare(method=request["method"], url=parse_url(request["url"]), headers=request["headers"] or {},
-                           body=request.get("body"), timeout=timeout, lookup=_kept,
-                           idempotency_key=idempotency_key)
+        prepared = from_queued({**stored, "timeout": timeout})
     except (RequestError, ConfigError) as exc:
         return SendResult(False, failure=Failure.NOT_SENT, error=f"not sent: {exc}")
     result = send(prepared, allow, before_send=before_send)
@@ -60,25 +68,30 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
     return result
 
 
-def _kept(ref: str) -> str:
-    # values were filled when the action was registered; text that still looks like a template is kept as is
-    return "{{ " + ref + " }}"
-
-
 def _spec(svc: Services, run_id: str) -> WorkflowSpec:
     return WorkflowSpec.model_validate(svc.journal.run(run_id)["spec"])
 
 
-def _dead_letter(svc: Services, ticket: dict[str, Any], action: dict[str, Any], number: int) -> None:
-    """Record the notification intent of an action that ended ``failed`` (R-M8)."""
+def _dead_letter(svc: Services, ticket: dict[str, Any], action: dict[str, Any], number: int,
+                 error: str | None = None) -> None:
+    """Record the notification intent of an action that ended ``failed`` (R-M8).
+
+    Args:
+        number: how many attempts it made.
+        error: its last attempt's error line (default: read from the journal).
+    """
     notify = _spec(svc, ticket["run_id"]).notify
     if notify is None:
         return
+    if error is None:
+        attempts = svc.journal.ticket_attempts(ticket["ticket_id"])
+        error = (attempts[-1]["error"] if attempts else None) or action["reason"]
+    error = error or "failed"
     message = one_line(f"workrun: run {ticket['run_id']}: node {ticket['node_key']}: ticket {ticket['ticket_id']}: "
-                       f"its action failed after {number} attempt(s): {action['reason'] or 'failed'}")
+                       f"its action failed after {number} attempt(s): {error}")
     _notify(svc, notify, f"action:{ticket['ticket_id']}:{number}", ticket["run_id"], message,
             {"run_id": ticket["run_id"], "node_key": ticket["node_key"], "ticket_id": ticket["ticket_id"],
-             "error": action["reason"] or ""}, ticket_id=ticket["ticket_id"])
+             "error": error}, ticket_id=ticket["ticket_id"])
 
 
 def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, message: str,
@@ -187,7 +200,8 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
                                                 f"{tid} --done` or `--not-done`"}
     else:
         attempt["status"] = "failed"
-        if trigger == "auto" and used < action["max_attempts"]:
+        final = answer.failure is not None and answer.failure.final  # R-X3: trying again cannot help
+        if trigger == "auto" and used < action["max_attempts"] and not final:
             delay = backoff_delay(action["backoff"], used)
             after = {"status": "pending", "next_attempt_at": now + delay,
                      "reason": f"attempt {number} failed ({answer.error}); next in {delay:.2g} s"}
@@ -201,7 +215,7 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     row = svc.journal.ticket_action(tid)
     assert row is not None
     if row["status"] == "failed":
-        _dead_letter(svc, ticket, row, number)
+        _dead_letter(svc, ticket, row, number, answer.error)
     return row
 
 

@@ -3,26 +3,27 @@
 Pure functions of their arguments (no journal, no clock): the engine writes what
 they build in the one transaction that makes a node ``waiting`` or handled
 (R-M1, R-M3, R-M4), and :mod:`workrun.ticket_actions` and :mod:`workrun.tickets`
-reuse them. Templates of an action are filled here when it is registered, except
-``{{ env.NAME }}`` in header values, which stays template text in the journal and
-is read only when the request is sent (R-H5).
+reuse them. An action's request is prepared here, once, when it is registered (R-X1):
+its templates are filled from the file's text by :func:`workrun.outbound.prepare` and
+the journal keeps the prepared values (:meth:`~workrun.outbound.PreparedRequest.queued`)
+with ``{{ env.NAME }}`` in header values as typed references, read only when the
+request is sent (R-H5). Nothing that sends a stored request fills a template again, so
+a value from outside (an input, a result, an answer, an error line) that contains
+``{{ … }}`` is sent literally.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from typing import Any
-from urllib.parse import quote
 
 from workrun.models import HttpAction
+from workrun.outbound import EnvLater, RequestError, UnsafeRequestError, parse_url, prepare
 
 __all__ = [
     "SYSTEM_ACTOR",
     "action_row",
     "event_row",
-    "fill",
     "new_ticket_id",
     "notification_row",
     "one_line",
@@ -32,7 +33,6 @@ __all__ = [
 ]
 
 SYSTEM_ACTOR = "workrun"  # the actor of events Workrun itself records (opening, policy decisions)
-_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 
 
 def new_ticket_id() -> str:
@@ -60,45 +60,32 @@ def _lookup(ref: str, values: dict[str, Any]) -> Any:
     return values[ref]
 
 
-def fill(value: Any, values: dict[str, Any], *, in_url: bool = False) -> Any:
-    """Fill ``{{ … }}`` templates from ``values`` (``inputs``, ``nodes``, and plain names such as ``run_id``).
+def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]:
+    """Prepare the request an action sends, once (R-X1, R-X3): what the journal stores for it.
 
-    ``{{ env.NAME }}`` is left as written (read at send time, R-H5). A string that is exactly one
-    template takes the value as is; otherwise values are interpolated as text (JSON for objects),
-    percent-encoded when ``in_url`` (R-H3: a value never adds a ``/``, ``?``, ``#`` or ``&``).
+    Args:
+        action: the action as the file wrote it.
+        values: ``inputs``, ``nodes`` (``{key: {"result": …}}``) and plain names (``run_id``, ``error``, …).
+        idempotency_key: its ``Idempotency-Key`` (the ticket or notification id).
 
-    Raises:
-        KeyError: naming the reference, when a value is missing.
-    """
-    if isinstance(value, dict):
-        return {k: fill(v, values) for k, v in value.items()}
-    if isinstance(value, list):
-        return [fill(v, values) for v in value]
-    if not isinstance(value, str):
-        return value
-    whole = _TEMPLATE.fullmatch(value.strip())
-    if whole and not in_url and not whole.group(1).startswith("env."):
-        return _lookup(whole.group(1), values)
-
-    def sub(m: re.Match[str]) -> str:
-        if m.group(1).startswith("env."):
-            return m.group(0)
-        v = _lookup(m.group(1), values)
-        text = v if isinstance(v, str) else json.dumps(v)
-        return quote(text, safe="") if in_url else text
-
-    return _TEMPLATE.sub(sub, value)
-
-
-def render_request(action: HttpAction, values: dict[str, Any]) -> dict[str, Any]:
-    """The request an action sends: ``{method, url, headers, body}`` with templates filled (env kept).
+    Returns:
+        ``{method, url, headers, body, timeout, prepared}``: the request as shown (``{{ env.NAME }}`` as text)
+        and ``prepared``, its :meth:`~workrun.outbound.PreparedRequest.queued` form that is sent; or, when a
+        filled value makes it unsafe (an empty value in the URL, a dot segment), ``unsendable`` (the reason,
+        final) and ``prepared`` None.
 
     Raises:
         KeyError: a referenced value is missing.
+        RequestError: a filled header value holds a line break or a character that is not ASCII, or a bound.
     """
-    return {"method": action.method, "url": fill(action.url, values, in_url=True),
-            "headers": {k: fill(v, values) for k, v in action.headers.items()},
-            "body": fill(action.body, values)}
+    try:
+        prepared = prepare(method=action.method, url=parse_url(action.url), headers=action.headers, body=action.body,
+                           timeout=action.timeout, lookup=lambda ref: _lookup(ref, values),
+                           idempotency_key=idempotency_key, environ=EnvLater())
+    except UnsafeRequestError as exc:
+        return {"method": action.method, "url": action.url, "headers": {}, "body": None, "timeout": action.timeout,
+                "prepared": None, "unsendable": str(exc)}
+    return {**prepared.shown(), "timeout": action.timeout, "prepared": prepared.queued()}
 
 
 def ticket_row(ticket_id: str, run_id: str, node_key: str, policy: str, status: str, error: str | None,
@@ -146,7 +133,11 @@ def notification_row(notification_id: str, subject: str, run_id: str, message: s
     Raises:
         KeyError: a template of ``[notify]`` names a value that is missing.
     """
-    request = {**render_request(notify, {**values, "message": message}), "timeout": notify.timeout}
+    try:
+        request = render_request(notify, {**values, "message": message}, idempotency_key=notification_id)
+    except RequestError as exc:
+        request = {"method": notify.method, "url": notify.url, "headers": {}, "body": None, "timeout": notify.timeout,
+                   "prepared": None, "unsendable": str(exc)}
     return {"notification_id": notification_id, "subject": subject, "run_id": run_id, "ticket_id": ticket_id,
             "compensation_id": compensation_id, "message": message, "request": request, "status": "pending",
             "http_status": None, "error": None, "created_at": now, "updated_at": now}

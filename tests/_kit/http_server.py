@@ -69,15 +69,17 @@ class TestServer:
                     self.close_connection = True
                     return
                 payload = answer.get("raw")
-                headers = dict(answer.get("headers") or {})
+                given = answer.get("headers") or {}
+                headers = list(given.items()) if isinstance(given, dict) else [tuple(h) for h in given]
+                typed = any(k.lower() == "content-type" for k, _ in headers)
                 if payload is None and "json" in answer:
                     payload = _json.dumps(answer["json"]).encode()
-                    headers.setdefault("Content-Type", "application/json")
+                    headers += [] if typed else [("Content-Type", "application/json")]
                 elif payload is None:
                     payload = str(answer.get("body", "")).encode()
-                    headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+                    headers += [] if typed else [("Content-Type", "text/plain; charset=utf-8")]
                 self.send_response(int(answer.get("status", 200)))
-                for k, v in headers.items():
+                for k, v in headers:
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -100,7 +102,8 @@ class TestServer:
 
     def route(self, method: str, path: str, *, sequence: list[dict[str, Any]] | None = None,
               **answer: Any) -> None:
-        """Set what ``method path`` answers: ``status``, ``json`` or ``body`` or ``raw`` (bytes), ``headers``,
+        """Set what ``method path`` answers: ``status``, ``json`` or ``body`` or ``raw`` (bytes), ``headers`` (a
+        dict, or a list of ``(name, value)`` pairs to send a header twice),
         ``hang`` (seconds of silence after reading the request); or a ``sequence`` of such answers (the last
         one repeats)."""
         with self._lock:

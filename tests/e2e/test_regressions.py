@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from _kit.processes import op_running, spawn_cli, wait_for
 
 STUBBORN = """
@@ -362,3 +364,23 @@ def test_input_that_is_not_utf8_is_refused_in_one_line(isolated_env, write_workf
                           capture_output=True, timeout=120)
     assert proc.returncode == 2, proc
     assert proc.stderr.count(b"\n") == 1 and b"--input" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_an_empty_data_directory_nobody_may_write_is_exit_2_naming_it(tmp_path, workrun):
+    """Issue 26 item 4 (SPEC §17): ``WORKRUN_HOME`` an existing empty directory this user cannot write
+    (immutable, so root too is refused): a read command exits 2 naming it, not 1."""
+    import shutil
+
+    home = tmp_path / "frozen-home"
+    home.mkdir(mode=0o700)
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(home)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this file system (needs e2fsprogs and root)")
+    try:
+        for args in (["runs", "list", "--json"], ["runs", "list"], ["compensations", "list"]):
+            res = workrun(*args, env={"WORKRUN_HOME": str(home)})
+            assert res.code == 2, res
+            assert "WORKRUN_HOME" in res.err and str(home) in res.err and "Traceback" not in res.err
+        assert list(home.iterdir()) == []
+    finally:
+        subprocess.run([chattr, "-i", str(home)], check=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun import faults, settings
-from workrun.errors import JournalError, JournalVersionError, NotFoundError, StaleStatusError
+from workrun.errors import ConfigError, JournalError, JournalVersionError, NotFoundError, StaleStatusError
 from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
 from workrun.states import check
@@ -82,10 +82,11 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     every commit is in the main file, which then cannot change under us (``immutable=1``).
 
     Raises:
-        JournalError: no journal file exists.
+        ConfigError: (exit 2, naming the directory, SPEC §17) no journal file exists: the data directory holds
+            none and this user cannot write one there.
     """
     if not path.is_file():
-        raise JournalError("no journal yet, and its directory is not writable by this user", file=str(path))
+        raise ConfigError(f"{path.parent} is not writable by this user and holds no journal yet", field="WORKRUN_HOME")
     wal = all(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
     uri = f"{path.resolve().as_uri()}?{'mode=ro' if wal else 'immutable=1'}"
     return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None, check_same_thread=False)
@@ -819,11 +820,14 @@ class SqliteJournal:
                               action: dict[str, Any]) -> None:
         """Record an attempt's outcome (``attempt``: status, ended_at, http_status, response_tail, failure,
         error) and the action's next state (``action``: status, result, reason, next_attempt_at,
-        updated_at), in one transaction."""
+        updated_at), in one transaction; the ticket's ``updated_at`` moves with it."""
         checks: list[_Check] = [("ticket_attempts", (ticket_id, number), attempt["status"], None),
                                 ("ticket_actions", (ticket_id,), action["status"], "running")]
-        self._tx([_update("ticket_attempts", (ticket_id, number), attempt),
-                  _update("ticket_actions", (ticket_id,), action)], "action.finished", checks)
+        statements = [_update("ticket_attempts", (ticket_id, number), attempt),
+                      _update("ticket_actions", (ticket_id,), action)]
+        if action.get("updated_at") is not None:
+            statements.append(_update("tickets", (ticket_id,), {"updated_at": action["updated_at"]}))
+        self._tx(statements, "action.finished", checks)
 
     def add_notification(self, row: dict[str, Any]) -> bool:
         """Record a notification's intent (``pending``) unless its subject was notified already (R-M8).

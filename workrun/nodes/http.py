@@ -24,7 +24,7 @@ itself before sending, and stores the result this scheduler journals (R-S2; see 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from workrun.backoff import backoff_delay
@@ -35,9 +35,11 @@ from workrun.nodes.base import NodeJob, Where
 from workrun.operations import Attempted, current_owner
 from workrun.outbound import (
     AllowList,
+    EnvLater,
     PreparedRequest,
     RequestError,
     SendResult,
+    UnsafeRequestError,
     allow_from_env,
     check_action,
     check_request,
@@ -68,26 +70,9 @@ RESULT_FIELDS: dict[str, OutputField] = {"status": OutputField(type="integer", r
                                          "body": OutputField(type="object")}
 
 
-class _SentElsewhere(Mapping[str, str]):
-    """The environment a scheduler prepares a dispatched request with: every ``env.NAME`` reads as empty here;
-    the worker that sends it reads the real value from its own environment (R-H5, R-S2)."""
-
-    def __getitem__(self, name: str) -> str:
-        return ""
-
-    def __contains__(self, name: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
 def _env_of(svc: Services) -> Mapping[str, str] | None:
     """Where ``env.NAME`` is read: here (None: ``os.environ``), or by the sending worker when dispatched."""
-    return _SentElsewhere() if isinstance(svc.runner, DispatchRunner) else None
+    return EnvLater() if isinstance(svc.runner, DispatchRunner) else None
 
 
 def _allow(spec_allow: list[str] | None) -> AllowList:
@@ -359,6 +344,9 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
     except KeyError as exc:
         got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+    except UnsafeRequestError as exc:  # R-X3: final, a dead letter at once
+        got = SendResult(False, failure=Failure.UNSAFE_REQUEST, error=f"not sent: {exc}")
+        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
     except (RequestError, ConfigError) as exc:
         got = SendResult(False, failure=Failure.NOT_SENT, error=str(exc))
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
@@ -394,7 +382,7 @@ def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, 
     now = svc.now()
     previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]
     used = sum(1 for x in previous if x["status"] in ("failed", "unknown"))
-    exhausted = used + 1 >= int(comp["max_attempts"])
+    exhausted = used + 1 >= int(comp["max_attempts"]) or (got.failure is not None and got.failure.final)
     next_at: float | None = None
     result = None
     if got.succeeded:

@@ -1,0 +1,60 @@
+"""Redaction of secrets in every form R-X2 lists (SPEC §18), as property tests over made-up secrets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workrun.redact import redact, redact_value
+
+# secrets as environment variables hold them: printable, no NUL, at least 6 characters
+SECRETS = st.text(st.characters(min_codepoint=32, max_codepoint=0x1FFFF, exclude_categories=("Cs",)),
+                  min_size=6, max_size=40)
+AROUND = st.text(st.sampled_from("ab :{}\"'=,"), max_size=8)
+
+
+def _json_any(secret: str, pick: list[bool]) -> str:
+    """``secret`` JSON-escaped, each character as itself or as ``\\uXXXX`` as ``pick`` says."""
+    out = []
+    for i, c in enumerate(secret):
+        if pick[i % len(pick)] or c in '"\\' or ord(c) < 32:
+            out.append(json.dumps(c, ensure_ascii=True)[1:-1] if ord(c) > 0xFFFF else f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(SECRETS, AROUND, AROUND, st.lists(st.booleans(), min_size=1, max_size=5), st.integers(0, 2))
+def test_every_form_of_a_secret_is_redacted(secret, before, after, pick, pad):
+    raw = secret.encode()
+    forms = {
+        "as is": secret,
+        "json ensure_ascii": json.dumps(secret)[1:-1],
+        "json escaped": json.dumps(secret, ensure_ascii=True)[1:-1],
+        "json mixed": _json_any(secret, pick),
+        "json slash": json.dumps(secret)[1:-1].replace("/", "\\/"),
+        "percent upper": urllib.parse.quote(secret, safe=""),
+        "percent lower": "".join(f"%{b:02x}" for b in raw),
+        "base64": base64.b64encode(b"x" * pad + raw).decode(),
+        "base64 url": base64.urlsafe_b64encode(b"y" * pad + raw).decode().rstrip("="),
+    }
+    for name, form in forms.items():
+        text = before + form + after
+        got = redact(text, {"TOKEN": secret})
+        assert form not in got, (name, text, got)
+        assert "{{ env.TOKEN }}" in got, name
+        if name.startswith("base64"):
+            assert base64.b64encode(raw).decode()[:-4] not in got or len(raw) < 6
+
+
+def test_names_are_kept_and_nothing_else_changes():
+    secrets = {"A": "alpha-1234", "B": "beta/5678"}
+    value = {"k": ["alpha-1234 and beta\\/5678", 3, None], "alpha-1234": "x"}
+    assert redact_value(value, secrets) == {"k": ["{{ env.A }} and {{ env.B }}", 3, None], "{{ env.A }}": "x"}
+    assert redact("nothing here", secrets) == "nothing here"
+    assert redact_value("x", {}) == "x"

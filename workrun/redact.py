@@ -1,0 +1,111 @@
+"""Redaction of secrets read at send time, in every form they can come back in (SPEC §18, R-X2).
+
+A secret is the value of an environment variable a request read for ``{{ env.NAME }}``
+in a header. A service may echo it back in many spellings; each is replaced by the
+template text ``{{ env.NAME }}`` wherever anything is stored or shown:
+
+- as is;
+- JSON-string-escaped in any valid way: each character as itself, as ``\\uXXXX``
+  (either case of hex, surrogate pairs for characters outside the BMP) or as a short
+  escape (``\\/``, ``\\"``, ``\\\\``, ``\\n``…), mixed freely;
+- percent-encoded, upper- or lower-case hex (each character's UTF-8 bytes, also mixed
+  with literal characters; ``+`` for a space);
+- base64, standard and URL-safe, at any of the three byte alignments inside a longer
+  encoded text (only the characters that depend on the secret alone; at least 4).
+
+Pure functions of their arguments; no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["redact", "redact_value", "replacement"]
+
+_SHORT = {'"': '\\\\"', "\\": "\\\\\\\\", "/": "\\\\/", "\b": "\\\\b", "\f": "\\\\f", "\n": "\\\\n",
+          "\r": "\\\\r", "\t": "\\\\t"}
+_MIN_B64 = 4  # base64 runs shorter than this are too likely to occur by chance
+
+
+def replacement(name: str) -> str:
+    """The text a secret of ``env.NAME`` is replaced by: ``{{ env.NAME }}`` (R-X2)."""
+    return "{{ env." + name + " }}"
+
+
+def _hex(text: str) -> str:
+    """A regex matching hex digits ``text`` in either case."""
+    return "".join(c if c.isdigit() else f"[{c.lower()}{c.upper()}]" for c in text)
+
+
+def _json_units(c: str) -> list[str]:
+    code = ord(c)
+    if code > 0xFFFF:  # a surrogate pair
+        code -= 0x10000
+        hi, lo = 0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)
+        return ["\\\\u" + _hex(f"{hi:04x}") + "\\\\u" + _hex(f"{lo:04x}")]
+    return ["\\\\u" + _hex(f"{code:04x}")]
+
+
+def _char(c: str) -> str:
+    alts = [re.escape(c)]
+    if c in _SHORT:
+        alts.append(_SHORT[c])
+    alts += _json_units(c)
+    alts.append("".join("%" + _hex(f"{b:02x}") for b in c.encode("utf-8")))
+    if c == " ":
+        alts.append(r"\+")
+    return "(?:" + "|".join(alts) + ")"
+
+
+def _b64_cores(secret: bytes) -> list[str]:
+    """The base64 characters that depend on ``secret`` alone, at each of the three alignments."""
+    cores: list[str] = []
+    for k in range(3):
+        text = base64.b64encode(b"\0" * k + secret).decode("ascii").rstrip("=")
+        start = -(-8 * k // 6)  # the first character whose 6 bits are all the secret's
+        end = (8 * (k + len(secret))) // 6  # characters before this one hold only the secret's bits
+        core = text[start:end]
+        if len(core) >= _MIN_B64:
+            cores.append(core)
+            cores.append(core.replace("+", "-").replace("/", "_"))
+    return sorted(set(cores), key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(secret: str) -> re.Pattern[str]:
+    chars = "".join(_char(c) for c in secret)
+    b64 = [re.escape(core) for core in _b64_cores(secret.encode("utf-8"))]
+    return re.compile("|".join([chars, *b64]))
+
+
+def redact(text: str, secrets: Mapping[str, str]) -> str:
+    """``text`` with every form of every secret replaced by ``{{ env.NAME }}`` (R-X2).
+
+    Args:
+        text: any text that is about to be stored or shown.
+        secrets: environment variable name -> value read at send time; empty values are ignored.
+
+    Returns:
+        The redacted text (``text`` itself when nothing matched).
+    """
+    for name, value in sorted(secrets.items(), key=lambda kv: len(kv[1]), reverse=True):
+        if value:
+            text = _pattern(value).sub(replacement(name).replace("\\", "\\\\"), text)
+    return text
+
+
+def redact_value(value: Any, secrets: Mapping[str, str]) -> Any:
+    """A JSON-like value with :func:`redact` applied to every string in it (keys included)."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {redact(str(k), secrets): redact_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_value(v, secrets) for v in value]
+    return value
