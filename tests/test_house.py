@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "workrun"
-TOP_LAYER = ("cli", "ui")  # lazy imports downward keep start-up fast (issue 12)
+TOP_LAYER = ("cli", "ui", "api", "app")  # lazy imports downward keep start-up fast (issue 12)
 MESSAGE_NAMES = ("error", "reason", "message", "answer", "text", "detail", "msg", "stderr")
 
 

@@ -121,7 +121,7 @@ def test_app_compensation_needs_exactly_one_of_entry_and_http(tmp_path: Path, co
     with pytest.raises(ConfigError) as info:
         load_project(tmp_path)
     assert info.value.field == "tool.workrun.apps.a.compensation"
-    assert info.value.message == "give exactly one of entry (a script) and http (a reverse action)"
+    assert info.value.detail == "give exactly one of entry (a script) and http (a reverse action)"
 
 
 ACTION_USES = """

@@ -51,7 +51,7 @@ def test_bad_values_name_the_variable_and_what_it_accepts(name, raw, accepts):
     with pytest.raises(ConfigError) as err:
         current({name: raw})
     assert err.value.field == name
-    assert err.value.message.startswith(f"must be {accepts}")
+    assert err.value.detail.startswith(f"must be {accepts}")
     assert err.value.message.endswith(f"not {raw!r}")
     assert err.value.exit_code == 2
 

@@ -472,7 +472,7 @@ class Executors:
                 project = materialize(self.data_dir, call["snapshot"], self._journal)
             python = self.runner.prepare(project, offline=bool(call.get("offline")))
         except (EnvironmentUnavailableError, OSError, ValueError, KeyError) as exc:
-            text = exc.message if isinstance(exc, EnvironmentUnavailableError) else str(exc)
+            text = exc.detail if isinstance(exc, EnvironmentUnavailableError) else str(exc)
             return self._not_run(exec_dir, f"environment unavailable on worker {self.beat.worker_id}: {text}")
         deadline = time.time() + float(row["timeout"])
         try:

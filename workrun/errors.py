@@ -2,6 +2,7 @@
 
     WorkrunError                                  exit 1 unless a subclass says otherwise
       ConfigError(WorkrunError, ValueError)       exit 2: bad App config, workflow or input (R-I2)
+        ConfigErrors                              several of them found in one pass (R-L1)
       UsageError(WorkrunError, ValueError)        exit 2: bad command-line usage
       NotFoundError(WorkrunError, LookupError)    exit 2: unknown run / compensation id
       ActionRefusedError(WorkrunError)            exit 2: operator action not allowed in this status
@@ -18,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "ActionRefusedError",
     "ConfigError",
+    "ConfigErrors",
     "EnvironmentUnavailableError",
     "JournalError",
     "JournalVersionError",
@@ -31,26 +33,59 @@ __all__ = [
 
 
 class WorkrunError(Exception):
-    """Raised for any failure the CLI reports as one line."""
+    """Raised for any failure the CLI reports as one line (``workrun.api.WorkrunError``, R-V2).
+
+    Attributes:
+        exit_code: what the CLI exits with (class attribute: 1, 2 or 3).
+        detail: the message without file and field.
+        file, field: where, when it is about a file (None otherwise).
+        message: every error line, ``FILE: FIELD: detail``, one per line (what the CLI prints after ``error:``).
+    """
 
     exit_code = 1
 
     def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
         self.file = file
         self.field = field
-        self.message = message
+        self.detail = message
         super().__init__(self.line())
+
+    @property
+    def message(self) -> str:
+        """Every error line (``FILE: FIELD: detail``), one per line."""
+        return "\n".join(self.lines())
 
     def line(self) -> str:
         """Return ``FILE: FIELD: message`` with the parts that apply (SPEC §10)."""
         parts = [p for p in (self.file, self.field) if p]
-        return ": ".join([*parts, self.message])
+        return ": ".join([*parts, self.detail])
+
+    def lines(self) -> list[str]:
+        """Every error line this error stands for (one, unless it gathers several: :class:`ConfigErrors`)."""
+        return [self.line()]
 
 
 class ConfigError(WorkrunError, ValueError):
     """Raised when an App config, workflow file or input is invalid (exit 2)."""
 
     exit_code = 2
+
+
+class ConfigErrors(ConfigError):
+    """Several config errors found in one pass (``workrun check`` and ``run`` report them all, R-L1; exit 2).
+
+    Attributes:
+        errors: the errors, in the order found (at least one).
+    """
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(first.detail, file=first.file, field=first.field)
+
+    def lines(self) -> list[str]:
+        """One ``FILE: FIELD: message`` line per error."""
+        return [line for e in self.errors for line in e.lines()]
 
 
 class UsageError(WorkrunError, ValueError):

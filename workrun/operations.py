@@ -105,7 +105,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         try:
             python = svc.runner.prepare(project)
         except EnvironmentUnavailableError as exc:
-            unavailable = exc.message
+            unavailable = exc.detail
     # made only now, just before its intent is journaled: no directory waits unnamed by the journal while the
     # environment syncs (``workrun gc`` removes one a killed runner left that way, once stale)
     call_dir = svc.call_dir(op_id)
@@ -380,7 +380,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     try:
         python = svc.runner.prepare(source, offline=bool(op.get("snapshot")))
     except EnvironmentUnavailableError as exc:
-        svc.journal.set_compensation_status(cid, "pending", reason=exc.message, at=svc.now())
+        svc.journal.set_compensation_status(cid, "pending", reason=exc.detail, at=svc.now())
         return Attempted(svc.journal.compensation(cid), Failure.ENVIRONMENT)
     config = AppSpec.model_validate(op["config"])
     assert config.compensation is not None and config.compensation.entry is not None  # a script (not http, R-H6)

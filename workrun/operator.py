@@ -73,7 +73,7 @@ def _conditional(svc: Services, cid: str, status: str, *, reason: str, seen: str
                                             held_back_by=held_back_by, clear_schedule=clear_schedule,
                                             accept_code_change=accept_code_change, event=event)
     except StaleStatusError as exc:
-        raise ActionRefusedError(exc.message, field="COMPENSATION_ID") from None
+        raise ActionRefusedError(exc.detail, field="COMPENSATION_ID") from None
 
 
 def retry_refusal(comp: dict[str, Any], *, lasting_only: bool = False) -> ActionRefusedError | None:

@@ -70,19 +70,24 @@ def existing_data_dir() -> Path | None:
         return None
 
 
-def data_dir(*, write: bool = True) -> Path:
+def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
     """Return the data directory, created 0700 if missing (R-J4, SPEC §17).
 
     Args:
         write: the command will write there; False for read commands, which may read a
             data directory they cannot write.
+        home: the data directory to use instead of ``WORKRUN_HOME`` (``workrun.api``'s ``home=``, R-V2);
+            checked the same way and named as ``WORKRUN_HOME`` in errors.
 
     Raises:
         ConfigError: (exit 2, naming ``WORKRUN_HOME`` or the path) a bad ``WORKRUN_HOME`` value, a path
             that is not a directory or cannot be created, a directory group or others can write to,
             or (``write``) one this user cannot write.
     """
-    home = settings.current().home
+    if home is None:
+        home = settings.current().home
+    else:
+        home = Path(home).expanduser().absolute()
     from_env = home is not None
     path = home if home is not None else _default_home()
     if not path.is_dir():

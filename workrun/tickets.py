@@ -58,7 +58,7 @@ def _as_refusal() -> Iterator[None]:
     try:
         yield
     except StaleStatusError as exc:
-        raise ActionRefusedError(exc.message, field="TICKET") from None
+        raise ActionRefusedError(exc.detail, field="TICKET") from None
 
 
 def _refuse(t: dict[str, Any], action: str, why: str) -> ActionRefusedError:

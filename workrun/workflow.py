@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workrun.apps import load_app, one_reading, parse_toml, pydantic_error, toml_type
-from workrun.errors import ConfigError
+from workrun.errors import ConfigError, ConfigErrors
 from workrun.models import (
     NODE_MODELS,
     AgentNode,
@@ -177,7 +177,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
     Raises:
         ConfigError: bad TOML, unknown keys, missing nodes, cycles, bad templates,
-            unknown Apps, App config errors, bad failure policies.
+            unknown Apps, App config errors, bad failure policies; :class:`~workrun.errors.ConfigErrors`
+            when there are several (each node's first error, then the workflow's: all reported, R-L1).
     """
     path = Path(path)
     file = str(path)
@@ -211,91 +212,167 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
+    errors: list[ConfigError] = []  # each node's first error, then the workflow's (R-L1: all are reported)
     action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
-            prefix = f"nodes.{key}"
-            if not _KEY.match(key):
-                raise ConfigError("node keys use letters, digits, '_' and '-'", file=file, field=prefix)
-            if not isinstance(table, dict):
-                raise ConfigError("must be a table", file=file, field=prefix)
-            table = dict(table)
-            if "project" in table and isinstance(table["project"], str):
-                table["project"] = str((base / table["project"]).resolve())
-            if isinstance(table.get("tools"), list):
-                table["tools"] = [
-                    {**t, "project": str((base / t["project"]).resolve())}
-                    if isinstance(t, dict) and isinstance(t.get("project"), str) else t
-                    for t in table["tools"]
-                ]
-            kind = table.get("kind", "process")
-            if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
-                known = ", ".join(repr(k) for k in executors)
-                raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
-            table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
             try:
-                node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
-            except ValidationError as exc:
-                raise pydantic_error(exc, file, prefix) from None
-            outputs[key] = executors[kind].check(node, Where(file, prefix))
-            actions = _check_reverse_actions(node, inputs, file, prefix)
-            actions += [node.on_failure.action] if node.on_failure.action is not None else []
-            action_refs += [r for a in actions for r in template_refs(a.model_dump(), prefix)]
+                node, outputs[key], refs = _load_node(key, table, base, executors, inputs, file)
+            except ConfigError as exc:
+                errors.append(exc)
+                continue
+            action_refs += refs
             nodes[key] = node
+    bad = set(nodes_table) - set(nodes)  # nodes with an error: what refers to them is not checked again
 
     policies = {k: n.on_failure for k, n in nodes.items()}
     refs_of: dict[str, list[tuple[str, str]]] = {}
-    for key, node in nodes.items():
-        for field, value in node.templated().items():
-            check_template_braces(value, f"nodes.{key}.{field}", file)
+    for key, node in list(nodes.items()):
+        try:
+            for field, value in node.templated().items():
+                check_template_braces(value, f"nodes.{key}.{field}", file)
+        except ConfigError as exc:
+            errors.append(exc)
+            bad.add(key)
         refs_of[key] = [r for field, value in node.templated().items()
                         for r in template_refs(value, f"nodes.{key}.{field}")]
     if known_inputs_only:
-        _check_input_names(defaults, overrides or {}, {**refs_of, "": action_refs}, file)
+        try:
+            _check_input_names(defaults, overrides or {}, {**refs_of, "": action_refs}, file)
+        except ConfigError as exc:
+            errors.append(exc)
     graph: dict[str, list[str]] = {}
     for key, node in nodes.items():
-        prefix = f"nodes.{key}"
-        for dep in node.needs:
-            if dep not in nodes:
-                raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
-            if dep == key:
-                raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
-        for field, ref in refs_of[key]:
-            if not REFERENCE.match(ref):
-                raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
-                                  file=file, field=field)
-            parts = ref.split(".")
-            if parts[0] == "inputs":
-                if parts[1] not in inputs:
-                    raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
-                                      "with --input", file=file, field=field)
-                continue
-            target = parts[1]
-            if target not in nodes:
-                raise ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
-            if target == key:
-                raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
-            contract = outputs.get(target) or {}
-            if contract and len(parts) > 3 and parts[3] not in contract:
-                what = (f"an http node's result has {', '.join(contract)} only" if isinstance(nodes[target], HttpNode)
-                        else f"App {getattr(nodes[target], 'app', None)!r} declares no output field {parts[3]!r}")
-                raise ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
-        policy = policies[key]
-        if policy.kind == "fallback":
-            if policy.fallback not in nodes or policy.fallback == key:
-                raise ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
-                                  file=file, field=f"{prefix}.on_failure.fallback")
-        graph[key] = node_dependencies(node.needs, node.templated())
-    _check_cycles(graph, file, "needs")
-    _check_fallbacks(graph, policies, file)
-    for key, policy in policies.items():
+        try:
+            _check_node_refs(key, node, nodes, bad, refs_of[key], inputs, outputs, policies[key], file)
+        except ConfigError as exc:
+            errors.append(exc)
+            bad.add(key)
+        graph[key] = [d for d in node_dependencies(node.needs, node.templated()) if d in nodes]
+    good = {k: [d for d in ds if d not in bad] for k, ds in graph.items() if k not in bad}
+    good_policies = {k: p for k, p in policies.items() if k not in bad}
+    for check in (lambda: _check_cycles(good, file, "needs"), lambda: _check_fallbacks(good, good_policies, file)):
+        try:
+            check()
+        except ConfigError as exc:
+            errors.append(exc)
+    for key, policy in good_policies.items():
         if policy.action is not None:
-            _check_action_templates(policy.action, file, f"nodes.{key}.on_failure.{policy.kind}", inputs,
-                                    _upstream(graph, key), _ACTION_NAMES)
-    notify = _parse_notify(data.get("notify"), file, inputs)
+            try:
+                _check_action_templates(policy.action, file, f"nodes.{key}.on_failure.{policy.kind}", inputs,
+                                        _upstream(graph, key), _ACTION_NAMES)
+            except ConfigError as exc:
+                errors.append(exc)
+    notify = None
+    try:
+        notify = _parse_notify(data.get("notify"), file, inputs)
+    except ConfigError as exc:
+        errors.append(exc)
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow,
                         notify=notify)
     return spec, inputs
+
+
+def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExecutor], inputs: dict[str, Any],
+               file: str) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]]]:
+    """One ``[nodes.KEY]`` table, validated and checked by its kind's executor.
+
+    Returns:
+        ``(node, its output contract, the template references of its actions)``.
+
+    Raises:
+        ConfigError: naming the node's field.
+    """
+    prefix = f"nodes.{key}"
+    if not _KEY.match(key):
+        raise ConfigError("node keys use letters, digits, '_' and '-'", file=file, field=prefix)
+    if not isinstance(table, dict):
+        raise ConfigError("must be a table", file=file, field=prefix)
+    table = dict(table)
+    if "project" in table and isinstance(table["project"], str):
+        table["project"] = str((base / table["project"]).resolve())
+    if isinstance(table.get("tools"), list):
+        table["tools"] = [
+            {**t, "project": str((base / t["project"]).resolve())}
+            if isinstance(t, dict) and isinstance(t.get("project"), str) else t
+            for t in table["tools"]
+        ]
+    kind = table.get("kind", "process")
+    if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
+        known = ", ".join(repr(k) for k in executors)
+        raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
+    table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
+    try:
+        node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, prefix) from None
+    contract = executors[kind].check(node, Where(file, prefix))
+    actions = _check_reverse_actions(node, inputs, file, prefix)
+    actions += [node.on_failure.action] if node.on_failure.action is not None else []
+    return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)]
+
+
+def _check_node_refs(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: set[str],
+                     refs: list[tuple[str, str]], inputs: dict[str, Any],
+                     outputs: dict[str, dict[str, OutputField]], policy: FailurePolicy, file: str) -> None:
+    """A node's ``needs``, template references and fallback against the other nodes (``bad``: nodes with an
+    error of their own, not reported again here).
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    prefix = f"nodes.{key}"
+    known = set(nodes) | bad
+    for dep in node.needs:
+        if dep not in known:
+            raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
+        if dep == key:
+            raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
+    for field, ref in refs:
+        if not REFERENCE.match(ref):
+            raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
+                              file=file, field=field)
+        parts = ref.split(".")
+        if parts[0] == "inputs":
+            if parts[1] not in inputs:
+                raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
+                                  "with --input", file=file, field=field)
+            continue
+        target = parts[1]
+        if target in bad:
+            continue
+        if target not in nodes:
+            raise ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
+        if target == key:
+            raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
+        contract = outputs.get(target) or {}
+        if contract and len(parts) > 3 and parts[3] not in contract:
+            what = (f"an http node's result has {', '.join(contract)} only" if isinstance(nodes[target], HttpNode)
+                    else f"App {getattr(nodes[target], 'app', None)!r} declares no output field {parts[3]!r}")
+            raise ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
+    if policy.kind == "fallback":
+        if policy.fallback not in nodes or policy.fallback == key:
+            raise ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
+                              file=file, field=f"{prefix}.on_failure.fallback")
+
+
+def compensable(node: NodeSpec) -> bool:
+    """True when a call of ``node`` would be compensated if its run failed (R-L1's ``compensable``): a process
+    node whose App declares a compensation (a script or a reverse action), an http node with a
+    ``compensation`` table, an agent node with a Tool App that declares one. Loads the App configs.
+
+    Raises:
+        ConfigError: an App config that does not load (as at load time).
+    """
+    if isinstance(node, HttpNode):
+        return node.compensation is not None
+    refs: list[tuple[str, str]] = []
+    if getattr(node, "project", None) and getattr(node, "app", None) and node.kind == "process":
+        refs.append((str(node.project), str(node.app)))
+    refs += [(t.project, t.app) for t in getattr(node, "tools", None) or []]
+    return any(load_app(Path(project), app).compensation is not None for project, app in refs)
 
 
 _ACTION_NAMES = frozenset({"run_id", "node_key", "ticket_id", "error"})

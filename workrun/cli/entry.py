@@ -89,7 +89,8 @@ def _failed(exc: BaseException, debug: bool) -> int:
     if isinstance(exc, WorkrunError):
         if debug:  # the traceback first, then the same one line and exit code as without --debug
             traceback.print_exc()
-        print_error(exc.line())
+        for line in exc.lines():
+            print_error(line)
         return exc.exit_code
     if isinstance(exc, click_exceptions.NoArgsIsHelpError):  # help was printed already
         return 2

@@ -8,7 +8,6 @@ compensation did not finish; 2 bad usage, config or input, unknown id;
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -20,11 +19,9 @@ from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
-from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling, shared_journal
+from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, raise_broken_pipes, run_table
-from workrun.cli.running import audit_run, run_workflow, start_run
-from workrun.errors import ActionRefusedError, WorkrunError
-from workrun.states import COMPENSATION_DONE
+from workrun.cli.running import rerun_run, run_workflow
 
 __all__ = ["app"]
 
@@ -110,131 +107,28 @@ def rerun(
     \f
     Implements R-W5 (the text before the form feed is the help).
     """
-    from workrun.models import WorkflowSpec
-    from workrun.nodes import default_executors
-    from workrun.workflow import load_workflow
-
-    executors = default_executors()
-    with reading(json_mode) as ro:
-        old = ro.journal.run(run_id)
-    path = Path(old["workflow_path"])
-    if path.is_file():
-        spec, inputs = load_workflow(path, {k: v for k, v in old["inputs"].items()}, executors,
-                                     known_inputs_only=False)
-    else:
-        spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
-    note = f" (re-run of {old['run_id']})" + ("" if path.is_file() else f"; {path} is gone, so the recorded "
-                                                                       "workflow is used")
-    raise typer.Exit(start_run(spec, inputs, json_mode=json_mode, wait=wait, yes=yes, eval_run=bool(old["eval"]),
-                               rerun_of=old["run_id"], note=note, executors=executors))
+    raise typer.Exit(rerun_run(run_id, json_mode=json_mode, wait=wait, yes=yes))
 
 
 @app.command()
 def stop(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to stop (id or unique prefix)."),
     timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
+    json_mode: bool = JsonOpt,
 ) -> None:
     """Stop a running or waiting run from another terminal: its App processes end, nothing is compensated.
 
     \f
     Implements R-C9.
     """
-    from workrun.lock import SchedulerLock
-    from workrun.recovery import stop_orphaned_run
+    from workrun.app import runs
 
-    with reading(writable=True) as svc:
-        run = svc.journal.run(run_id)
-        rid = run["run_id"]
-        if run["status"] == "waiting":  # nobody drives a waiting run: end it here, under the lock (R-M7)
-            with run_claim(svc, rid, wait=True) if shared_journal() else SchedulerLock(svc.data_dir, wait=True):
-                if svc.journal.run(rid)["status"] == "waiting":
-                    stop_orphaned_run(svc, rid)
-            console.print(f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
-                          f"effects were NOT undone; `workrun compensate {rid}` undoes them")
-            raise typer.Exit(0)
-        if run["status"] != "running":
-            console.print(f"run {rid} is {run['status']}; nothing to stop")
-            raise typer.Exit(0)
-        svc.journal.request_stop(rid)
-        audit_run(svc, rid, "stop", {})
-        lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
-            svc.data_dir)
-        assert lock is not None
-        try:
-            lock.acquire()
-        except WorkrunError:
-            holder = lock.holder()
-            who = (f"worker {holder['worker_id']} (host {holder.get('host', '?')}, pid {holder.get('pid', '?')})"
-                   if holder.get("worker_id") else f"the scheduler (pid {holder.get('pid', '?')})")
-            console.print(f"stop requested; {who} is ending run {rid}")
-            end = time.monotonic() + timeout
-            lock = None
-            while time.monotonic() < end and svc.journal.run(rid)["status"] == "running":
-                time.sleep(0.1)
-                if shared_journal() and (_claim_of(svc, rid) or {}).get("lease_until", 0) < time.time():
-                    lock = _StopClaim(svc, rid)  # its scheduler died (its lease passed): end the run here
-                    try:
-                        lock.acquire()
-                        break
-                    except WorkrunError:
-                        lock = None
-        if lock is not None:
-            try:
-                if svc.journal.run(rid)["status"] == "running":
-                    with _dispatching(svc, rid):  # shared journal: its calls are ended through their claims
-                        stop_orphaned_run(svc, rid)
-            finally:
-                lock.release()
-        status = svc.journal.run(rid)["status"]
-        done = any(o["status"] == "succeeded" for o in svc.journal.operations(rid))
-        console.print(f"run {rid}: {status}" + ((": side effects were NOT undone; `workrun compensate "
-                                                f"{rid}` undoes them") if status == "stopped" and done else
-                                               ": no call had succeeded, nothing to undo" if status == "stopped"
-                                               else ""))
-    raise typer.Exit(0)
-
-
-def _dispatching(svc, run_id: str):
-    """On a shared journal, the run's App processes are reached through their executors' claims (R-S2)."""
-    from contextlib import nullcontext
-
-    if not shared_journal():
-        return nullcontext()
-    from workrun.workers import dispatching
-
-    return dispatching(svc, run_id)
-
-
-def _claim_of(svc, run_id: str):
-    """The run's claim on a shared journal (its ``lease_until``), or None."""
-    from workrun.workers import shared
-
-    return shared(svc).run_claim(run_id)
-
-
-class _StopClaim:
-    """``stop`` on a shared journal: the run's claim plays the scheduler lock's part (R-S2)."""
-
-    def __init__(self, svc, run_id: str) -> None:
-        from workrun.workers import Heartbeat, lease_seconds
-
-        self.svc, self.run_id = svc, run_id
-        self.beat = Heartbeat(svc.data_dir, lease_seconds())
-
-    def acquire(self) -> None:
-        from workrun.errors import SchedulerBusyError
-
-        self.beat.start()
-        if not self.beat.claim(self.svc.journal, self.run_id):
-            self.beat.stop()
-            raise SchedulerBusyError("held by a worker")
-
-    def holder(self) -> dict:
-        return self.svc.journal.run_claim(self.run_id) or {}
-
-    def release(self) -> None:
-        self.beat.release(self.svc.journal, self.run_id)
-        self.beat.stop()
+    done = runs.stop(run_id, timeout=timeout, say=None if json_mode else console.print)
+    if json_mode:
+        print_json(done.data)
+    else:
+        console.print(done.note)
+    raise typer.Exit(done.code)
 
 
 @app.command()
@@ -244,96 +138,86 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     \f
     Implements R-R1.
     """
-    from workrun.recovery import resume_all
-    from workrun.views import run_view
+    from workrun.app import runs
+    from workrun.cli.output import CliReporter
 
-    with scheduling(json_mode, wait, resume_first=False) as svc:
-        t0 = svc.now()
-        if shared_journal():  # claim runs one by one, like a worker that ends when nothing is left (R-S2)
-            from workrun.workers import resume_shared
-
-            handled = resume_shared(svc)
-        else:
-            handled = resume_all(svc)
-        views = [run_view(svc.journal, r) for r in handled]
-        # SPEC §10: 0 when every compensation it handled ended succeeded or skipped, and every ticket action it
-        # sent or settled (R-M3: a job with attempts, like a compensation; `tickets retry` exits by it too)
-        # succeeded; an action that had failed before this command (a dead letter already) is not its doing
-        acted = [a for v in views for t in v["tickets"] if t["action"]
-                 and (a := svc.journal.ticket_action(t["ticket_id"])) is not None and a["updated_at"] >= t0]
-        ok = all(op["compensation"]["status"] in COMPENSATION_DONE
-                 for v in views for op in v["operations"] if op["compensation"])
-        ok = ok and all(a["status"] == "succeeded" for a in acted)
-        if json_mode:
-            print_json({"runs": views})
-        else:
-            if not handled:
-                console.print("nothing to resume")
-            for v in views:
-                console.print(run_table(v))
-        code = 130 if svc.stopping() else (0 if ok else 1)
-    raise typer.Exit(code)
-
-
-def _check_compensate(run: dict[str, Any], *, lasting_only: bool = False) -> None:
-    """Refuse ``workrun compensate`` of this run row (exit 2): an evaluation run, or one running, succeeded or
-    waiting for a person.
-
-    ``lasting_only``: only what resuming a dead runner's work cannot change (evaluation, succeeded, waiting),
-    asked before the scheduler lock (the dashboard reports a command that holds it as started, R-U4); a
-    ``running`` run may be one a dead runner left, which the command resumes first.
-
-    Raises:
-        ActionRefusedError: the run cannot be compensated.
-    """
-    rid = run["run_id"]
-    if run["eval"]:
-        raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
-    if run["status"] == "running" and not lasting_only:
-        raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
-    if run["status"] == "succeeded":
-        raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
-    if run["status"] == "waiting":
-        raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
-                                 "ends it and compensates its calls", field="RUN")
+    done = runs.resume(wait=wait, reporter=CliReporter(quiet=json_mode))
+    if json_mode:
+        print_json(done.data)
+    else:
+        if done.note:
+            console.print(done.note)
+        for v in done.data["runs"]:
+            console.print(run_table(v))
+    raise typer.Exit(done.code)
 
 
 @app.command()
 def compensate(
     run_id: str = typer.Argument(..., metavar="RUN", help="A stopped, terminated or failed run (id or unique prefix)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show the compensation plan; change nothing."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
 ) -> None:
     """Explicitly compensate a stopped or terminated run, or finish a failed run's compensation.
 
     \f
-    Implements R-C9.
+    Implements R-C9; --dry-run R-L3.
     """
-    from workrun.operator import actor
-    from workrun.recovery import compensate_now
-    from workrun.views import run_view
+    from workrun.app import runs
+    from workrun.cli.output import CliReporter
 
-    with reading(json_mode) as ro:  # an unknown id or a refusal is exit 2 at once, even while another scheduler runs
-        _check_compensate(ro.journal.run(run_id), lasting_only=True)
-    with scheduling(json_mode, wait) as svc:
-        run = svc.journal.run(run_id)
-        rid = run["run_id"]
-        _check_compensate(run)  # again: the run may have moved while this command waited for the lock
-        if run["status"] in ("stopped", "terminated") and not run["compensate_requested"]:
-            svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
-                                                   "action": "compensate", "args": {}})
-            svc.say(rid, None, "info", f"compensation of {run['status']} run {rid} requested by {actor()}")
-        with run_claim(svc, rid, wait):
-            compensate_now(svc, rid)
-        view = run_view(svc.journal, rid)
-        comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
-        ok = all(c["status"] in COMPENSATION_DONE for c in comps)
-        if json_mode:
-            print_json(view)
-        else:
-            console.print(run_table(view))
-        code = 130 if svc.stopping() else (0 if ok else 1)
-    raise typer.Exit(code)
+    done = runs.compensate(run_id, dry_run=dry_run, wait=wait, reporter=CliReporter(quiet=json_mode))
+    if json_mode:
+        print_json(done.data)
+    elif dry_run:
+        _print_plan(done.data)
+    else:
+        console.print(run_table(done.data))
+    raise typer.Exit(done.code)
+
+
+def _print_plan(plan: dict[str, Any]) -> None:
+    """The dry run's plan as text: one line per compensation in order, then what ``compensate`` would do."""
+    from workrun.cli.output import escape, styled
+
+    console.print(f"compensation plan of run {plan['run_id']} ({plan['status']}):")
+    if not plan["plan"]:
+        console.print("  (no compensation)")
+    for step in plan["plan"]:
+        what = f"App {step['app']}" if "app" in step else f"reverse action {step['action']}"
+        held = f"; held back by {', '.join(step['held_back_by'])}" if step["held_back_by"] else ""
+        console.print(f"  {step['place']}. {escape(step['node_key'] or '-')}  {step['compensation_id']}  "
+                      f"{escape(what)}  {styled(step['status'])}{held}")
+    console.print(f"would: {plan['would']}")
+
+
+@app.command()
+def check(
+    workflow: Path = typer.Argument(..., metavar="WORKFLOW", help="The workflow TOML file."),
+    input: List[str] = typer.Option([], "--input", "-i", metavar="KEY=VALUE", help="Run input (repeatable)."),
+    json_mode: bool = JsonOpt,
+) -> None:
+    """Check a workflow as `run` would before anything runs, creating nothing; exit 0 or 2 with every error.
+
+    \f
+    Implements R-L1.
+    """
+    from workrun.app import runs
+    from workrun.errors import ConfigError
+
+    try:
+        done = runs.check(workflow, list(input))
+    except ConfigError as exc:
+        if not json_mode:
+            raise
+        print_json({"ok": False, "errors": exc.lines()})
+        raise typer.Exit(2) from None
+    if json_mode:
+        print_json(done.data)
+    else:
+        console.print(done.note)
+    raise typer.Exit(0)
 
 
 @app.command()

@@ -8,8 +8,6 @@ journal (:func:`viewing`): no App runner, no engine, no pydantic; rich only for 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from workrun.cli.output import console, escape, print_json, print_list, run_table, styled
@@ -17,34 +15,12 @@ from workrun.errors import UsageError
 from workrun.states import COMPENSATION_STATUSES
 
 if TYPE_CHECKING:
-    from workrun.journal import Journal
+    pass
 
 __all__ = ["list_compensations", "list_runs", "show_compensation", "show_run", "viewing"]
 
 
-@contextmanager
-def viewing() -> Iterator[Journal]:
-    """The journal alone, for a command that only reads it (R-P3: no App runner, no Services).
-
-    Opened as :func:`workrun.cli.common.reading` opens it (no integrity check, read-only when the data dir is not
-    writable by this user); the same data directory and settings checks apply.
-
-    Raises:
-        ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
-    """
-    from workrun import settings
-    from workrun.journal import open_journal
-    from workrun.paths import data_dir, private_umask
-
-    settings.current()
-    path = data_dir(write=False)
-    private_umask()  # as Services: anything the journal writes in the data dir is private (SPEC §17)
-    journal = open_journal(path, check=False, writable=False)
-    try:
-        yield journal
-    finally:
-        journal.close()
-
+from workrun.app.session import viewing
 
 TABLE_LIMIT = 50
 """Runs shown by ``workrun runs list`` without ``--limit`` (``--json`` shows all)."""

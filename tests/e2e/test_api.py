@@ -1,0 +1,162 @@
+"""The Python API (SPEC §22, R-V2): each function returns exactly what the CLI's ``--json`` prints and
+raises ``workrun.api.WorkrunError`` where the CLI exits 2 or 3. ``check`` (R-L1) and ``compensate
+--dry-run`` (R-L3) through both surfaces."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from _kit.http_server import TestServer
+from workrun import api
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def server():
+    with TestServer() as srv:
+        srv.route("POST", "/orders", status=201, json={"id": "7"})
+        srv.route("DELETE", "/orders/7", status=204, body="")
+        srv.route("POST", "/boom", status=500, body="no")
+        yield srv
+
+
+def _order_flow(write_workflow, server: TestServer, name: str = "orders"):
+    return write_workflow(name, f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[inputs]
+who = "ann"
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+body = {{ who = "{{{{ inputs.who }}}}" }}
+compensation = {{ method = "DELETE", url = "{server.url}/orders/{{{{ original.result.body.id }}}}" }}
+[nodes.boom]
+kind = "http"
+method = "POST"
+url = "{server.url}/boom"
+needs = ["order"]
+""")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_api_returns_what_the_cli_prints(server, write_workflow, workrun, isolated_env, tmp_path):
+    wf = _order_flow(write_workflow, server)
+    view = api.run(wf, {"who": "bob"})
+    assert view["status"] == "failed" and view["inputs"]["who"] == "bob"
+    rid = view["run_id"]
+    comp = next(o for o in view["operations"] if o["node_key"] == "order")["compensation"]
+    assert comp["status"] == "succeeded" and server.count("DELETE", "/orders/7") == 1
+    assert api.show(rid) == workrun("runs", "show", rid, "--json").json() == view
+    assert api.runs() == workrun("runs", "list", "--json").json()
+    assert api.runs(limit=1) == workrun("runs", "list", "--json", "--limit", "1").json()
+    plan = api.compensate(rid, dry_run=True)
+    assert plan == workrun("compensate", rid, "--dry-run", "--json").json()
+    assert [(s["place"], s["node_key"], s["status"]) for s in plan["plan"]] == [(1, "order", "succeeded")]
+    assert api.check(wf) == workrun("check", wf, "--json").json() == {"ok": True, "nodes": 2, "compensable": 1}
+    assert api.stop(rid)["status"] == "failed"  # nothing to stop: the run as it is
+    assert api.resume() == workrun("resume", "--json").json() == {"runs": []}
+    again = api.rerun(rid)
+    assert again["run_id"] != rid and again["status"] == "failed"
+    other = tmp_path / "elsewhere"  # home= chooses the data directory, as WORKRUN_HOME does
+    assert api.runs(home=other) == [] and api.run(wf, home=other)["status"] == "failed"
+    assert len(api.runs(home=other)) == 1 and len(api.runs()) == 2
+
+
+def test_api_raises_where_the_cli_exits_2_or_3(server, write_workflow, isolated_env):
+    from workrun.lock import SchedulerLock
+
+    bad = write_workflow("bad", """
+[nodes.a]
+kind = "http"
+method = "GET"
+url = "http://{{ inputs.host }}/x"
+[nodes.b]
+kind = "nope"
+""")
+    with pytest.raises(api.WorkrunError) as err:
+        api.run(bad)
+    assert err.value.exit_code == 2
+    lines = err.value.message.splitlines()
+    assert len(lines) == 2 and all(str(bad) in line for line in lines), lines  # every error, each naming the file
+    with pytest.raises(api.WorkrunError) as err:
+        api.check(bad)
+    assert err.value.exit_code == 2 and err.value.message.splitlines() == lines
+    with pytest.raises(api.WorkrunError) as err:
+        api.show("run_nope")
+    assert err.value.exit_code == 2
+    with pytest.raises(api.WorkrunError) as err:
+        api.runs(limit=0)
+    assert err.value.exit_code == 2
+    wf = _order_flow(write_workflow, server)
+    isolated_env.mkdir(parents=True, exist_ok=True)
+    lock = SchedulerLock(isolated_env).acquire()
+    try:
+        with pytest.raises(api.WorkrunError) as err:
+            api.run(wf)
+        assert err.value.exit_code == 3
+    finally:
+        lock.release()
+    assert server.requests() == []  # nothing ran
+
+
+def test_check_reports_every_error_and_creates_nothing(write_workflow, workrun, tmp_path):
+    """R-L1: all error lines, one per line, exit 2; no data directory or journal is created."""
+    home = tmp_path / "never-made"
+    bad = write_workflow("bad", """
+[inputs]
+n = "1"
+[nodes.a]
+kind = "http"
+method = "GET"
+url = "http://{{ inputs.host }}/x"
+[nodes.b]
+kind = "nope"
+[nodes.c]
+kind = "http"
+method = "GET"
+url = "http://127.0.0.1/{{ nodes.zz.result.body }}"
+""")
+    res = workrun("check", bad, env={"WORKRUN_HOME": str(home)})
+    assert res.code == 2, res
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith(f"error: {bad}: nodes.") for line in lines), lines
+    as_json = workrun("check", bad, "--json", env={"WORKRUN_HOME": str(home)})
+    assert as_json.code == 2 and as_json.json() == {"ok": False, "errors": [ln[len("error: "):] for ln in lines]}
+    assert not home.exists()
+    good = write_workflow("good", '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1/x"\n')
+    ok = workrun("check", good, env={"WORKRUN_HOME": str(home)})
+    assert ok.code == 0 and ok.out.strip() == "ok: 1 nodes, 0 compensable"
+    assert not home.exists()
+
+
+def test_compensate_dry_run_changes_nothing_and_shows_what_compensate_would_do(server, write_workflow, workrun,
+                                                                              isolated_env):
+    """R-L3: a stopped run's plan before `compensate`; the journal file is byte-identical afterwards."""
+    wf = _order_flow(write_workflow, server)
+    view = api.run(wf)
+    rid = view["run_id"]
+    journal = isolated_env / "journal.sqlite3"
+    before = _digest(journal)
+    plan = api.compensate(rid, dry_run=True)
+    text = workrun("compensate", rid, "--dry-run")
+    assert text.code == 0 and "1. order" in text.out and "would:" in text.out, text
+    assert _digest(journal) == before
+    assert plan["run_id"] == rid and plan["plan"][0]["action"].startswith("DELETE ")
+    assert plan["plan"][0]["held_back_by"] == [] and plan["plan"][0]["operation_id"].startswith("op_")
+
+
+def test_the_tutorial_through_the_api(isolated_env):
+    """The README's tutorial, from Python: create a file, fail, the file is removed by compensation."""
+    view = api.run(ROOT / "demo_apps" / "workflows" / "tutorial.toml")
+    assert view["status"] == "failed"
+    create = next(o for o in view["operations"] if o["node_key"] == "create")
+    assert create["compensation"]["status"] == "succeeded"
+    assert not Path(create["result"]["file_path"]).exists()

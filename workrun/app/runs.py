@@ -1,0 +1,489 @@
+"""The run use cases (SPEC §22 R-V2): run, rerun, resume, compensate (also as a dry run, R-L3), stop, runs,
+show, check (R-L1).
+
+Each returns a :class:`Finished`: ``data`` is exactly what the CLI's ``--json`` prints and ``code`` the exit
+code the CLI exits with (SPEC §16); what the CLI reports as one error line is raised as a
+:class:`~workrun.errors.WorkrunError` (exit 2: config, usage, unknown id, refused; exit 3: another scheduler).
+Progress goes to the ``reporter`` handed in (None: nowhere).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workrun.app.session import reading, run_claim, scheduling, shared_journal, viewing
+from workrun.errors import ActionRefusedError, UsageError, WorkrunError
+from workrun.states import COMPENSATION_DONE
+
+if TYPE_CHECKING:
+    from workrun.services import Confirm, Reporter, Services
+
+__all__ = ["EXIT", "Finished", "check", "check_compensate", "compensate", "compensation_plan", "rerun", "resume",
+           "run", "runs", "show", "stop"]
+
+EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
+
+Home = Path | str | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a use case ended with.
+
+    Attributes:
+        data: the JSON value the CLI's ``--json`` prints (a dict, or a list for ``runs``).
+        code: the exit code the CLI exits with (0, 1, 4, 130; errors are raised instead).
+        note: a line for people (the CLI prints it in text mode), e.g. what ``stop`` did.
+    """
+
+    data: Any
+    code: int = 0
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _inputs(inputs: Mapping[str, Any] | list[str] | None) -> dict[str, str]:
+    """``--input`` values: ``KEY=VALUE`` strings, or a mapping (a non-string value as its JSON text).
+
+    Raises:
+        ConfigError: a ``KEY=VALUE`` without ``=`` or with an empty key (exit 2).
+    """
+    from workrun.templates import parse_inputs
+
+    if inputs is None:
+        return {}
+    if isinstance(inputs, list):
+        return parse_inputs(inputs)
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in inputs.items()}
+
+
+def _audit(svc: Services, run_id: str, action: str, args: dict[str, Any]) -> None:
+    """Record a run-level operator action (R-O2, R-U4): who, when, what."""
+    from workrun.operator import actor
+
+    svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args})
+
+
+def _start(spec: Any, inputs: dict[str, Any], *, home: Home, wait: bool, yes: bool, eval_run: bool,
+           rerun_of: str | None, note: str, executors: Any, reporter: Reporter | None,
+           confirm: Confirm | None) -> Finished:
+    from workrun.engine import create_run
+    from workrun.recovery import drive
+    from workrun.views import run_detail
+
+    with scheduling(home=home, wait=wait, reporter=reporter) as svc:
+        svc.assume_yes = yes
+        if confirm is not None:
+            svc.confirm = confirm
+        run_id = create_run(svc, spec, inputs, eval_run=eval_run, rerun_of=rerun_of)
+        if rerun_of:
+            _audit(svc, rerun_of, "rerun", {"new_run": run_id})
+        svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
+        with run_claim(svc, run_id, wait=True):  # shared journal: driven here, as a worker would (R-S3)
+            drive(svc, run_id, executors)
+        view = run_detail(svc.journal, run_id)
+        return Finished(view, 130 if svc.stopping() else EXIT.get(view["status"], 1))
+
+
+def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None, *, home: Home = None,
+        wait: bool = False, eval_run: bool = False, yes: bool = False, reporter: Reporter | None = None,
+        confirm: Confirm | None = None) -> Finished:
+    """Run a workflow to its end; on final failure compensate its succeeded calls (R-W1..R-W7, R-C1).
+
+    Args:
+        workflow: the workflow TOML file.
+        inputs: ``{name: value}`` or ``KEY=VALUE`` strings (``--input``).
+        home: the data directory (None: ``WORKRUN_HOME``, else the platform's).
+        wait: wait for another scheduler instead of raising (exit 3).
+        eval_run: an evaluation run, never compensated (R-W6).
+        yes: approve tool calls whose App asks for confirmation.
+        reporter: where progress goes.
+        confirm: how to ask a person (None: nobody is asked; such a tool call is refused).
+
+    Returns:
+        :class:`Finished`: the run's view (``runs show --json``) and 0/1/4/130 by its status (SPEC §16).
+
+    Raises:
+        ConfigError: a bad workflow or input (exit 2; every error found, R-L1).
+        SchedulerBusyError: another scheduler holds the data directory (exit 3).
+    """
+    from workrun.nodes import default_executors
+    from workrun.workflow import load_workflow
+
+    executors = default_executors()
+    spec, values = load_workflow(Path(workflow), _inputs(inputs), executors)
+    return _start(spec, values, home=home, wait=wait, yes=yes, eval_run=eval_run, rerun_of=None,
+                  note=" (evaluation run)" if eval_run else "", executors=executors, reporter=reporter,
+                  confirm=confirm)
+
+
+def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = False,
+          reporter: Reporter | None = None, confirm: Confirm | None = None) -> Finished:
+    """Start a new run with the same workflow and inputs; the old run's record is untouched (R-W5).
+
+    Raises:
+        NotFoundError: no run matches ``run_id`` (exit 2).
+        ConfigError: the workflow file no longer loads (exit 2).
+        SchedulerBusyError: another scheduler holds the data directory (exit 3).
+    """
+    from workrun.models import WorkflowSpec
+    from workrun.nodes import default_executors
+    from workrun.workflow import load_workflow
+
+    executors = default_executors()
+    with reading(home=home) as ro:
+        old = ro.journal.run(run_id)
+    path = Path(old["workflow_path"])
+    if path.is_file():
+        spec, inputs = load_workflow(path, dict(old["inputs"].items()), executors, known_inputs_only=False)
+    else:
+        spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
+    note = f" (re-run of {old['run_id']})" + ("" if path.is_file() else f"; {path} is gone, so the recorded "
+                                                                       "workflow is used")
+    return _start(spec, inputs, home=home, wait=wait, yes=yes, eval_run=bool(old["eval"]), rerun_of=old["run_id"],
+                  note=note, executors=executors, reporter=reporter, confirm=confirm)
+
+
+def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None = None) -> Finished:
+    """Continue every unfinished run and compensation in the data directory (R-R1).
+
+    Returns:
+        :class:`Finished`: ``{"runs": [run views]}``; code 0 when every compensation it handled ended
+        succeeded or skipped and every ticket action it sent or settled succeeded, else 1 (130: stopped).
+    """
+    from workrun.recovery import resume_all
+    from workrun.views import run_view
+
+    with scheduling(home=home, wait=wait, resume_first=False, reporter=reporter) as svc:
+        t0 = svc.now()
+        if shared_journal():  # claim runs one by one, like a worker that ends when nothing is left (R-S2)
+            from workrun.workers import resume_shared
+
+            handled = resume_shared(svc)
+        else:
+            handled = resume_all(svc)
+        views = [run_view(svc.journal, r) for r in handled]
+        # SPEC §10: 0 when every compensation it handled ended succeeded or skipped, and every ticket action it
+        # sent or settled (R-M3: a job with attempts, like a compensation; `tickets retry` exits by it too)
+        # succeeded; an action that had failed before this command (a dead letter already) is not its doing
+        acted = [a for v in views for t in v["tickets"] if t["action"]
+                 and (a := svc.journal.ticket_action(t["ticket_id"])) is not None and a["updated_at"] >= t0]
+        ok = all(op["compensation"]["status"] in COMPENSATION_DONE
+                 for v in views for op in v["operations"] if op["compensation"])
+        ok = ok and all(a["status"] == "succeeded" for a in acted)
+        return Finished({"runs": views}, 130 if svc.stopping() else (0 if ok else 1),
+                        note="" if handled else "nothing to resume")
+
+
+def check_compensate(run: dict[str, Any], *, lasting_only: bool = False) -> None:
+    """Refuse ``compensate`` of this run row (exit 2): an evaluation run, or one running, succeeded or waiting
+    for a person.
+
+    ``lasting_only``: only what resuming a dead runner's work cannot change (evaluation, succeeded, waiting),
+    asked before the scheduler lock (the dashboard reports a command that holds it as started, R-U4); a
+    ``running`` run may be one a dead runner left, which the command resumes first.
+
+    Raises:
+        ActionRefusedError: the run cannot be compensated.
+    """
+    rid = run["run_id"]
+    if run["eval"]:
+        raise ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN")
+    if run["status"] == "running" and not lasting_only:
+        raise ActionRefusedError(f"run {rid} is still running; `workrun stop {rid}` first", field="RUN")
+    if run["status"] == "succeeded":
+        raise ActionRefusedError(f"run {rid} succeeded; succeeded runs are not compensated (R-C1)", field="RUN")
+    if run["status"] == "waiting":
+        raise ActionRefusedError(f"run {rid} is waiting for a person; `workrun tickets terminate TICKET` "
+                                 "ends it and compensates its calls", field="RUN")
+
+
+def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: bool = False,
+               reporter: Reporter | None = None) -> Finished:
+    """Compensate a stopped or terminated run, or finish a failed run's compensation (R-C9); with ``dry_run``
+    only say what would be done, changing nothing (R-L3).
+
+    Returns:
+        :class:`Finished`: the run's view and 0 when every compensation ended succeeded or skipped, else 1
+        (130: stopped); with ``dry_run`` the plan (:func:`compensation_plan`) and 0.
+
+    Raises:
+        NotFoundError: no run matches (exit 2).
+        ActionRefusedError: the run cannot be compensated (exit 2; not for a dry run).
+        SchedulerBusyError: another scheduler holds the data directory (exit 3).
+    """
+    from workrun.operator import actor
+    from workrun.recovery import compensate_now
+    from workrun.views import run_view
+
+    if dry_run:
+        with reading(home=home) as ro:
+            return Finished(compensation_plan(ro, run_id))
+    with reading(home=home) as ro:  # an unknown id or a refusal is exit 2 at once, even while another scheduler runs
+        check_compensate(ro.journal.run(run_id), lasting_only=True)
+    with scheduling(home=home, wait=wait, reporter=reporter) as svc:
+        run_row = svc.journal.run(run_id)
+        rid = run_row["run_id"]
+        check_compensate(run_row)  # again: the run may have moved while this waited for the lock
+        if run_row["status"] in ("stopped", "terminated") and not run_row["compensate_requested"]:
+            svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
+                                                   "action": "compensate", "args": {}})
+            svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
+        with run_claim(svc, rid, wait):
+            compensate_now(svc, rid)
+        view = run_view(svc.journal, rid)
+        comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
+        ok = all(c["status"] in COMPENSATION_DONE for c in comps)
+        return Finished(view, 130 if svc.stopping() else (0 if ok else 1))
+
+
+def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
+    """The compensation plan of a run, changing nothing (R-L3): each compensation in the order it runs (or
+    ran), with its node, App or reverse action, current status, and what holds it back. For a run whose
+    compensation was not planned yet (stopped, terminated, or failed with records missing) the records
+    ``compensate`` would write are shown ``pending``.
+
+    Returns:
+        ``{"run_id", "status", "would": text, "plan": [{"place", "node_key", "operation_id", "compensation_id",
+        "app" | "action", "status", "held_back_by": [ids]}]}`` (``place`` from 1; a call whose App declares no
+        compensation is not listed).
+
+    Raises:
+        NotFoundError: no run matches (exit 2).
+    """
+    from workrun.compensation import plan_records
+    from workrun.compensation.planning import Item, plan
+
+    run_row = svc.journal.run(run_id)
+    rid = run_row["run_id"]
+    ops = svc.journal.operations(rid)
+    comps = {c["operation_id"]: c for c in svc.journal.compensations(rid)}
+    owed = run_row["status"] in ("failed", "stopped", "terminated") and not run_row["eval"]
+    if owed:
+        for rec in plan_records([o for o in ops if o["operation_id"] not in comps], svc.now()):
+            comps[rec["operation_id"]] = rec
+    items = [Item(o["operation_id"], o["node_key"] or "", tuple(o["depends_on"] or ()),
+                  comps[o["operation_id"]]["compensation_id"] if o["operation_id"] in comps else None,
+                  comps[o["operation_id"]]["status"] if o["operation_id"] in comps else None,
+                  bool(o["operation_id"] in comps and comps[o["operation_id"]].get("held_back_by") is not None))
+             for o in ops]
+    decision = plan(items)
+    order = _reverse_order(ops)
+    by_op = {o["operation_id"]: o for o in ops}
+    steps: list[dict[str, Any]] = []
+    for op_id in order:
+        c = comps.get(op_id)
+        if c is None or c["status"] == "skipped":
+            continue
+        op = by_op[op_id]
+        step: dict[str, Any] = {"place": len(steps) + 1, "node_key": op["node_key"], "operation_id": op_id,
+                                "compensation_id": c["compensation_id"]}
+        action = (c.get("context") or {}).get("reverse_action")
+        if action:
+            step["action"] = f"{action.get('method', '')} {action.get('url', '')}".strip()
+        else:
+            step["app"] = op["app"]
+        step["status"] = c["status"]
+        step["held_back_by"] = list(decision.hold.get(c["compensation_id"]) or c.get("held_back_by") or [])
+        steps.append(step)
+    if run_row["eval"]:
+        would = "nothing: evaluation runs are never compensated"
+    elif run_row["status"] in ("running", "waiting", "succeeded"):
+        would = f"nothing now: the run is {run_row['status']}"
+    elif not steps:
+        would = "nothing: no succeeded call has a compensation"
+    elif all(s["status"] in COMPENSATION_DONE for s in steps):
+        would = "nothing: every compensation is done"
+    else:
+        left = sum(1 for s in steps if s["status"] not in COMPENSATION_DONE)
+        would = f"run {left} compensation(s) in the order shown"
+    return {"run_id": rid, "status": run_row["status"], "would": would, "plan": steps}
+
+
+def _reverse_order(ops: list[dict[str, Any]]) -> list[str]:
+    """Operation ids in compensation order: a call before every call it depends on, the newest first among
+    independent ones (as :func:`workrun.compensation.compensate_run` starts them, R-C3)."""
+    ids = [o["operation_id"] for o in ops]
+    known = set(ids)
+    downstream: dict[str, set[str]] = {i: set() for i in ids}
+    for o in ops:
+        for dep in o["depends_on"] or ():
+            if dep in known:
+                downstream[dep].add(o["operation_id"])
+    placed: list[str] = []
+    done: set[str] = set()
+    while len(placed) < len(ids):
+        ready = [i for i in reversed(ids) if i not in done and downstream[i] <= done]
+        if not ready:  # a cycle cannot come from calls; place the rest as they are
+            ready = [i for i in reversed(ids) if i not in done]
+        placed.append(ready[0])
+        done.add(ready[0])
+    return placed
+
+
+def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable[[str], None] | None = None,
+         reporter: Reporter | None = None) -> Finished:
+    """Stop a running or waiting run from anywhere: its App processes end, nothing is compensated (R-C9).
+
+    Args:
+        timeout: seconds to wait for the scheduler driving it to end it.
+        say: told what happens while it waits (``stop requested; worker … is ending run …``).
+
+    Returns:
+        :class:`Finished`: the run's view afterwards, 0, and ``note`` saying what became of it.
+
+    Raises:
+        NotFoundError: no run matches (exit 2).
+    """
+    from workrun.lock import SchedulerLock
+    from workrun.recovery import stop_orphaned_run
+    from workrun.views import run_detail
+
+    tell = say or (lambda text: None)
+    with reading(home=home, writable=True, reporter=reporter) as svc:
+        run_row = svc.journal.run(run_id)
+        rid = run_row["run_id"]
+        if run_row["status"] == "waiting":  # nobody drives a waiting run: end it here, under the lock (R-M7)
+            with run_claim(svc, rid, wait=True) if shared_journal() else SchedulerLock(svc.data_dir, wait=True):
+                if svc.journal.run(rid)["status"] == "waiting":
+                    stop_orphaned_run(svc, rid)
+            return Finished(run_detail(svc.journal, rid), 0,
+                            f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
+                            f"effects were NOT undone; `workrun compensate {rid}` undoes them")
+        if run_row["status"] != "running":
+            return Finished(run_detail(svc.journal, rid), 0, f"run {rid} is {run_row['status']}; nothing to stop")
+        svc.journal.request_stop(rid)
+        _audit(svc, rid, "stop", {})
+        lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
+            svc.data_dir)
+        assert lock is not None
+        try:
+            lock.acquire()
+        except WorkrunError:
+            holder = lock.holder()
+            who = (f"worker {holder['worker_id']} (host {holder.get('host', '?')}, pid {holder.get('pid', '?')})"
+                   if holder.get("worker_id") else f"the scheduler (pid {holder.get('pid', '?')})")
+            tell(f"stop requested; {who} is ending run {rid}")
+            end = time.monotonic() + timeout
+            lock = None
+            while time.monotonic() < end and svc.journal.run(rid)["status"] == "running":
+                time.sleep(0.1)
+                if shared_journal() and (_claim_of(svc, rid) or {}).get("lease_until", 0) < time.time():
+                    lock = _StopClaim(svc, rid)  # its scheduler died (its lease passed): end the run here
+                    try:
+                        lock.acquire()
+                        break
+                    except WorkrunError:
+                        lock = None
+        if lock is not None:
+            try:
+                if svc.journal.run(rid)["status"] == "running":
+                    with _dispatching(svc, rid):  # shared journal: its calls are ended through their claims
+                        stop_orphaned_run(svc, rid)
+            finally:
+                lock.release()
+        status = svc.journal.run(rid)["status"]
+        done = any(o["status"] == "succeeded" for o in svc.journal.operations(rid))
+        note = f"run {rid}: {status}" + ((": side effects were NOT undone; `workrun compensate "
+                                          f"{rid}` undoes them") if status == "stopped" and done else
+                                         ": no call had succeeded, nothing to undo" if status == "stopped" else "")
+        return Finished(run_detail(svc.journal, rid), 0, note)
+
+
+def _dispatching(svc: Services, run_id: str) -> Any:
+    """On a shared journal, the run's App processes are reached through their executors' claims (R-S2)."""
+    from contextlib import nullcontext
+
+    if not shared_journal():
+        return nullcontext()
+    from workrun.workers import dispatching
+
+    return dispatching(svc, run_id)
+
+
+def _claim_of(svc: Services, run_id: str) -> dict[str, Any] | None:
+    """The run's claim on a shared journal (its ``lease_until``), or None."""
+    from workrun.workers import shared
+
+    claim: dict[str, Any] | None = shared(svc).run_claim(run_id)
+    return claim
+
+
+class _StopClaim:
+    """``stop`` on a shared journal: the run's claim plays the scheduler lock's part (R-S2)."""
+
+    def __init__(self, svc: Services, run_id: str) -> None:
+        from workrun.workers import Heartbeat, lease_seconds
+
+        self.svc, self.run_id = svc, run_id
+        self.beat = Heartbeat(svc.data_dir, lease_seconds())
+
+    def acquire(self) -> None:
+        from workrun.errors import SchedulerBusyError
+
+        self.beat.start()
+        if not self.beat.claim(self.svc.journal, self.run_id):
+            self.beat.stop()
+            raise SchedulerBusyError("held by a worker")
+
+    def holder(self) -> dict[str, Any]:
+        return _claim_of(self.svc, self.run_id) or {}
+
+    def release(self) -> None:
+        self.beat.release(self.svc.journal, self.run_id)
+        self.beat.stop()
+
+
+def runs(limit: int | None = None, *, home: Home = None) -> Finished:
+    """The runs, newest first (``runs list --json``): at most ``limit`` (None: all).
+
+    Raises:
+        UsageError: ``limit`` below 1 (exit 2).
+    """
+    from workrun.views import runs_list
+
+    if limit is not None and limit < 1:
+        raise UsageError(f"must be at least 1, not {limit}", field="--limit")
+    with _viewing(home) as journal:
+        return Finished(runs_list(journal, limit=limit))
+
+
+def show(run_id: str, *, home: Home = None) -> Finished:
+    """One run as ``runs show --json`` prints it (SPEC §9).
+
+    Raises:
+        NotFoundError: no run matches ``run_id`` (exit 2).
+    """
+    from workrun.views import run_detail
+
+    with _viewing(home) as journal:
+        return Finished(run_detail(journal, run_id))
+
+
+def _viewing(home: Home) -> Any:
+    return viewing(home=home)
+
+
+def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None) -> Finished:
+    """Every check ``run`` makes before anything runs, creating nothing (R-L1): no journal, no data directory.
+
+    Returns:
+        :class:`Finished`: ``{"ok": true, "nodes": N, "compensable": M}`` (M: nodes whose calls would have a
+        compensation: a script, a reverse action, or an App's ``compensation``), 0; ``note`` is the text
+        line ``ok: N nodes, M compensable``.
+
+    Raises:
+        ConfigError: every error found (exit 2; :class:`~workrun.errors.ConfigErrors` when several).
+    """
+    from workrun.nodes import default_executors
+    from workrun.workflow import compensable, load_workflow
+
+    spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_executors())
+    count = sum(1 for node in spec.nodes.values() if compensable(node))
+    return Finished({"ok": True, "nodes": len(spec.nodes), "compensable": count}, 0,
+                    f"ok: {len(spec.nodes)} nodes, {count} compensable")

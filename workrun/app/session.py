@@ -1,0 +1,173 @@
+"""What every use case shares: Services on a data directory, the scheduler lock or a run's claim, signals.
+
+Nothing here prints: progress goes to the :class:`~workrun.services.Reporter` a surface hands in
+(the CLI's prints, the API's is silent).
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workrun.journal import Journal
+    from workrun.services import Reporter, Services
+
+__all__ = ["reading", "run_claim", "scheduling", "shared_journal", "viewing"]
+
+
+def _services(home: Path | str | None, reporter: Reporter | None, *, check: bool, writable: bool) -> Services:
+    from workrun.services import Services
+
+    data_dir = None
+    if home is not None:
+        from workrun.paths import data_dir as checked_dir
+        from workrun.paths import private_umask
+
+        data_dir = checked_dir(write=writable, home=home)
+        private_umask()
+    return Services(data_dir, reporter=reporter, check=check, writable=writable)
+
+
+@contextmanager
+def viewing(*, home: Path | str | None = None) -> Iterator[Journal]:
+    """The journal alone, for a use case that only reads it (R-P3: no App runner, no Services).
+
+    Opened as :func:`reading` opens it (no integrity check, read-only when the data dir is not writable by
+    this user); the same data directory and settings checks apply.
+
+    Args:
+        home: the data directory (None: ``WORKRUN_HOME``, else the platform's).
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
+    """
+    from workrun import settings
+    from workrun.journal import open_journal
+    from workrun.paths import data_dir, private_umask
+
+    settings.current()
+    path = data_dir(write=False, home=home)
+    private_umask()  # as Services: anything the journal writes in the data dir is private (SPEC §17)
+    journal = open_journal(path, check=False, writable=False)
+    try:
+        yield journal
+    finally:
+        journal.close()
+
+
+@contextmanager
+def reading(*, home: Path | str | None = None, writable: bool = False,
+            reporter: Reporter | None = None) -> Iterator[Services]:
+    """Services for a use case that takes no scheduler lock (works while a scheduler runs).
+
+    Args:
+        home: the data directory (None: ``WORKRUN_HOME``, else the platform's, R-J4).
+        writable: it writes (a standalone call, a stop request); else it may read a data dir it cannot write.
+        reporter: where progress goes (None: nowhere).
+
+    Raises:
+        ConfigError: a bad data directory or ``WORKRUN_*`` setting (exit 2, SPEC §17).
+    """
+    svc = _services(home, reporter, check=False, writable=writable)
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+@contextmanager
+def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_first: bool = True,
+               reporter: Reporter | None = None) -> Iterator[Services]:
+    """Services holding the scheduler lock (R-J3), with Ctrl-C/SIGTERM meaning *stop* (R-C9) when called from
+    the main thread (a thread of an embedding program keeps its own signal handling).
+
+    Pending work left by an earlier runner is resumed first, and the reporter is told (R-R1).
+
+    Args:
+        home: the data directory (None: ``WORKRUN_HOME``, else the platform's).
+        wait: wait for another scheduler instead of raising.
+        resume_first: resume unfinished runs before the use case (SQLite journal only).
+        reporter: where progress goes (None: nowhere).
+
+    Raises:
+        SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
+        ConfigError: a bad data directory or setting (exit 2).
+    """
+    from workrun.lock import SchedulerLock
+
+    gc.freeze()  # what start-up loaded lives as long as the command: later collections skip it (issue 14)
+    svc = _services(home, reporter, check=True, writable=True)
+    shared = shared_journal()
+    if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
+        resume_first = False
+    try:
+        lock = None if shared else SchedulerLock(svc.data_dir, wait=wait).acquire()
+    except BaseException:
+        svc.close()
+        raise
+    previous: dict[int, Any] = {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        first = not svc.stopping()
+        svc.request_stop()  # first: saying so must never keep the stop from happening
+        if first:
+            try:
+                svc.reporter.message(None, None, "warning",
+                                     "stop requested: ending App processes (side effects are not undone)")
+            except Exception:  # e.g. the signal came while the main thread was importing what printing needs
+                pass
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        _ = svc.journal  # open + integrity check + migrate before anything else
+        if resume_first:
+            from workrun.recovery import resume_all, unfinished_runs
+
+            pending = unfinished_runs(svc)
+            if pending:
+                svc.reporter.message(None, None, "warning",
+                                     f"resuming {len(pending)} unfinished run(s) first: {', '.join(pending)}")
+                resume_all(svc)
+        yield svc
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if lock is not None:
+            lock.release()
+        svc.close()
+
+
+def shared_journal() -> bool:
+    """True when the journal is shared by workers (``WORKRUN_JOURNAL=postgresql://…``, R-S1).
+
+    Raises:
+        ConfigError: a bad ``WORKRUN_JOURNAL`` (exit 2).
+    """
+    from workrun.journal import journal_url
+
+    return journal_url() is not None
+
+
+@contextmanager
+def run_claim(svc: Services, run_id: str, wait: bool) -> Iterator[None]:
+    """Hold the run's claim while a use case schedules it on a shared journal (no-op on SQLite, whose
+    file lock already makes this process the only scheduler).
+
+    Raises:
+        SchedulerBusyError: a live worker holds the run and ``wait`` is False (exit 3).
+    """
+    if not shared_journal():
+        yield
+        return
+    from workrun.workers import holding
+
+    with holding(svc, run_id, wait=wait):
+        yield
