@@ -298,3 +298,29 @@ def test_tickets_from_the_dashboard_note_resume_and_terminate(ui_server, workrun
     assert history[resumed][1:] == [(me, "note"), (me, "resume")], history
     assert history[ended][1:] == [(me, "terminate")], history
     assert [line for line in client.get("/tickets").text.splitlines() if "data-history" in line]
+
+
+def test_a_refused_action_shows_the_use_cases_error_read_as_data(ui_server, workrun, write_workflow,
+                                                                   isolated_env: Path) -> None:
+    """Issue 27: a dashboard action's outcome comes from the child's structured result (exit code and error lines
+    as data, from workrun.app), never from its stderr: a refused compensate shows the use case's exact line."""
+    from workrun.errors import ActionRefusedError
+    from workrun.ui import actions, detached
+
+    wf = write_workflow("fine", 'http_allow = ["127.0.0.1:9"]\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+                        'url = "http://127.0.0.1:9/x"\n')
+    res = workrun("run", wf, "--eval", "--json")
+    run_id = res.json()["run_id"]
+    expected = ActionRefusedError("evaluation runs are never compensated (R-W6)", field="RUN").line()
+    got = actions.run_action(isolated_env, ["compensate", run_id], scheduling=True)
+    assert (got.state, got.code, got.line) == ("refused", 2, expected)
+    server = ui_server()
+    client = server.client()
+    page = client.get(f"/runs/{run_id}").text
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    refused = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf},
+                          headers={"Origin": server.base})
+    assert refused.status_code == 400 and "never compensated" in refused.text, refused.text
+    for module in (actions, detached):  # nothing there reads an ``error:`` line of a command's output
+        source = Path(module.__file__).read_text()
+        assert '"error: "' not in source and "stderr=err" not in source

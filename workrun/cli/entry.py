@@ -116,6 +116,16 @@ def _failed(exc: BaseException, debug: bool) -> int:
     return 1
 
 
+def _lines_of(exc: BaseException) -> list[str]:
+    """The error lines a command that ended with ``exc`` reports (as data; empty for an unexpected error)."""
+    from workrun.errors import WorkrunError
+
+    if isinstance(exc, WorkrunError):
+        return exc.lines()
+    usage = getattr(exc, "format_message", None)  # click's usage errors
+    return [str(usage())] if callable(usage) else []
+
+
 def _debug_first(args: list[str]) -> list[str]:
     """``--debug`` is a root option taken wherever it is written (``workrun runs show X --debug`` as
     ``workrun --debug runs show X``); a ``--debug`` after ``--`` is an argument and stays where it is."""
@@ -190,11 +200,14 @@ def _ahead(args: list[str]) -> None:
     threading.Thread(target=start, name="workrun-prestart", daemon=True).start()
 
 
-def run(args: list[str]) -> int:
+def run(args: list[str], errors: list[str] | None = None) -> int:
     """Run one command line and return its exit code (SPEC §10); errors become one line on stderr.
 
     Args:
         args: the arguments after the program name.
+        errors: when given, the error lines of a :class:`~workrun.errors.WorkrunError` that ended the command
+            (or of a usage error) are appended to it as data (the dashboard's detached actions read them so,
+            never from stderr).
     """
     args = _debug_first(args)
     try:
@@ -205,6 +218,8 @@ def run(args: list[str]) -> int:
 
             code = app(args=args, standalone_mode=False, prog_name="workrun")
     except (Exception, KeyboardInterrupt) as exc:
+        if errors is not None:
+            errors.extend(_lines_of(exc))
         code = _failed(exc, args[:1] == ["--debug"])
     except SystemExit as exc:  # click ends a command whose output hit a closed pipe with exit 1: 141, as above
         if exc.code == 1 and _stdout_gone():

@@ -1,18 +1,21 @@
-"""Dashboard actions (R-U4): each one runs the CLI's own command in a subprocess.
+"""Dashboard actions (R-U4): each one runs in a process of its own (:mod:`workrun.ui.detached`).
 
-Why a subprocess: the command *is* the rule book. Its checks, refusals (exit 2, one line), the
-scheduler lock (exit 3, one line naming the holder), its audit rows and its resume-first behaviour
-are exactly the CLI's, with nothing re-implemented here; a scheduling command runs in its own
-process, so the dashboard stays responsive and a crash of one never takes the server down. The
-audit's actor comes through ``WORKRUN_ACTOR=ui:<OS user>``.
+The run actions call the use cases of :mod:`workrun.app.runs` (what ``workrun.api`` and the CLI call);
+the operator commands run the CLI's own command line. Their checks, refusals (exit 2), the
+scheduler lock (exit 3, naming the holder), audit rows and resume-first behaviour are exactly the
+CLI's, with nothing re-implemented here; a scheduling action runs in its own process, so the
+dashboard stays responsive and a crash of one never takes the server down. The audit's actor comes
+through ``WORKRUN_ACTOR=ui:<OS user>``.
 
-A scheduling command is watched only until it is decided: it exited (its code says done, refused
-or busy), or it took the scheduler lock (its pid is in the lock's holder note) and runs on in the
-background while the pages follow it live.
+The child writes its outcome as data (``{"code", "errors", "run_id"}``) to a result file; the
+dashboard reads that, never its stderr. A scheduling action is watched only until it is decided: it
+exited (its code says done, refused or busy), or it took the scheduler lock (its pid is in the
+lock's holder note) and runs on in the background while the pages follow it live.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,14 +42,16 @@ class ActionResult:
             ``busy`` (exit 3: another scheduler), ``running`` (took the lock, goes on in the background),
             ``error`` (anything else).
         code: the exit code (None while running).
-        line: the command's last ``error: …`` line on stderr ("" if none).
+        line: the error lines the action reported, as data (joined by a space; "" if none).
         started_at: epoch seconds just before the command was started.
+        run_id: the new run of a ``rerun`` that ended (None otherwise).
     """
 
     state: str
     code: int | None
     line: str
     started_at: float
+    run_id: str | None = None
 
 
 def ui_actor() -> str:
@@ -57,42 +62,43 @@ def ui_actor() -> str:
 _children: list[subprocess.Popen[bytes]] = []
 
 
-def _reap(proc: subprocess.Popen[bytes], errfile: Path) -> None:
+def _reap(proc: subprocess.Popen[bytes], result: Path) -> None:
     proc.wait()
-    errfile.unlink(missing_ok=True)
+    result.unlink(missing_ok=True)
 
 
-def _last_error(path: Path) -> str:
+def _read_result(path: Path) -> dict[str, object] | None:
     try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    errors = [ln for ln in lines if ln.startswith("error: ")]
-    return (errors[-1][len("error: "):] if errors else (lines[-1] if lines else "")).strip()
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def run_action(data_dir: Path, args: list[str], *, scheduling: bool, timeout: float = DECIDE_TIMEOUT) -> ActionResult:
-    """Run ``workrun ARGS…`` for the dashboard and report how it was decided.
+    """Run the action ``workrun ARGS…`` for the dashboard in a process of its own and report how it was decided.
 
     Args:
         data_dir: the data directory the dashboard shows (passed as ``WORKRUN_HOME``).
-        args: the command line after ``workrun``.
-        scheduling: the command takes the scheduler lock: return as soon as it holds it (``running``).
-        timeout: seconds to wait for a decision; after that the command goes on in the background.
+        args: the command line after ``workrun`` (``rerun|compensate|stop RUN`` run through the use cases).
+        scheduling: the action takes the scheduler lock: return as soon as it holds it (``running``).
+        timeout: seconds to wait for a decision; after that the action goes on in the background.
 
     Returns:
-        An :class:`ActionResult`.
+        An :class:`ActionResult` built from the child's result file (its exit code and error lines as data).
     """
     env = {**os.environ, "WORKRUN_HOME": str(data_dir), "WORKRUN_ACTOR": ui_actor(), "NO_COLOR": "1"}
     env.pop("WORKRUN_FAULT", None)
     log_dir = data_dir / "ui-actions"
     log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix="action-", suffix=".stderr", dir=log_dir)
-    errfile = Path(name)
+    fd, name = tempfile.mkstemp(prefix="action-", suffix=".json", dir=log_dir)
+    os.close(fd)
+    result = Path(name)
+    result.unlink()  # the child writes it (atomically) when it ends
     started = time.time()
-    with os.fdopen(fd, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "workrun", *args], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "workrun.ui.detached", str(result), "--", *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
     lock = SchedulerLock(data_dir)
     deadline = time.monotonic() + timeout
     code = None
@@ -105,9 +111,14 @@ def run_action(data_dir: Path, args: list[str], *, scheduling: bool, timeout: fl
         time.sleep(0.05)
     if code is None:
         _children.append(proc)
-        threading.Thread(target=_reap, args=(proc, errfile), daemon=True).start()  # no zombie when it ends
+        threading.Thread(target=_reap, args=(proc, result), daemon=True).start()  # no zombie when it ends
         return ActionResult("running", None, "", started)
-    line = _last_error(errfile)
-    errfile.unlink(missing_ok=True)
+    data = _read_result(result) or {}
+    result.unlink(missing_ok=True)
+    errors = data.get("errors")
+    lines = [str(x) for x in errors] if isinstance(errors, list) else []
+    if not data:
+        lines = [f"the action ended without a result (exit {code})"]
     state = {0: "done", 1: "ended", 130: "ended", 2: "refused", 3: "busy", 4: "ended"}.get(code, "error")
-    return ActionResult(state, code, line, started)
+    run_id = data.get("run_id")
+    return ActionResult(state, code, " ".join(lines), started, run_id if isinstance(run_id, str) else None)

@@ -394,7 +394,9 @@ async def run_action_route(request: Request) -> Response:
         return _answer(d, request, result, f"stop {rid}", back)
     result = await run_in_threadpool(run_action, d.data_dir, [action, rid, *wait], scheduling=True)
     go = None
-    if action == "rerun" and result.state in ("done", "ended", "running"):
+    if action == "rerun" and result.run_id:
+        go = f"/runs/{result.run_id}"
+    elif action == "rerun" and result.state in ("done", "ended", "running"):
         go = await run_in_threadpool(_new_run, d, rid, result.started_at)
     return _answer(d, request, result, f"{action} {rid}", back, go)
 
