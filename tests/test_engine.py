@@ -14,7 +14,7 @@ from workrun.compensation import compensate_run, refresh_holds
 from workrun.engine import Engine, create_run
 from workrun.nodes.base import NodeJob
 from workrun.nodes.process import ProcessExecutor
-from workrun.operations import settle_operations
+from workrun.effects import settle_operations
 from workrun.outcomes import Failure, NodeOutcome
 from workrun.runner.base import Outcome
 

@@ -66,7 +66,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -75,7 +75,16 @@ from typing import Any
 from workrun import settings
 from workrun.errors import EnvironmentUnavailableError
 from workrun.journal import open_journal
-from workrun.outbound import PreparedRequest, RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
+from workrun.outbound import (
+    EnvLater,
+    PreparedRequest,
+    RequestError,
+    SendResult,
+    allow_from_env,
+    from_queued,
+    parse_allow,
+    send,
+)
 from workrun.outcomes import Failure
 from workrun.runner import calldir
 from workrun.runner.base import AppRunner, Collected, Outcome, Started
@@ -118,6 +127,7 @@ class DispatchRunner:
     """
 
     decides_by_claim = True  # the run's claim holder settles every call of the run (R-R3, R-F2)
+    request_environ: Mapping[str, str] = EnvLater()  # the executor that sends a request reads env.NAME (R-H5)
 
     def __init__(self, journal: Any, local: AppRunner, run_id: str | None) -> None:
         self.journal = journal
@@ -216,7 +226,7 @@ class DispatchRunner:
                                  "(start `workrun worker`; `--executors 0` only schedules)")
 
     def send_request(self, call_id: str, request: PreparedRequest, allow: list[str],
-                     mark: dict[str, Any]) -> SendResult:
+                     mark: dict[str, Any], *, before_send: Callable[[], None] | None = None) -> SendResult:
         """Have any worker's executor send an HTTP request and return what happened (see the module doc).
 
         Args:
@@ -236,11 +246,13 @@ class DispatchRunner:
         self.journal.set_call_timeout(call_id, request.timeout)
         return self._await_request(call_id, recovering=False)
 
-    def settle_request(self, call_id: str) -> SendResult:
+    def settle_request(self, call_id: str, status: str = "running") -> SendResult:
         """What became of a request a dead scheduler left in flight (R-R3, R-H2): its stored result; a live
         executor's is waited for; one no executor holds (queued, or never queued) is fenced and was never
         sent (``sent`` False, failure ``not_started``); an expired claim is decided as in :meth:`send_request`.
+        The journal ``status`` is not needed: the claim decides.
         """
+        del status
         return self._await_request(call_id, recovering=True)
 
     def _await_request(self, call_id: str, *, recovering: bool) -> SendResult:

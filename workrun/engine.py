@@ -25,9 +25,9 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.records import plan_records
+from workrun.effects import settle_operations
 from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.nodes.base import NodeExecutor, NodeJob
-from workrun.operations import settle_operations
 from workrun.outbound import RequestError
 from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id

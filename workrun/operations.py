@@ -6,7 +6,7 @@ Order of writes for a call (each committed before the next step):
 Attempts follow the same shape: ``attempt.intent`` -> ``attempt.started`` ->
 ``attempt.finished`` (which also sets the compensation's status).
 The outcome functions (:func:`finish_operation`, :func:`finish_attempt`) are
-shared by live calls and by recovery after a restart (:func:`settle_operations`),
+shared by live calls and by recovery after a restart (:func:`workrun.effects.settle_operations`),
 so both decide alike. Processes are run through ``svc.runner`` (an
 :class:`~workrun.runner.base.AppRunner`).
 """
@@ -23,13 +23,11 @@ from typing import Any
 
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.backoff import backoff_delay
-from workrun.dispatch import DispatchRunner
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.models import AppSpec
 from workrun.outcomes import Failure
 from workrun.paths import real_path
 from workrun.runner import Outcome
-from workrun.runner.base import CLAIM_WAIT
 from workrun.runner.process import alive, proc_start_time
 from workrun.services import Services, new_id
 from workrun.snapshots import materialize, take
@@ -40,8 +38,8 @@ __all__ = [
     "current_owner",
     "finish_attempt",
     "finish_operation",
-    "settle_operations",
-    "settle_request",
+    "owner_gone",
+    "process_call_dir",
     "run_attempt",
 ]
 
@@ -152,7 +150,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
                             ends_node=ends_node)
 
 
-def _process_call_dir(row: dict[str, Any]) -> Path:
+def process_call_dir(row: dict[str, Any]) -> Path:
     """The call directory of a process call or attempt.
 
     Raises:
@@ -195,7 +193,7 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
     Returns:
         The operation row as journaled (status ``succeeded``, ``failed`` or ``unknown``).
     """
-    call_dir = _process_call_dir(op)
+    call_dir = process_call_dir(op)
     config = config if config is not None else AppSpec.model_validate(op["config"])
     got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     fields: dict[str, Any] = {"exit_code": outcome.exit_code, "signal": outcome.signal}
@@ -248,78 +246,9 @@ def current_owner() -> tuple[int, str | None]:
 _OWNER: dict[int, tuple[int, str | None]] = {}
 
 
-def _owner_gone(op: dict[str, Any]) -> bool:
+def owner_gone(op: dict[str, Any]) -> bool:
     """True when the process that made the in-flight call ``op`` is no longer alive (or was never recorded)."""
     return op.get("owner_pid") is None or not alive(op["owner_pid"], op.get("owner_start"))
-
-
-def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
-    """Settle the in-flight operations of a run (of standalone calls when ``run_id`` is None) after a restart.
-
-    Only calls whose owner is gone are settled: a call whose owning process still lives (another
-    ``workrun app run``, or this process) is left to it. On a shared journal the run's claim decides
-    instead (R-R3, R-F2): a scheduler holding the claim of ``run_id`` settles every call of the run that
-    another process made, alive or not (a frozen worker whose lease passed has lost the run; its call is
-    decided from its call directory and exit record, never started again). An orphaned call is adopted
-    first (a conditional write), so of two recoverers only one settles it. Each is decided by
-    :meth:`~workrun.runner.base.AppRunner.recover` and journaled by :func:`finish_operation`, exactly as
-    a live call would be (R-R1, R-R3).
-
-    Returns:
-        The operation rows afterwards.
-    """
-    settled = []
-    me_pid, me_start = current_owner()
-    claim_by = time.monotonic() + CLAIM_WAIT  # one window for every call of this pass (see CLAIM_WAIT)
-    by_claim = run_id is not None and svc.runner.decides_by_claim
-    for op in svc.journal.operations_in_flight(run_id):
-        mine = op.get("owner_pid") == me_pid and op.get("owner_start") == me_start
-        if mine or not (by_claim or _owner_gone(op)):
-            continue
-        if not svc.journal.adopt_operation(op["operation_id"], owner_pid=me_pid, owner_start=me_start,
-                                           seen_pid=op.get("owner_pid"), seen_start=op.get("owner_start")):
-            continue
-        if op["kind"] == "http":  # an HTTP request: no process to look at
-            row = settle_request(svc, op)
-        else:
-            outcome = svc.runner.recover(op["pid"], op["proc_start"], _process_call_dir(op), op["deadline"],
-                                         claim_wait=max(0.0, claim_by - time.monotonic()))
-            # a call never journaled running: its supervisor, as its claim names it, is journaled with it
-            row = finish_operation(svc, op, outcome, process=outcome.process if op.get("pid") is None else None)
-        if run_id:
-            svc.say(run_id, op["node_key"], "warning",
-                    f"operation {op['operation_id']} was in flight when the runner stopped; recovered: "
-                    f"{row['status']}" + (f" ({row['error']})" if row["error"] else ""))
-        settled.append(row)
-    return settled
-
-
-def settle_request(svc: Services, op: dict[str, Any]) -> dict[str, Any]:
-    """Settle an HTTP request (an ``http`` node's operation) left in flight by a runner that died (R-H2, R-R3).
-
-    ``starting``: the guard had not let it out yet, nothing was sent -> ``failed`` (not started: it may be
-    sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
-    On a shared journal the request's claim decides instead (:meth:`DispatchRunner.settle_request`): the
-    result a worker stored, a live worker's awaited, an unclaimed one fenced (not started).
-
-    Returns:
-        The operation row afterwards.
-    """
-    if isinstance(svc.runner, DispatchRunner):  # a shared journal: a worker's executor may hold it (R-S2)
-        got = svc.runner.settle_request(op["operation_id"])
-        if got.succeeded:
-            svc.journal.finish_operation(op["operation_id"], status="succeeded", result=got.result(), at=svc.now())
-        else:
-            svc.journal.finish_operation(op["operation_id"], status="unknown" if got.failure is Failure.UNKNOWN
-                                         else "failed", failure=got.failure, error=got.error, at=svc.now())
-    elif op["status"] == "starting":
-        svc.journal.finish_operation(op["operation_id"], status="failed", failure=Failure.NOT_STARTED, at=svc.now(),
-                                     error="not started: the runner stopped before the request was sent")
-    else:
-        svc.journal.finish_operation(op["operation_id"], status="unknown", failure=Failure.UNKNOWN, at=svc.now(),
-                                     error="outcome unknown: the runner stopped while the request was in flight; "
-                                     "verify outside before sending it again")
-    return svc.journal.operation(op["operation_id"])
 
 
 def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:
@@ -422,7 +351,7 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     """
     cid = comp["compensation_id"]
     number = attempt["number"]
-    call_dir = _process_call_dir(attempt)
+    call_dir = process_call_dir(attempt)
     got = svc.runner.collect(call_dir) if call_dir.is_dir() else None
     now = svc.now()
     previous = [x for x in svc.journal.attempts(cid) if x["number"] != number]

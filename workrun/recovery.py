@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from workrun.compensation import compensate_run, plan_records
+from workrun.effects import for_compensation, for_operation, settle_operations
 from workrun.engine import Engine
 from workrun.nodes import NodeExecutor, default_executors
-from workrun.nodes.http import is_reverse_action, recover_http_attempt
-from workrun.operations import finish_attempt, finish_operation, settle_operations, settle_request
 from workrun.runner.base import CLAIM_WAIT
 from workrun.services import Services
 from workrun.ticket_actions import notify_dead_letters, run_actions, send_notifications
@@ -46,12 +44,8 @@ def recover_attempts(svc: Services, run_id: str) -> None:
     claim_by = time.monotonic() + CLAIM_WAIT  # one window for every attempt of this pass (see CLAIM_WAIT)
     for attempt in svc.journal.attempts_in_flight(run_id):
         comp = svc.journal.compensation(attempt["compensation_id"])
-        if is_reverse_action(comp):
-            after = recover_http_attempt(svc, comp, attempt)
-        else:
-            outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
-                                         attempt["deadline"], claim_wait=max(0.0, claim_by - time.monotonic()))
-            after = finish_attempt(svc, comp, attempt, outcome)
+        after = for_compensation(comp).recover_attempt(svc, comp, attempt,
+                                                       claim_wait=max(0.0, claim_by - time.monotonic()))
         svc.say(run_id, comp["node_key"], "warning",
                 f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "
                 f"flight when the runner stopped; recovered: {after['status']}"
@@ -147,10 +141,6 @@ def stop_orphaned_run(svc: Services, run_id: str, executors: Mapping[str, NodeEx
     already finished keeps its recorded outcome; the run becomes ``stopped``.
     """
     for op in svc.journal.operations_in_flight(run_id):
-        if op["kind"] == "http":  # no process to end: its request was sent or not
-            settle_request(svc, op)
-            continue
-        outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
-        finish_operation(svc, op, outcome)
+        for_operation(op).end_operation(svc, op)
     svc.request_stop()
     return Engine(svc, executors if executors is not None else default_executors()).finish(run_id, None)

@@ -133,7 +133,9 @@ def show_compensation(compensation_id: str, json_mode: bool) -> None:
                   f"run {view['run_id']} node {escape(view['node_key'] or '-')}")
     if view["reason"]:
         console.print(f"reason: {escape(view['reason'])}")
-    what = f"http node {op['node_key']}" if op["kind"] == "http" else f"App {op['app']} ({op['project']})"
+    from workrun.effects import for_operation
+
+    what = for_operation(op).describe(op)
     console.print(f"original operation {op['operation_id']} of {what}: {op['status']}, ended {iso(op['ended_at'])}")
     action = (view["context"] or {}).get("reverse_action")
     if action:

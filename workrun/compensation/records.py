@@ -9,8 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from workrun.models import AppSpec
-from workrun.nodes.http import KIND, action_knobs, reverse_action_of
+from workrun import effects
 
 __all__ = ["compensation_id_for", "plan_records"]
 
@@ -33,23 +32,20 @@ def plan_records(ops: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         if op["status"] != "succeeded":
             continue
         cid = compensation_id_for(op["operation_id"])
-        action, knobs = reverse_action_of(op)  # an HTTP reverse action (R-H6), or None
-        comp = None if op["kind"] == KIND else AppSpec.model_validate(op["config"]).compensation
+        planned = effects.plan(op)  # a script, an HTTP reverse action (R-H6), … or None
         context = {
             "original_operation_id": op["operation_id"], "compensation_id": cid, "original_input": op["input"],
             "original_result": op["result"], "resources": op["resources"], "app": op["app"],
             "node_key": op["node_key"], "run_id": op["run_id"],
         }
-        if action is not None:
-            context["reverse_action"] = action.model_dump(mode="json")
-        elif comp is not None:
-            knobs = action_knobs(comp.max_retries, comp.timeout, comp.backoff, comp.idempotent)
-        owed = action is not None or comp is not None
+        owed = planned is not None
+        if planned is not None:
+            context.update(planned.context)
+        knobs = planned.knobs if planned is not None else {}
         records.append({
             "compensation_id": cid, "operation_id": op["operation_id"], "run_id": op["run_id"],
             "node_key": op["node_key"], "status": "pending" if owed else "skipped",
-            "reason": None if owed else (f"http node {op['node_key']!r} has no reverse action (compensation table)"
-                                         if op["kind"] == KIND else f"App {op['app']!r} has no compensation entry"),
+            "reason": None if owed else effects.for_operation(op).no_compensation(op),
             "context": context if owed else None,
             **(knobs if owed else {"max_attempts": 0, "timeout": 0, "backoff": 0, "idempotent": 0}),
             "created_at": now, "updated_at": now,

@@ -13,8 +13,8 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
-from workrun.nodes.http import is_reverse_action, run_http_attempt
-from workrun.operations import Attempted, run_attempt
+from workrun.effects import for_compensation
+from workrun.operations import Attempted
 from workrun.outcomes import Failure, brief
 from workrun.services import Services
 
@@ -111,8 +111,7 @@ def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) 
                     if only is not None and cid in only:
                         only = only - {cid}
                     svc.say(run_id, c["node_key"], "info", f"{_label(c)}: running")
-                    attempt = run_http_attempt if is_reverse_action(c) else run_attempt
-                    running[pool.submit(attempt, svc, c, op, trigger)] = cid
+                    running[pool.submit(for_compensation(c).run_attempt, svc, c, op, trigger)] = cid
             if not running:
                 if next_due is None or svc.stopping():
                     break

@@ -9,12 +9,15 @@ outcome after (R-J1).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from workrun.outcomes import Failure
+
+if TYPE_CHECKING:
+    from workrun.outbound import PreparedRequest, SendResult
 
 __all__ = ["CLAIM_WAIT", "RUNNING_AFTER", "AppRunner", "Collected", "Outcome", "Started"]
 
@@ -132,6 +135,23 @@ class AppRunner(Protocol):
     #: then settles a call another process made even while that process lives (a frozen worker lost the run,
     #: R-R3, R-F2). False for a local runner: a live owner's call is left to it.
     decides_by_claim: bool
+
+    @property
+    def request_environ(self) -> Mapping[str, str] | None:
+        """Where ``{{ env.NAME }}`` of an HTTP request is read when it is prepared: None (here, ``os.environ``)
+        or a mapping that keeps it for the sender (a worker's executor reads its own environment, R-H5, R-S2)."""
+
+    def send_request(self, call_id: str, request: PreparedRequest, allow: list[str], mark: dict[str, Any], *,
+                     before_send: Callable[[], None]) -> SendResult:
+        """Send one HTTP request through the outbound guard (R-H2..R-H4) and return what happened; never raises
+        for network trouble. ``before_send`` journals "about to send" here; a shared journal's executor makes
+        ``mark`` (``{"operation_id"}`` or ``{"compensation_id", "number"}``) ``running`` itself (R-S2).
+        ``allow``: the run's ``http_allow`` entries (``WORKRUN_HTTP_ALLOW`` is added where it is sent)."""
+
+    def settle_request(self, call_id: str, status: str) -> SendResult:
+        """What became of a request a dead runner left in flight with journal status ``status``
+        (``starting``: never sent, failure ``not_started``; ``running``: ``unknown``), or, on a shared
+        journal, what its claim says (R-R3, R-H2)."""
 
     def prepare(self, project: Path, *, offline: bool = False) -> str:
         """Return the project environment's python (path), syncing it first if needed."""

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workrun.outbound import PreparedRequest, SendResult, allow_from_env, parse_allow, send
+from workrun.outcomes import Failure
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
 from workrun.runner.env import EnvManager, app_environment, existing_sdk_path, sdk_path
@@ -29,6 +31,7 @@ class LocalRunner:
     """
 
     decides_by_claim = False  # a live owner's call is left to it (AppRunner.decides_by_claim)
+    request_environ = None  # ``{{ env.NAME }}`` is read here, when a request is prepared (R-H5)
 
     def __init__(self, data_dir: Path, grace: float = 5.0, launch: str = "spawn") -> None:
         self.data_dir = data_dir
@@ -98,6 +101,24 @@ class LocalRunner:
         if claim is None and call_dir.is_dir() and calldir.fence(call_dir):
             return calldir.Claim(started=False)
         return claim or calldir.read_claim(call_dir) or calldir.Claim(started=False)
+
+    def send_request(self, call_id: str, request: PreparedRequest, allow: list[str], mark: dict[str, Any], *,
+                     before_send: Callable[[], None]) -> SendResult:
+        """Send the request from this process through the outbound guard (see
+        :meth:`~workrun.runner.base.AppRunner.send_request`); ``mark`` is for a shared journal's executor."""
+        del call_id, mark
+        return send(request, parse_allow(list(allow)) + allow_from_env(), before_send=before_send)
+
+    def settle_request(self, call_id: str, status: str) -> SendResult:
+        """A request left ``starting`` was never sent (the guard had not let it out); one left ``running`` may have
+        been: ``unknown``, never re-sent blindly (R-H2, R-R3)."""
+        del call_id
+        if status == "starting":
+            return SendResult(False, failure=Failure.NOT_STARTED,
+                              error="not started: the runner stopped before the request was sent")
+        return SendResult(True, failure=Failure.UNKNOWN,
+                          error="outcome unknown: the runner stopped while the request was in flight; verify "
+                          "outside before sending it again")
 
     def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
                 claim_wait: float = 2.0) -> Outcome:

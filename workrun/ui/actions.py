@@ -1,4 +1,4 @@
-"""Dashboard actions (R-U4): each one runs in a process of its own (:mod:`workrun.ui.detached`).
+"""Dashboard actions (R-U4): each one runs in a process of its own (:mod:`workrun.cli.detached`).
 
 The run actions call the use cases of :mod:`workrun.app.runs` (what ``workrun.api`` and the CLI call);
 the operator commands run the CLI's own command line. Their checks, refusals (exit 2), the
@@ -96,7 +96,7 @@ def run_action(data_dir: Path, args: list[str], *, scheduling: bool, timeout: fl
     result = Path(name)
     result.unlink()  # the child writes it (atomically) when it ends
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "workrun.ui.detached", str(result), "--", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "workrun.cli.detached", str(result), "--", *args],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     lock = SchedulerLock(data_dir)

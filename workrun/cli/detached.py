@@ -1,4 +1,4 @@
-"""A dashboard action in a process of its own: ``python -m workrun.ui.detached RESULT -- ARGS…`` (R-U4).
+"""A dashboard action in a process of its own: ``python -m workrun.cli.detached RESULT -- ARGS…`` (R-U4).
 
 The run actions (``rerun``, ``compensate``, ``stop``) call the use cases of :mod:`workrun.app.runs`
 directly; the operator commands (``compensations …``, ``tickets …``, ``app list``) run the CLI's own
@@ -50,7 +50,7 @@ def _run_action(args: list[str]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     """Run the action ``argv`` names (``RESULT -- ARGS…``), write its result, return its exit code."""
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m workrun.ui.detached RESULT -- ARGS…", file=sys.stderr)
+        print("usage: python -m workrun.cli.detached RESULT -- ARGS…", file=sys.stderr)
         return 2
     result_path, args = Path(argv[0]), argv[2:]
     if args[0] in ("rerun", "compensate", "stop") and len(args) >= 2:

@@ -1,0 +1,71 @@
+"""An App process call as a side effect (R-A1..R-A8, R-C7, R-R3): a node's or a Tool App's call, and a
+compensation script's attempt. The journaling around the process lives in :mod:`workrun.operations`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workrun.effects.base import Planned
+from workrun.models import AppSpec
+from workrun.operations import (
+    Attempted,
+    finish_attempt,
+    finish_operation,
+    process_call_dir,
+    run_attempt,
+)
+from workrun.services import Services
+
+__all__ = ["AppCall"]
+
+
+def knobs(max_retries: int, timeout: float, backoff: float, idempotent: bool) -> dict[str, Any]:
+    """Attempt settings as the compensation record stores them (R-C7)."""
+    return {"max_attempts": max_retries + 1, "timeout": timeout, "backoff": backoff, "idempotent": int(idempotent)}
+
+
+class AppCall:
+    """App processes: started through the runner, decided by their exit record (see :class:`Effect`)."""
+
+    name = "app"
+
+    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+        """Wait for a live process group (bounded by its deadline), then its exit record decides; none at all:
+        ``unknown`` (R-R3). A call whose launcher never claimed its directory is fenced: not started."""
+        outcome = svc.runner.recover(op["pid"], op["proc_start"], process_call_dir(op), op["deadline"],
+                                     claim_wait=claim_wait)
+        # a call never journaled running: its supervisor, as its claim names it, is journaled with it
+        return finish_operation(svc, op, outcome, process=outcome.process if op.get("pid") is None else None)
+
+    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+        """End the process group now (SIGTERM, grace, SIGKILL); a call that had finished keeps its outcome."""
+        outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
+        return finish_operation(svc, op, outcome)
+
+    def describe(self, op: dict[str, Any]) -> str:
+        return f"App {op['app']} ({op['project']})"
+
+    def plan(self, op: dict[str, Any]) -> Planned | None:
+        """A compensation script declared by the call's App config snapshot (R-A5: adding one later never
+        compensates older calls)."""
+        if op.get("kind") not in ("process", "tool"):
+            return None
+        comp = AppSpec.model_validate(op["config"]).compensation
+        if comp is None or comp.entry is None:
+            return None
+        return Planned(self.name, {}, knobs(comp.max_retries, comp.timeout, comp.backoff, comp.idempotent))
+
+    def no_compensation(self, op: dict[str, Any]) -> str:
+        return f"App {op['app']!r} has no compensation entry"
+
+    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+        """Run the compensation script once (fingerprint checked first, R-C8)."""
+        return run_attempt(svc, comp, op, trigger)
+
+    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
+                        claim_wait: float) -> dict[str, Any]:
+        """As :meth:`settle_operation`, for a compensation script's attempt."""
+        outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
+                                     attempt["deadline"], claim_wait=claim_wait)
+        return finish_attempt(svc, comp, attempt, outcome)

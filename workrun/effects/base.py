@@ -1,0 +1,75 @@
+"""The protocol of a journaled side effect (issue 27): what Workrun must know of each kind of call.
+
+A side effect is one call that changes the world: an App process, an HTTP request (and, later, an
+email, an SMS, a data update). Each kind is one :class:`Effect`, registered in
+:mod:`workrun.effects`; nothing outside ``workrun/effects/`` branches on the kind of a call.
+The life of a call, each step journaled before the next (R-J1, R-R3):
+
+1. *prepare* what will be sent or started (templates filled once, R-X1);
+2. *intent* (``starting``) -> *start/send* (``running``) -> *outcome* (``succeeded`` | ``failed`` | ``unknown``);
+3. after a crash, *settle* an in-flight call from what it left (exit record, claim) — never start it again;
+4. *compensate with* its reverse: an attempt of a compensation, journaled the same way.
+
+The transport (this process, or a worker's executor through a shared journal) is the runner's
+(:class:`~workrun.runner.base.AppRunner`: ``start``/``wait`` for processes, ``send_request`` for
+requests), injected once in :class:`~workrun.services.Services`: no effect names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from workrun.operations import Attempted
+    from workrun.services import Services
+
+__all__ = ["Effect", "Planned"]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """How a succeeded call is compensated (R-C1, R-C2), as its compensation record stores it.
+
+    Attributes:
+        kind: the name of the :class:`Effect` that runs its attempts.
+        context: what the record's ``context`` adds to the common keys (e.g. ``reverse_action``).
+        knobs: ``{"max_attempts", "timeout", "backoff", "idempotent"}`` (R-C7).
+    """
+
+    kind: str
+    context: dict[str, Any]
+    knobs: dict[str, Any]
+
+
+class Effect(Protocol):
+    """One kind of journaled side effect (see the module doc).
+
+    Attributes:
+        name: the kind's name (``app``, ``http``…).
+    """
+
+    name: str
+
+    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+        """Decide an operation a dead runner left in flight (R-R3) and journal it; return the row afterwards.
+        ``claim_wait``: seconds left of the recovery pass's window for a launcher's claim."""
+
+    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+        """End an in-flight operation of a run whose scheduler is gone (``workrun stop``, R-C9); return the row."""
+
+    def describe(self, op: dict[str, Any]) -> str:
+        """What the operation called, for people: ``App NAME (PROJECT)``, ``http node KEY``."""
+
+    def plan(self, op: dict[str, Any]) -> Planned | None:
+        """How this kind compensates ``op`` (a succeeded call), or None when it does not."""
+
+    def no_compensation(self, op: dict[str, Any]) -> str:
+        """The reason a call of this kind has no compensation (a ``skipped`` record's reason)."""
+
+    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+        """Make one attempt of a compensation this kind runs (R-C7); journaled as intent -> running -> finished."""
+
+    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
+                        claim_wait: float) -> dict[str, Any]:
+        """Settle an attempt a dead runner left in flight (R-R3); return the compensation row afterwards."""
