@@ -559,3 +559,19 @@ def test_a_fallback_left_by_a_dead_runner_runs_at_most_once_more_and_resume_fini
     want = "again" if fallback_was == "running" else "first"
     assert nodes(svc, run_id)["a"] == ("failed", True)
     assert fake.jobs["b"].context["nodes"]["a"] == {"result": {"x": want}}
+
+
+def test_after_run_asks_only_the_kinds_the_workflow_uses(tmp_path):
+    """Issue 27: a failed run of process nodes asks no other kind's executor (their modules stay unloaded)."""
+    from _kit.fakes import FakeExecutor, failing, services, workflow
+    from workrun.engine import Engine, create_run
+
+    process = FakeExecutor(behaviours={"a": failing()})
+    other = FakeExecutor()
+    svc = services(tmp_path)
+    run_id = create_run(svc, workflow({"a": {}}), {})
+    engine = Engine(svc, {"process": process, "remote_agent": other})
+    assert engine.execute(run_id) == "failed"
+    engine.after_run(run_id)
+    assert set(process.after) == {run_id} and other.after == []
+    svc.close()

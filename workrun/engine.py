@@ -380,10 +380,14 @@ class Engine:
         return self.finish(run_id, failed_node)
 
     def after_run(self, run_id: str) -> None:
-        """Let every executor act on a run that ended ``failed``, ``stopped`` or ``terminated`` (e.g. one remote
-        cancel, R-C10)."""
-        for executor in self.executors.values():
-            executor.after_run(self.svc, run_id)
+        """Let the executor of each node kind the run's workflow uses act on a run that ended ``failed``,
+        ``stopped`` or ``terminated`` (e.g. one remote cancel, R-C10). Kinds the workflow does not use are not
+        asked, so their modules are never imported for it (R-P3)."""
+        nodes = (self.svc.journal.run(run_id)["spec"] or {}).get("nodes") or {}
+        kinds = {str(n.get("kind") or "process") for n in nodes.values() if isinstance(n, dict)}
+        for kind in self.executors:
+            if kind in kinds:
+                self.executors[kind].after_run(self.svc, run_id)
 
     def finish(self, run_id: str, failed_node: str | None, *, by_ticket: tuple[str, dict[str, Any]] | None = None,
                terminated_by: dict[str, Any] | None = None) -> str:
