@@ -12,7 +12,8 @@ from workrun.journal import Journal
 from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED, TICKET_STATUSES
 
 __all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "attempt_view", "compensation_detail", "compensation_full",
-           "compensation_rollup", "compensation_view", "compensations_list", "iso", "rollup_line",
+           "compensation_rollup", "compensation_view", "compensations_list", "iso", "not_undone_rollup",
+           "rollup_line", "uncompensated_calls",
            "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
            "with_rollup"]
 
@@ -158,9 +159,26 @@ def compensation_rollup(counts: dict[str, int]) -> dict[str, Any]:
     return {"compensation": state, "compensation_counts": full}
 
 
+def not_undone_rollup(calls: int) -> dict[str, Any]:
+    """The roll-up of a stopped run whose succeeded calls were not undone (R-L6): ``{"compensation":
+    "not_undone", "compensation_counts": {"calls": N}}`` (N: its succeeded calls whose config has a
+    compensation)."""
+    return {"compensation": "not_undone", "compensation_counts": {"calls": calls}}
+
+
+def uncompensated_calls(journal: Journal, run_id: str) -> int:
+    """How many succeeded calls of a run have a compensation in their config snapshot (a script or a reverse
+    action) but no compensation record: what ``workrun compensate RUN`` would undo (R-L6)."""
+    return sum(1 for op in journal.operations(run_id)
+               if op["status"] == "succeeded" and (op["config"] or {}).get("compensation"))
+
+
 def rollup_line(rollup: dict[str, Any]) -> str:
-    """One line for people: "compensated: 3 of 3", "needs attention: 1 failed, 1 blocked", … ("" when none)."""
+    """One line for people: "compensated: 3 of 3", "needs attention: 1 failed, 1 blocked", "not undone: 2
+    calls — workrun compensate RUN", … ("" when none)."""
     state, counts = rollup["compensation"], rollup["compensation_counts"]
+    if state == "not_undone":
+        return f"not undone: {counts['calls']} calls — workrun compensate {rollup.get('run_id', 'RUN')}"
     total = sum(counts.values())
     done = counts["succeeded"] + counts["skipped"]
     if state is None:
@@ -172,8 +190,14 @@ def rollup_line(rollup: dict[str, Any]) -> str:
     return "needs attention: " + ", ".join(f"{counts[s]} {s}" for s in _ATTENTION if counts[s])
 
 
-def with_rollup(summary: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
-    """``summary`` (a run summary or view) with the SPEC §16 roll-up keys added."""
+def with_rollup(summary: dict[str, Any], counts: dict[str, int], journal: Journal | None = None) -> dict[str, Any]:
+    """``summary`` (a run summary or view) with the SPEC §16 roll-up keys added; a stopped run with no
+    compensation records whose succeeded calls have compensations says ``not_undone`` (R-L6; needs ``journal``).
+    """
+    if journal is not None and summary.get("status") == "stopped" and not any(counts.values()):
+        calls = uncompensated_calls(journal, summary["run_id"])
+        if calls:
+            return {**summary, **not_undone_rollup(calls)}
     return {**summary, **compensation_rollup(counts)}
 
 
@@ -186,7 +210,7 @@ def runs_list(journal: Journal, *, status: str | None = None, workflow: str | No
     """
     rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset)
     counts = journal.compensation_counts([r["run_id"] for r in rows] if limit is not None else None)
-    return [with_rollup(run_summary(r), counts.get(r["run_id"], {})) for r in rows]
+    return [with_rollup(run_summary(r), counts.get(r["run_id"], {}), journal) for r in rows]
 
 
 def run_detail(journal: Journal, run_id: str) -> dict[str, Any]:
@@ -200,7 +224,7 @@ def run_detail(journal: Journal, run_id: str) -> dict[str, Any]:
     for op in view["operations"]:
         if op["compensation"]:
             counts[op["compensation"]["status"]] = counts.get(op["compensation"]["status"], 0) + 1
-    return with_rollup(view, counts)
+    return with_rollup(view, counts, journal)
 
 
 def compensation_full(journal: Journal, c: dict[str, Any]) -> dict[str, Any]:

@@ -153,15 +153,23 @@ def test_stop_ends_app_marks_stopped_no_compensation(workrun, write_workflow, sl
     assert all(o["compensation"] is None for o in final["operations"])
     assert any("NOT undone" in m["text"] for m in final["messages"])
     assert Path(logs["COMP_LOG"]).read_text() == ""
+    # R-L6: what was not undone says so wherever the run is shown
+    rid = final["run_id"]
+    assert (final["compensation"], final["compensation_counts"]) == ("not_undone", {"calls": 1})
+    listed = workrun("runs", "list", "--json").json()
+    assert [(r["compensation"], r["compensation_counts"]) for r in listed] == [("not_undone", {"calls": 1})]
+    line = f"not undone: 1 calls — workrun compensate {rid}"
+    assert line in workrun("runs", "list").out and line in workrun("runs", "show", rid).out
     # the App's process group is gone
     second = next(o for o in final["operations"] if o["node_key"] == "second")
     assert second["status"] == "failed" and "stopped by the user" in second["error"]
     # an operator may still ask explicitly (R-C9)
-    res = workrun("compensate", final["run_id"], "--json", env=logs)
+    res = workrun("compensate", rid, "--json", env=logs)
     assert res.code == 0, res
     comps = [o["compensation"] for o in res.json()["operations"] if o["compensation"]]
     assert [c["status"] for c in comps] == ["succeeded"]
     assert len(Path(logs["COMP_LOG"]).read_text().split()) == 1
+    assert workrun("runs", "show", rid, "--json").json()["compensation"] == "complete"
 
 
 def test_stop_reaches_an_orphan_that_resume_waits_for(workrun, write_workflow, slow_project, logs):
