@@ -160,3 +160,35 @@ def test_the_tutorial_through_the_api(isolated_env):
     create = next(o for o in view["operations"] if o["node_key"] == "create")
     assert create["compensation"]["status"] == "succeeded"
     assert not Path(create["result"]["file_path"]).exists()
+
+
+def test_graph_of_a_workflow_and_of_a_run(server, write_workflow, workrun):
+    """R-L2: edges from the dependency to the node that needs it, needs solid, template references dashed; a
+    run's graph carries each node's status and its compensation places."""
+    wf = _order_flow(write_workflow, server)
+    text = wf.read_text().replace('needs = ["order"]\n', 'needs = ["order"]\n') + f"""
+[nodes.look]
+kind = "http"
+method = "GET"
+url = "{server.url}/orders/{{{{ nodes.order.result.body.id }}}}"
+"""
+    wf.write_text(text)
+    server.route("GET", "/orders/7", status=200, json={"id": "7"})
+    as_json = workrun("graph", wf, "--format", "json")
+    assert as_json.code == 0, as_json
+    model = as_json.json()
+    assert model["nodes"] == [{"key": "order", "kind": "http"}, {"key": "boom", "kind": "http"},
+                              {"key": "look", "kind": "http"}]
+    assert sorted((e["from"], e["to"], e["kind"]) for e in model["edges"]) == [
+        ("order", "boom", "needs"), ("order", "look", "template")]
+    mermaid = workrun("graph", wf).out
+    assert mermaid.startswith("flowchart TD") and "n0 --> n1" in mermaid and "n0 -.-> n2" in mermaid
+    dot = workrun("graph", wf, "--format", "dot").out
+    assert '"order" -> "look" [style=dashed];' in dot and '"order" -> "boom";' in dot
+    rid = api.run(wf)["run_id"]
+    run_model = workrun("graph", rid, "--format", "json").json()
+    by_key = {n["key"]: n for n in run_model["nodes"]}
+    assert by_key["order"]["status"] == "succeeded" and by_key["boom"]["status"] == "failed"
+    assert by_key["order"]["compensation_places"] == [1] and "compensation_places" not in by_key["boom"]
+    assert "succeeded" in workrun("graph", rid).out and "failed" in workrun("graph", rid, "--format", "dot").out
+    assert workrun("graph", wf, "--format", "png").code == 2

@@ -221,6 +221,23 @@ def check(
 
 
 @app.command()
+def graph(
+    target: str = typer.Argument(..., metavar="WORKFLOW|RUN", help="A workflow file, or a run (id or unique prefix)."),
+    fmt: str = typer.Option("mermaid", "--format", metavar="mermaid|dot|json", help="Output format."),
+) -> None:
+    """Draw a workflow's nodes and edges (needs solid, template references dashed); for a run, each node's status
+    and its compensations' places in compensation order.
+
+    \f
+    Implements R-L2.
+    """
+    from workrun.app.graph import graph as draw
+
+    print(draw(target, fmt=fmt).note)
+    raise typer.Exit(0)
+
+
+@app.command()
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
     """Remove code snapshots that no unfinished compensation needs, and stale call directories (exit 1 when one
     cannot be removed)."""
