@@ -238,6 +238,24 @@ def graph(
 
 
 @app.command()
+def schema(
+    which: str = typer.Argument(..., metavar="workflow|app", help="workflow: a workflow file; app: [tool.workrun]."),
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of a workflow file or of a pyproject's [tool.workrun] table.
+
+    \f
+    Implements R-L4.
+    """
+    from workrun.errors import UsageError
+    from workrun.schema import app_schema, workflow_schema
+
+    if which not in ("workflow", "app"):
+        raise UsageError(f"unknown schema {which!r} (workflow or app)", field="SCHEMA")
+    print_json(workflow_schema() if which == "workflow" else app_schema())
+    raise typer.Exit(0)
+
+
+@app.command()
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
     """Remove code snapshots that no unfinished compensation needs, and stale call directories (exit 1 when one
     cannot be removed)."""

@@ -1,0 +1,69 @@
+"""``workrun schema`` (R-L4): the JSON Schemas and the loader agree on every example the project ships (the
+tutorial's workflows and Apps) and on invalid ones; a workflow may start with a ``#:schema`` comment."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from workrun.apps import load_project
+from workrun.errors import ConfigError
+from workrun.nodes import default_executors
+from workrun.schema import app_schema, workflow_schema
+from workrun.workflow import load_workflow
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((ROOT / "demo_apps" / "workflows").glob("*.toml"))
+PROJECTS = sorted(p.parent for p in (ROOT / "demo_apps").glob("*/pyproject.toml"))
+
+
+def _validator(schema: dict) -> jsonschema.Draft202012Validator:
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_shipped_workflow_passes_the_schema_and_the_loader(path, monkeypatch):
+    monkeypatch.setenv("SHOP_TOKEN", "t")
+    data = tomllib.loads(path.read_text())
+    errors = [e.message for e in _validator(workflow_schema()).iter_errors(data)]
+    assert errors == []
+    load_workflow(path, {}, default_executors(), known_inputs_only=False)
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+def test_every_shipped_app_project_passes_the_schema_and_the_loader(project):
+    table = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["workrun"]
+    assert [e.message for e in _validator(app_schema()).iter_errors(table)] == []
+    assert load_project(project)
+
+
+BAD = {
+    "unknown top key": 'colour = "red"\n[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
+    "unknown node key": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\nretries = 3\n',
+    "bad on_failure": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\non_failure = "maybe"\n',
+    "unknown kind": '[nodes.a]\nkind = "carrier-pigeon"\n',
+    "no nodes": 'name = "empty"\n',
+    "bad retry": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
+                 'on_failure = { retry = { attempts = "three" } }\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_what_the_schema_refuses_the_loader_refuses(name, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(BAD[name])
+    assert list(_validator(workflow_schema()).iter_errors(tomllib.loads(BAD[name]))), name
+    with pytest.raises(ConfigError):
+        load_workflow(path, {}, default_executors())
+
+
+def test_a_schema_comment_is_allowed(tmp_path):
+    path = tmp_path / "wf.toml"
+    path.write_text('#:schema ./workflow.schema.json\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+                    'url = "http://127.0.0.1:9/"\n')
+    spec, _ = load_workflow(path, {}, default_executors())
+    assert list(spec.nodes) == ["a"]

@@ -1,0 +1,116 @@
+"""JSON Schemas (draft 2020-12) of a workflow file and of a pyproject's ``[tool.workrun]`` table (SPEC §21, R-L4).
+
+Built from the same pydantic models the loader validates with (node kinds, App configs, actions), with the
+written forms the loader accepts besides them (``on_failure``'s strings and tables, ``[notify] http``, a
+node's ``kind`` defaulting to ``process``). A workflow file may start with ``#:schema URL`` so that TOML
+editors (Taplo, Even Better TOML) complete and check it; ``workrun schema workflow > workflow.schema.json``
+writes the file to point at.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from workrun.models import NODE_MODELS, AppSpec, HttpAction, RetryPolicy
+
+__all__ = ["DRAFT", "app_schema", "workflow_schema"]
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A model's schema with its ``$defs`` moved into ``defs`` (refs kept as ``#/$defs/NAME``)."""
+    schema = copy.deepcopy(schema)
+    defs.update(schema.pop("$defs", {}))
+    return schema
+
+
+def _policy(defs: dict[str, Any]) -> dict[str, Any]:
+    """``on_failure`` as written (R-W7, R-M1..R-M5)."""
+    defs["HttpAction"] = _inline(HttpAction.model_json_schema(), defs)
+    defs["RetryPolicy"] = _inline(RetryPolicy.model_json_schema(), defs)
+    action = {"$ref": "#/$defs/HttpAction"}
+    return {
+        "description": "What a failure of the node leads to (SPEC §12).",
+        "oneOf": [
+            {"enum": ["fail", "continue", "notify", "terminate"]},
+            {"type": "object", "additionalProperties": False, "required": ["retry"],
+             "properties": {"retry": {"$ref": "#/$defs/RetryPolicy"}, "then": {"enum": ["fail", "notify"]}}},
+            {"type": "object", "additionalProperties": False, "required": ["fallback"],
+             "properties": {"fallback": {"type": "string"}}},
+            {"type": "object", "additionalProperties": False, "required": ["compensate"],
+             "properties": {"compensate": action}},
+            {"type": "object", "additionalProperties": False, "required": ["fallback_action"],
+             "properties": {"fallback_action": action}},
+        ],
+    }
+
+
+def _node(kind: str, defs: dict[str, Any]) -> dict[str, Any]:
+    schema = _inline(NODE_MODELS[kind].model_json_schema(), defs)
+    props = schema.get("properties", {})
+    props.pop("key", None)
+    props["on_failure"] = {"$ref": "#/$defs/Policy"}
+    schema["required"] = [r for r in schema.get("required", []) if r not in ("key", "on_failure")]
+    if kind == "process":
+        schema["required"] = [r for r in schema["required"] if r != "kind"]
+        props["kind"] = {"const": "process", "default": "process"}
+    else:
+        props["kind"] = {"const": kind}
+        if "kind" not in schema["required"]:
+            schema["required"].append("kind")
+    schema["additionalProperties"] = False
+    schema.pop("title", None)
+    return schema
+
+
+def workflow_schema() -> dict[str, Any]:
+    """The JSON Schema of a workflow file (R-W1, SPEC §9, §11, §12)."""
+    defs: dict[str, Any] = {}
+    defs["Policy"] = _policy(defs)
+    kinds = list(NODE_MODELS)
+    for kind in kinds:
+        defs[f"Node_{kind}"] = _node(kind, defs)
+    node = {"oneOf": [{"$ref": f"#/$defs/Node_{k}"} for k in kinds]}
+    return {
+        "$schema": DRAFT,
+        "$id": "https://workrun.invalid/schema/workflow.json",
+        "title": "Workrun workflow",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["nodes"],
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "description": {"type": "string"},
+            "inputs": {"type": "object", "description": "Input defaults; `--input NAME=VALUE` overrides."},
+            "http_allow": {"type": "array", "items": {"type": "string"},
+                           "description": "Addresses the outbound guard lets through (R-H3)."},
+            "notify": {"type": "object", "additionalProperties": False, "required": ["http"],
+                       "properties": {"http": {"$ref": "#/$defs/HttpAction"}}},
+            "nodes": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
+                      "additionalProperties": node},
+        },
+        "$defs": defs,
+    }
+
+
+def app_schema() -> dict[str, Any]:
+    """The JSON Schema of a pyproject's ``[tool.workrun]`` table (R-A1..R-A5): ``apps`` by name."""
+    defs: dict[str, Any] = {}
+    app = _inline(AppSpec.model_json_schema(), defs)
+    app.get("properties", {}).pop("name", None)
+    app["required"] = [r for r in app.get("required", []) if r != "name"]
+    app.pop("title", None)
+    defs["App"] = app
+    return {
+        "$schema": DRAFT,
+        "$id": "https://workrun.invalid/schema/tool-workrun.json",
+        "title": "[tool.workrun] of an App project",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["apps"],
+        "properties": {"apps": {"type": "object", "minProperties": 1,
+                                "additionalProperties": {"$ref": "#/$defs/App"}}},
+        "$defs": defs,
+    }
