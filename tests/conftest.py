@@ -110,6 +110,56 @@ def workrun() -> Callable[..., Result]:
     return run
 
 
+class _Captured:
+    """The in-process runner's stdout/stderr: a text stream that is not a terminal (like a pipe)."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.buffer = io.StringIO()
+
+    def write(self, text: str) -> int:
+        return self.buffer.write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError("no file descriptor: captured in process")
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """Run a CLI command line in this process (as Hatch's tests do): ``cli("check", path)`` -> Result.
+
+    For what a command decides before anything runs (validation, refusals, output): milliseconds instead of a
+    Python process. Commands that start Apps, take signals or must survive a crash use :func:`workrun`.
+    """
+    import contextlib
+
+    from workrun.cli.entry import run as run_cli
+    from workrun.cli.output import get_console
+
+    def run(*args: str, env: dict[str, str] | None = None) -> Result:
+        with monkeypatch.context() as patch:
+            for key, value in (env or {}).items():
+                patch.setenv(key, value)
+            out, err = _Captured(), _Captured()
+            console = get_console()
+            patch.setattr(console, "_file", out)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # type: ignore[type-var]
+                try:
+                    code = run_cli([str(a) for a in args], ahead=False)
+                except SystemExit as exc:
+                    code = int(exc.code or 0)
+        return Result(subprocess.CompletedProcess(list(args), code, out.buffer.getvalue(), err.buffer.getvalue()))
+
+    return run
+
+
 # Small App sources used by many tests live in tests/_kit/apps.py ------------------------
 
 

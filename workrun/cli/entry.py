@@ -200,7 +200,7 @@ def _ahead(args: list[str]) -> None:
     threading.Thread(target=start, name="workrun-prestart", daemon=True).start()
 
 
-def run(args: list[str], errors: list[str] | None = None) -> int:
+def run(args: list[str], errors: list[str] | None = None, *, ahead: bool = True) -> int:
     """Run one command line and return its exit code (SPEC §10); errors become one line on stderr.
 
     Args:
@@ -208,10 +208,13 @@ def run(args: list[str], errors: list[str] | None = None) -> int:
         errors: when given, the error lines of a :class:`~workrun.errors.WorkrunError` that ended the command
             (or of a usage error) are appended to it as data (the dashboard's detached actions read them so,
             never from stderr).
+        ahead: start ``run``'s work ahead in a thread (:func:`_ahead`); an in-process caller (the tests' CLI
+            runner) says False.
     """
     args = _debug_first(args)
     try:
-        _ahead(args)
+        if ahead:
+            _ahead(args)
         code = _quick(args)
         if code is None:
             from workrun.cli.main import app
