@@ -58,7 +58,7 @@ def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eva
     svc.journal.create_run({
         "run_id": run_id, "workflow": spec.name, "workflow_path": spec.path, "spec": spec.model_dump(mode="json"),
         "inputs": inputs, "status": "running", "eval": int(eval_run), "rerun_of": rerun_of,
-        "created_at": svc.now(),
+        "created_at": svc.now(), "verify": int(spec.verify),
     }, list(spec.nodes))
     return run_id
 
@@ -340,9 +340,13 @@ class Engine:
             ended.append(key)
             if outcome.status == "failed" and failed_node is None:
                 failed_node = key
+            if outcome.status == "succeeded" and key == spec.fail_after and failed_node is None:
+                failed_node = key  # an injected failure (R-V1, R-V3): as if its successor had failed
             terminated = terminated or outcome.status == "terminated"
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
             check |= status_of(ended)
+            if spec.fail_after and (known.get(spec.fail_after) or {}).get("status") == "succeeded":
+                failed_node = spec.fail_after  # injected before a restart: nothing new starts (R-W3)
             for key, n in known.items():  # a node left running by a dead runner resumes where it was
                 if n["status"] == "running" and key not in standby:  # a fallback: its primary's thread runs it
                     futures[pool.submit(self._run_node, run_id, spec, key, dict(known), inputs)] = key
@@ -442,8 +446,11 @@ class Engine:
             failed_node = next(n["node_key"] for n in nodes if n["status"] == "failed" and not n["handled"])
         if failed_node is not None:
             records = [] if run["eval"] else plan_records(svc.journal.operations(run_id), now)
-            end("failed", f"node {failed_node!r} failed", records)
-            svc.say(run_id, None, "error", f"run failed: node {failed_node!r} failed"
+            injected = any(n["node_key"] == failed_node and n["status"] == "succeeded" for n in nodes)
+            why = (f"failure injected after node {failed_node!r} succeeded" if injected
+                   else f"node {failed_node!r} failed")
+            end("failed", why, records)
+            svc.say(run_id, None, "error", f"run failed: {why}"
                     + (" (evaluation run: no compensation, R-W6)" if run["eval"] else ""))
             for r in records:
                 text = f"compensation {r['compensation_id']} of {r['node_key']}: {r['status']}"

@@ -380,3 +380,6 @@ class WorkflowSpec(_Strict):
     nodes: dict[str, NodeSpec]
     http_allow: list[str] = Field(default_factory=list)
     notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)
+    # set on a run's copy only, never from a file (R-V1, R-V3): fail the run right after this node succeeds
+    fail_after: str | None = None
+    verify: bool = False  # a run of ``workrun verify`` (left out of ``runs list`` unless --all)

@@ -45,10 +45,11 @@ def compensation_view(c: dict[str, Any], attempts: list[dict[str, Any]]) -> dict
 
 
 def run_summary(run: dict[str, Any]) -> dict[str, Any]:
-    """``{run_id, workflow, workflow_path, status, started_at, ended_at, eval, rerun_of}`` (``runs list --json``)."""
+    """``{run_id, workflow, workflow_path, status, started_at, ended_at, eval, verify, rerun_of}`` (``runs list
+    --json``; ``verify``: a run of ``workrun verify``, R-V1)."""
     return {"run_id": run["run_id"], "workflow": run["workflow"], "workflow_path": run["workflow_path"],
             "status": run["status"], "started_at": iso(run["created_at"]), "ended_at": iso(run["ended_at"]),
-            "eval": bool(run["eval"]), "rerun_of": run["rerun_of"]}
+            "eval": bool(run["eval"]), "verify": bool(run.get("verify")), "rerun_of": run["rerun_of"]}
 
 
 def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
@@ -202,13 +203,14 @@ def with_rollup(summary: dict[str, Any], counts: dict[str, int], journal: Journa
 
 
 def runs_list(journal: Journal, *, status: str | None = None, workflow: str | None = None,
-              limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+              limit: int | None = None, offset: int = 0, verify: bool | None = None) -> list[dict[str, Any]]:
     """``runs list --json`` and ``/api/runs``: run summaries with the roll-up, newest first (SPEC §10, §16).
 
     Args:
         status, workflow: exact filters (None: all); limit/offset: pagination (None: every run).
+        verify: False leaves ``workrun verify``'s runs out (``runs list`` without ``--all``, R-V1); None: all.
     """
-    rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset)
+    rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset, verify=verify)
     counts = journal.compensation_counts([r["run_id"] for r in rows] if limit is not None else None)
     return [with_rollup(run_summary(r), counts.get(r["run_id"], {}), journal) for r in rows]
 

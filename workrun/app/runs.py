@@ -10,8 +10,12 @@ Progress goes to the ``reporter`` handed in (None: nowhere).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +33,17 @@ __all__ = ["EXIT", "Finished", "check", "check_compensate", "compensate", "compe
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
 Home = Path | str | None
+
+#: what :mod:`workrun.testing` injects into the runs started inside its context managers (R-V3):
+#: ``{"fail_after": NODE_KEY}`` and/or ``{"crash": (FAULT_POINT, N)}``
+INJECTION: ContextVar[dict[str, Any] | None] = ContextVar("workrun_injection", default=None)
+
+_CHILD = """
+import json, sys
+from workrun.app import runs
+a = json.loads(sys.argv[1])
+runs.run(a["workflow"], a["inputs"], home=a["home"], fail_after=a["fail_after"], verify=a["verify"])
+"""
 
 
 @dataclass(frozen=True)
@@ -92,7 +107,7 @@ def _start(spec: Any, inputs: dict[str, Any], *, home: Home, wait: bool, yes: bo
 
 def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None, *, home: Home = None,
         wait: bool = False, eval_run: bool = False, yes: bool = False, reporter: Reporter | None = None,
-        confirm: Confirm | None = None) -> Finished:
+        confirm: Confirm | None = None, fail_after: str | None = None, verify: bool = False) -> Finished:
     """Run a workflow to its end; on final failure compensate its succeeded calls (R-W1..R-W7, R-C1).
 
     Args:
@@ -104,22 +119,62 @@ def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = Non
         yes: approve tool calls whose App asks for confirmation.
         reporter: where progress goes.
         confirm: how to ask a person (None: nobody is asked; such a tool call is refused).
+        fail_after: fail the run right after this node succeeds, as if its successor had failed (R-V1, R-V3;
+            default: what :data:`INJECTION` says).
+        verify: mark the run as a run of ``workrun verify`` (left out of ``runs list`` unless ``--all``).
 
     Returns:
-        :class:`Finished`: the run's view (``runs show --json``) and 0/1/4/130 by its status (SPEC §16).
+        :class:`Finished`: the run's view (``runs show --json``) and 0/1/4/130 by its status (SPEC §16). Under
+        :data:`INJECTION`'s ``crash``, the run runs in a child process killed at that fault point, and this is
+        the journal's view of the run it left.
 
     Raises:
         ConfigError: a bad workflow or input (exit 2; every error found, R-L1).
+        UsageError: ``fail_after`` names no node of the workflow (exit 2).
         SchedulerBusyError: another scheduler holds the data directory (exit 3).
     """
     from workrun.nodes import default_executors
     from workrun.workflow import load_workflow
 
+    injected = INJECTION.get() or {}
+    fail_after = fail_after or injected.get("fail_after")
     executors = default_executors()
     spec, values = load_workflow(Path(workflow), _inputs(inputs), executors)
+    if fail_after is not None and fail_after not in spec.nodes:
+        raise UsageError(f"no node {fail_after!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})",
+                         field="--node")
+    if injected.get("crash"):
+        return _run_in_child(workflow, _inputs(inputs), home=home, fail_after=fail_after, verify=verify,
+                             crash=injected["crash"])
+    if fail_after is not None or verify:
+        spec = spec.model_copy(update={"fail_after": fail_after, "verify": verify})
     return _start(spec, values, home=home, wait=wait, yes=yes, eval_run=eval_run, rerun_of=None,
                   note=" (evaluation run)" if eval_run else "", executors=executors, reporter=reporter,
                   confirm=confirm)
+
+
+def _run_in_child(workflow: Path | str, inputs: dict[str, str], *, home: Home, fail_after: str | None,
+                  verify: bool, crash: tuple[str, int]) -> Finished:
+    """Run the workflow in a child process that is killed at the ``crash[1]``-th commit of the journal write
+    ``crash[0]`` (``WORKRUN_FAULT``, R-V3); return the journal's view of the newest run afterwards."""
+    point, n = crash
+    env = {**os.environ, "WORKRUN_FAULT": f"{point}@{int(n)}"}
+    if home is not None:
+        env["WORKRUN_HOME"] = str(Path(home).expanduser().absolute())
+    args = {"workflow": str(Path(workflow).absolute()), "inputs": inputs, "home": None, "fail_after": fail_after,
+            "verify": verify}
+    child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with _viewing(home) as journal:
+        from workrun.views import run_detail, runs_list
+
+        newest = runs_list(journal, limit=1)
+        if not newest:
+            raise WorkrunError(f"the run's process ended (exit {child.returncode}) before it recorded a run: "
+                               f"{child.stderr.strip()[-300:]}")
+        view = run_detail(journal, newest[0]["run_id"])
+    return Finished(view, EXIT.get(view["status"], 1) if view["status"] != "running" else 1,
+                    note=f"killed at {point} (commit {n})" if child.returncode < 0 else "")
 
 
 def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = False,
@@ -439,8 +494,9 @@ class _StopClaim:
         self.beat.stop()
 
 
-def runs(limit: int | None = None, *, home: Home = None) -> Finished:
-    """The runs, newest first (``runs list --json``): at most ``limit`` (None: all).
+def runs(limit: int | None = None, *, home: Home = None, all_runs: bool = False) -> Finished:
+    """The runs, newest first (``runs list --json``): at most ``limit`` (None: all); ``workrun verify``'s runs
+    only with ``all_runs`` (``--all``, R-V1).
 
     Raises:
         UsageError: ``limit`` below 1 (exit 2).
@@ -450,7 +506,7 @@ def runs(limit: int | None = None, *, home: Home = None) -> Finished:
     if limit is not None and limit < 1:
         raise UsageError(f"must be at least 1, not {limit}", field="--limit")
     with _viewing(home) as journal:
-        return Finished(runs_list(journal, limit=limit))
+        return Finished(runs_list(journal, limit=limit, verify=None if all_runs else False))
 
 
 def show(run_id: str, *, home: Home = None) -> Finished:

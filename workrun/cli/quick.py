@@ -32,14 +32,14 @@ __all__ = ["match"]
 
 # (group, command) -> (positional parameter or None, {flag: parameter}, {option taking a value: parameter})
 _SHAPES: dict[tuple[str, str], tuple[str | None, dict[str, str], dict[str, str]]] = {
-    ("runs", "list"): (None, {"--json": "json_mode"}, {"--limit": "limit"}),
+    ("runs", "list"): (None, {"--json": "json_mode", "--all": "all_runs"}, {"--limit": "limit"}),
     ("runs", "show"): ("run_id", {"--json": "json_mode"}, {}),
     ("compensations", "list"): (None, {"--json": "json_mode"}, {"--status": "status", "--run": "run"}),
     ("compensations", "show"): ("compensation_id", {"--json": "json_mode"}, {}),
 }
 # the typer defaults of the options above (every parameter is passed explicitly)
 _DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("runs", "list"): {"json_mode": False, "limit": None},
+    ("runs", "list"): {"json_mode": False, "limit": None, "all_runs": False},
     ("runs", "show"): {"json_mode": False},
     ("compensations", "list"): {"json_mode": False, "status": None, "run": None},
     ("compensations", "show"): {"json_mode": False},

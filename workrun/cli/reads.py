@@ -26,7 +26,7 @@ TABLE_LIMIT = 50
 """Runs shown by ``workrun runs list`` without ``--limit`` (``--json`` shows all)."""
 
 
-def list_runs(json_mode: bool, limit: int | None) -> None:
+def list_runs(json_mode: bool, limit: int | None, all_runs: bool = False) -> None:
     """``workrun runs list``: runs, newest first: at most ``limit`` (None: :data:`TABLE_LIMIT` in the table,
     all in JSON).
 
@@ -38,7 +38,8 @@ def list_runs(json_mode: bool, limit: int | None) -> None:
     if limit is not None and limit < 1:
         raise UsageError(f"must be at least 1, not {limit}", field="--limit")
     with viewing() as journal:
-        rows = runs_list(journal, limit=limit if limit is not None else None if json_mode else TABLE_LIMIT)
+        rows = runs_list(journal, limit=limit if limit is not None else None if json_mode else TABLE_LIMIT,
+                         verify=None if all_runs else False)
     if json_mode:
         print_json(rows)
         return

@@ -13,9 +13,10 @@ app = typer.Typer(no_args_is_help=True, help="List and show runs.")
 @app.command("list")
 def list_runs(json_mode: bool = JsonOpt,
               limit: int | None = typer.Option(None, help="Show at most this many runs (default: 50 in the "
-                                                        "table, all with --json).")) -> None:
+                                                        "table, all with --json)."),
+              all_runs: bool = typer.Option(False, "--all", help="Also the runs of `workrun verify`.")) -> None:
     """List runs, newest first."""
-    reads.list_runs(json_mode, limit)
+    reads.list_runs(json_mode, limit, all_runs)
 
 
 @app.command("show")

@@ -401,8 +401,9 @@ class Journal(Protocol):
     # -- list and dashboard reads (R-U2, R-U8) ---------------------------------------
 
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
-                      offset: int = 0) -> list[Row]:
-        """Runs (summary columns: run_id, workflow, workflow_path, status, eval, rerun_of, created_at, ended_at),
+                      offset: int = 0, verify: bool | None = None) -> list[Row]:
+        """Runs (summary columns: run_id, workflow, workflow_path, status, eval, verify, rerun_of, created_at,
+        ended_at; ``verify`` filters verify runs in or out, None: both),
         newest first, filtered by exact status and workflow name; ``limit`` None: all."""
 
     def count_runs(self, *, status: str | None = None, workflow: str | None = None) -> int:

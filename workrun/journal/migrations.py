@@ -325,4 +325,8 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX operations_node ON operations(run_id, node_key, created_at);
     """,
+    # 10: verify runs (R-V1): real runs with a failure injected, left out of `runs list` unless --all
+    """
+    ALTER TABLE runs ADD COLUMN verify INTEGER NOT NULL DEFAULT 0;
+    """,
 ]

@@ -940,11 +940,16 @@ class SqliteJournal:
 
     # -- dashboard and list reads (R-U2, R-U8): one short read each, no JSON decoding of specs --------
 
-    _SUMMARY_COLUMNS = "run_id, workflow, workflow_path, status, eval, rerun_of, created_at, ended_at"
+    _SUMMARY_COLUMNS = "run_id, workflow, workflow_path, status, eval, verify, rerun_of, created_at, ended_at"
 
     @staticmethod
-    def _runs_where(status: str | None, workflow: str | None) -> tuple[str, tuple[Any, ...]]:
-        where, params = [], []
+    def _runs_where(status: str | None, workflow: str | None,
+                    verify: bool | None = None) -> tuple[str, tuple[Any, ...]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if verify is not None:
+            where.append("verify = ?")
+            params.append(int(verify))
         if status:
             where.append("status = ?")
             params.append(status)
@@ -954,13 +959,14 @@ class SqliteJournal:
         return (" WHERE " + " AND ".join(where)) if where else "", tuple(params)
 
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
-                      offset: int = 0) -> list[dict[str, Any]]:
+                      offset: int = 0, verify: bool | None = None) -> list[dict[str, Any]]:
         """Runs (summary columns only), newest first, filtered by exact status and workflow name.
 
         Args:
             limit: at most this many rows (None: all); offset: rows to skip (pagination).
+            verify: only verify runs (True), none of them (False), or both (None).
         """
-        where, params = self._runs_where(status, workflow)
+        where, params = self._runs_where(status, workflow, verify)
         sql = f"SELECT {self._SUMMARY_COLUMNS} FROM runs{where} ORDER BY created_at DESC, rowid DESC"
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"

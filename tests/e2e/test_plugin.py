@@ -1,0 +1,80 @@
+"""The pytest plugin (R-V3) as an App author uses it: a test file in a project of their own, run by pytest in
+a subprocess with only Workrun installed (its entry point loads the plugin), proving the tutorial's
+``compensate.py``: it undoes ``create`` after an injected failure, and after a crash at each fault point of the
+compensation phase the run resumes to a complete compensation, the file removed once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+AUTHOR_TESTS = '''
+import os
+from pathlib import Path
+
+import pytest
+
+from workrun.testing import FAULT_POINTS, crash_at, fail_after
+
+TUTORIAL = Path(os.environ["TUTORIAL"])
+
+
+def _create(view):
+    return next(o for o in view["operations"] if o["node_key"] == "create")
+
+
+def test_the_fixtures(workrun_home, workrun_api):
+    assert workrun_home.is_dir() and os.environ["WORKRUN_HOME"] == str(workrun_home)
+    assert workrun_api.runs() == []
+    assert "attempt.started" in FAULT_POINTS and "op.intent" in FAULT_POINTS
+
+
+def test_create_is_undone_after_an_injected_failure(workrun_api):
+    with fail_after("create"):
+        view = workrun_api.run(TUTORIAL)
+    create = _create(view)
+    assert view["status"] == "failed" and "injected" in view["reason"]
+    assert [n["status"] for n in view["nodes"]] == ["succeeded", "skipped"]  # boom never started
+    assert create["compensation"]["status"] == "succeeded"
+    assert not Path(create["result"]["file_path"]).exists()
+    assert workrun_api.show(view["run_id"])["verify"] is False  # an ordinary run
+    assert len(workrun_api.runs()) == 1
+
+
+@pytest.mark.parametrize("point", ["comp.status", "attempt.intent", "attempt.started", "attempt.finished"])
+def test_a_crash_in_compensation_then_resume(workrun_api, point):
+    with fail_after("create"), crash_at(point):
+        view = workrun_api.run(TUTORIAL)
+    assert view["status"] in ("running", "failed")  # the journal's view of what the killed run left
+    workrun_api.resume()  # picks up what the kill left (nothing, when it came after the last commit)
+    run = workrun_api.show(view["run_id"])
+    assert run["status"] == "failed" and run["compensation"] == "complete", run["compensation"]
+    create = _create(run)
+    assert create["compensation"]["status"] == "succeeded", create["compensation"]
+    assert len([a for a in create["compensation"]["attempts"] if a["status"] == "succeeded"]) == 1
+    assert not Path(create["result"]["file_path"]).exists()
+
+
+def test_an_unknown_node_or_point_is_refused(workrun_api):
+    with pytest.raises(workrun_api.WorkrunError) as err:
+        with fail_after("nope"):
+            workrun_api.run(TUTORIAL)
+    assert err.value.exit_code == 2
+    with pytest.raises(ValueError):
+        crash_at("no.such.point")
+'''
+
+
+def test_an_app_author_proves_the_tutorials_compensation_with_the_plugin(tmp_path):
+    (tmp_path / "test_my_app.py").write_text(textwrap.dedent(AUTHOR_TESTS))
+    env = {"TUTORIAL": str(ROOT / "demo_apps" / "workflows" / "tutorial.toml"), "PATH": "/usr/bin:/bin",
+           "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           str(tmp_path / "test_my_app.py")], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "7 passed" in proc.stdout, proc.stdout[-2000:]
