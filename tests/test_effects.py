@@ -55,6 +55,9 @@ class Fax:
                         claim_wait: float) -> dict[str, Any]:
         return comp
 
+    def run_again(self, svc: Any, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        return None
+
 
 def test_the_built_in_kinds_are_found_by_operation_and_by_compensation():
     assert isinstance(for_operation({"kind": "process"}), AppCall)

@@ -40,6 +40,7 @@ __all__ = [
     "finish_operation",
     "owner_gone",
     "process_call_dir",
+    "run_attempt_again",
     "run_attempt",
 ]
 
@@ -337,6 +338,43 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
                                 deadline=deadline)
     outcome = svc.runner.wait(started_process, deadline)
     return Attempted(finish_attempt(svc, comp, attempt, outcome), outcome.failure)
+
+
+def run_attempt_again(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+    """Run a succeeded compensation's script once more with the same context, outside the journal: the
+    idempotency check of ``workrun verify`` (R-V1). Returns None when it exited 0, else why not (one line).
+
+    The context is the one the saved attempt got (``attempt`` is the next number); the call directory is a
+    fresh one, removed afterwards. Nothing is journaled: the compensation stays ``succeeded``.
+    """
+    source, changed = _compensation_source(svc, op)
+    if changed:
+        return changed
+    try:
+        python = svc.runner.prepare(source, offline=bool(op.get("snapshot")))
+    except EnvironmentUnavailableError as exc:
+        return exc.detail
+    config = AppSpec.model_validate(op["config"])
+    if config.compensation is None or config.compensation.entry is None:
+        return "no compensation script"
+    cid = comp["compensation_id"]
+    number = len(svc.journal.attempts(cid)) + 1
+    call_dir = svc.call_dir(f"{cid}-again-{new_id('v')[2:]}", replace=True)
+    context = {**(comp["context"] or {}), "attempt": number}
+    envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
+    try:
+        started = svc.runner.start(python, source, source / config.compensation.entry, call_dir, envelope)
+    except OSError as exc:
+        shutil.rmtree(call_dir, ignore_errors=True)
+        return f"cannot start the compensation process: {exc}"
+    outcome = svc.runner.wait(started, svc.now() + float(comp["timeout"]))
+    collected = svc.runner.collect(call_dir)
+    shutil.rmtree(call_dir, ignore_errors=True)
+    if outcome.exit_code == 0 and not outcome.timed_out and collected.error is None:
+        return None
+    tail = _last_line(collected.stderr_tail)
+    return (collected.error if outcome.exit_code == 0 and collected.error else
+            _describe_exit(outcome, float(comp["timeout"]))) + (f": {tail}" if tail else "")
 
 
 def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], outcome: Outcome,

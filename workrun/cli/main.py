@@ -256,6 +256,37 @@ def schema(
 
 
 @app.command()
+def verify(
+    workflow: Path = typer.Argument(..., metavar="WORKFLOW", help="The workflow TOML file."),
+    input: List[str] = typer.Option([], "--input", "-i", metavar="KEY=VALUE", help="Run input (repeatable)."),
+    node: List[str] = typer.Option([], "--node", metavar="KEY", help="Fail after this node (repeatable; default: "
+                                   "every node with a compensable call)."),
+    check: Optional[str] = typer.Option(None, "--check", metavar="PROJECT:APP",
+                                        help="An App whose exit 0 says the world is clean after compensation."),
+    crash: bool = typer.Option(False, "--crash", help="Also kill the runner at each compensation-phase fault point "
+                               "in turn, then resume."),
+    json_mode: bool = JsonOpt,
+) -> None:
+    """Prove the compensations: per node, a real run failed right after it, compensated, each compensation run
+    again (idempotent?), and the check App asked; exit 0 when every scenario holds, 1 otherwise.
+
+    \f
+    Implements R-V1.
+    """
+    from workrun.app.verify import verify as prove
+
+    done = prove(workflow, list(input), nodes=list(node) or None, check=check, crash=crash)
+    if json_mode:
+        print_json(done.data)
+    else:
+        from workrun.cli.output import escape
+
+        for line in done.note.splitlines():
+            console.print(escape(line))
+    raise typer.Exit(done.code)
+
+
+@app.command()
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
     """Remove code snapshots that no unfinished compensation needs, and stale call directories (exit 1 when one
     cannot be removed)."""

@@ -14,6 +14,7 @@ from workrun.operations import (
     finish_operation,
     process_call_dir,
     run_attempt,
+    run_attempt_again,
 )
 from workrun.services import Services
 
@@ -69,3 +70,7 @@ class AppCall:
         outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
                                      attempt["deadline"], claim_wait=claim_wait)
         return finish_attempt(svc, comp, attempt, outcome)
+
+    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        """Run the compensation script once more with the same context (:func:`run_attempt_again`)."""
+        return run_attempt_again(svc, comp, op)

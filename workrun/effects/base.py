@@ -73,3 +73,7 @@ class Effect(Protocol):
     def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
                         claim_wait: float) -> dict[str, Any]:
         """Settle an attempt a dead runner left in flight (R-R3); return the compensation row afterwards."""
+
+    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        """Make a succeeded compensation's attempt once more with the same context and key, outside the journal
+        (``workrun verify``'s idempotency check, R-V1); None when it succeeded again, else why not."""

@@ -99,6 +99,24 @@ class HttpRequest:
         del claim_wait
         return recover_http_attempt(svc, comp, attempt)
 
+    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        """Send the reverse action once more, prepared afresh with the same Idempotency-Key (the compensation
+        id), outside the journal; None on a 2xx answer."""
+        action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
+        run = svc.journal.run(comp["run_id"])
+        spec_allow = list((run["spec"] or {}).get("http_allow") or [])
+        try:
+            request = prepare(method=action.method, url=parse_url(action.url), headers=action.headers,
+                              body=action.body, timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op),
+                              idempotency_key=comp["compensation_id"], environ=svc.runner.request_environ)
+        except KeyError as exc:
+            return f"template {{{{ {exc.args[0]} }}}} has no value"
+        except (RequestError, ConfigError) as exc:
+            return str(exc)
+        got = svc.runner.send_request(f"{comp['compensation_id']}.again", request, spec_allow, {},
+                                      before_send=lambda: None)
+        return None if got.succeeded else (got.error or "failed")
+
 
 # -- reverse actions --------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""``workrun verify`` (R-V1): scenarios per compensable node, the idempotency re-run, the check App, --crash,
+verify runs kept out of ``runs list`` unless --all, and a compensation that is not idempotent caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TUTORIAL = ROOT / "demo_apps" / "workflows" / "tutorial.toml"
+
+CHECK_APP = """
+[tool.workrun.apps.clean]
+kind = "process"
+entry = "check.py"
+"""
+CHECK = """
+import json, os
+from pathlib import Path
+from workrun_sdk import process
+data = process.input()
+with open(os.environ["CHECK_LOG"], "a") as fh:
+    fh.write(json.dumps({"failed_after": data["failed_after"], "n": len(data["operations"])}) + "\\n")
+left = [o["result"]["file_path"] for o in data["operations"] if "file_path" in (o["result"] or {})
+        and Path(o["result"]["file_path"]).exists()]
+if left:
+    raise SystemExit("left behind: " + ", ".join(left))
+process.result({"clean": True})
+"""
+
+ONCE_APP = """
+[tool.workrun.apps.once]
+kind = "process"
+entry = "main.py"
+compensation = { entry = "undo.py", max_retries = 0 }
+"""
+ONCE_MAIN = """
+import os, uuid
+from workrun_sdk import process
+path = os.path.join(os.environ["CHECK_DIR"], uuid.uuid4().hex + ".txt")
+open(path, "w").write("x")
+process.result({"file_path": path})
+"""
+ONCE_UNDO = """
+import os
+from workrun_sdk import compensation
+os.remove(compensation.context().original_result["file_path"])   # not idempotent: a second run fails
+"""
+
+
+def test_the_tutorial_verifies_with_a_check_app_and_verify_runs_are_hidden(workrun, make_project, tmp_path):
+    check = make_project("checker", CHECK_APP, {"check.py": CHECK})
+    env = {"CHECK_LOG": str(tmp_path / "check.log")}
+    res = workrun("verify", TUTORIAL, "--check", f"{check}:clean", env=env)
+    assert res.code == 0, res
+    assert res.out.splitlines() == ["create  ok", "verify: 1 of 1 scenario(s) hold"], res.out
+    seen = [json.loads(line) for line in (tmp_path / "check.log").read_text().splitlines()]
+    assert seen == [{"failed_after": "create", "n": 1}]
+    as_json = workrun("verify", TUTORIAL, "--json")
+    [scenario] = as_json.json()
+    assert scenario["node"] == "create" and scenario["status"] == "ok" and scenario["failures"] == []
+    shown = workrun("runs", "show", scenario["runs"][0], "--json").json()
+    assert shown["verify"] is True and shown["status"] == "failed" and "injected" in shown["reason"]
+    assert [n["status"] for n in shown["nodes"]] == ["succeeded", "skipped"]  # boom never ran
+    assert workrun("runs", "list", "--json").json() == []
+    assert len(workrun("runs", "list", "--json", "--all").json()) == 2
+
+
+def test_a_compensation_that_is_not_idempotent_is_caught(workrun, make_project, tmp_path, write_workflow):
+    once = make_project("once", ONCE_APP, {"main.py": ONCE_MAIN, "undo.py": ONCE_UNDO})
+    wf = write_workflow("once", f'[nodes.make]\nproject = "{once}"\napp = "once"\n')
+    res = workrun("verify", wf, "--json", env={"CHECK_DIR": str(tmp_path)})
+    assert res.code == 1, res
+    [scenario] = res.json()
+    assert scenario["status"] == "failed" and "not idempotent" in scenario["failures"][0], scenario
+
+
+def test_crash_at_every_compensation_point_then_resume(workrun, tmp_path):
+    res = workrun("verify", TUTORIAL, "--crash", "--json")
+    assert res.code == 0, res
+    [scenario] = res.json()
+    shown = workrun("runs", "show", scenario["runs"][0], "--json").json()
+    create = next(o for o in shown["operations"] if o["node_key"] == "create")
+    assert create["compensation"]["status"] == "succeeded"
+    assert [a["status"] for a in create["compensation"]["attempts"]].count("succeeded") == 1
+
+
+@pytest.mark.parametrize("args, field", [(["--node", "nope"], "--node"), (["--check", "nocolon"], "--check")])
+def test_bad_arguments_exit_2(cli, args, field):
+    res = cli("verify", TUTORIAL, *args)
+    assert res.code == 2 and res.err.startswith(f"error: {field}: "), res
