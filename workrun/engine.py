@@ -213,7 +213,8 @@ class Engine:
         if policy.action is not None:
             action = action_row(tid, run_id, policy.action, {}, now)
             try:
-                action["request"] = render_request(policy.action, values, idempotency_key=tid)
+                action["request"] = render_request(policy.action, values, idempotency_key=tid,
+                                                   connectors=spec.connectors)
                 action_note = "; its action is registered"
             except RequestError as exc:
                 action.update(status="failed", reason=f"{exc}: the action cannot be sent")
@@ -227,7 +228,7 @@ class Engine:
             try:
                 notification = notification_row(new_id("ntf"), f"ticket:{tid}", run_id,
                                                 ticket_message(run_id, key, tid, error, status), spec.notify,
-                                                values, now, ticket_id=tid)
+                                                values, now, ticket_id=tid, connectors=spec.connectors)
             except KeyError as exc:
                 events.append(event_row(tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
                                         f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value"))

@@ -63,19 +63,82 @@ class OutputField(_Strict):
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
+class RateLimit(_Strict):
+    """A connector's ``rate_limit = { requests, per }``: never more than ``requests`` sends in any ``per`` seconds."""
+
+    requests: int = Field(ge=1, le=1_000_000)
+    per: float = Field(gt=0, le=86400)
+
+
+class CircuitBreaker(_Strict):
+    """A connector's ``circuit_breaker = { failures, reset }``: open after ``failures`` failures in a row; one
+    request is tried again ``reset`` seconds after it opened."""
+
+    failures: int = Field(ge=1, le=10_000)
+    reset: float = Field(gt=0, le=86400)
+
+
+class ConnectorSpec(_Strict):
+    """``[connectors.NAME]`` of a workflow (R-K1): a named service its requests share.
+
+    ``base_url``: literal scheme, host, port and path prefix; ``headers`` come before a request's own (which
+    override them) and may use ``{{ env.NAME }}``; ``timeout`` (seconds) is a request's unless it sets its own.
+    """
+
+    base_url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0, le=3600)
+    rate_limit: RateLimit | None = None
+    circuit_breaker: CircuitBreaker | None = None
+
+
+def _action_sugar(value: Any) -> Any:
+    """An ACTION written as ``{ sms = { connector, template_id, recipients, fields }, <attempt settings> }`` (R-K3)
+    as the HTTP request it is: ``POST /sms`` through the connector with that JSON body."""
+    if not isinstance(value, dict) or "sms" not in value:
+        return value
+    sms = value["sms"]
+    if not isinstance(sms, dict):
+        raise ValueError("sms must be a table: { connector = …, template_id = …, recipients = […], fields = {…} }")
+    unknown = sorted(set(sms) - {"connector", "template_id", "recipients", "fields"})
+    if unknown:
+        raise ValueError(f"sms: unknown key {unknown[0]!r} (connector, template_id, recipients, fields)")
+    if not isinstance(sms.get("connector"), str) or not sms.get("connector"):
+        raise ValueError("sms needs connector = \"NAME\" (a [connectors.NAME] of the workflow)")
+    if not isinstance(sms.get("template_id"), str) or not sms.get("template_id"):
+        raise ValueError("sms needs template_id (a string)")
+    if not isinstance(sms.get("recipients"), list) or not all(isinstance(r, str) for r in sms["recipients"]):
+        raise ValueError("sms needs recipients = [\"+15550100\", …] (strings)")
+    if not isinstance(sms.get("fields", {}), dict):
+        raise ValueError("sms fields must be a table")
+    rest = {k: v for k, v in value.items() if k != "sms"}
+    return {**rest, "kind": "sms", "method": "POST", "url": "/sms", "connector": sms["connector"],
+            "body": {"template_id": sms["template_id"], "recipients": sms["recipients"],
+                     "fields": sms.get("fields", {})}}
+
+
 class HttpRequestSpec(_Strict):
     """One HTTP request as written (R-H1, R-H6): templates are filled at send time.
 
-    ``url``: scheme, host and port literal (R-H3); ``headers``: values may use ``{{ env.NAME }}`` (R-H5);
-    ``body``: a table is sent as JSON, a string as text.
+    ``url``: scheme, host and port literal (R-H3), or, with ``connector``, a path relative to the connector's
+    ``base_url`` (R-K1); a ``url`` that is one whole template is a URL reference resolved against the
+    original request's origin (R-K6). ``headers``: values may use ``{{ env.NAME }}`` (R-H5); ``body``: a
+    table is sent as JSON, a string as text. ``kind``: ``sms`` when written as an ``sms`` action (R-K3).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    kind: Literal["http", "sms"] = "http"
     method: HttpMethod
     url: str
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] | str | None = None
+    connector: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sugar(cls, value: Any) -> Any:
+        return _action_sugar(value)
 
 
 class HttpAction(HttpRequestSpec):
@@ -102,6 +165,15 @@ class CompensationSpec(_Strict):
     entry: str | None = None
     http: HttpRequestSpec | None = None
     idempotent: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sms(cls, value: Any) -> Any:
+        """``compensation = { sms = {…} }`` is the reverse action ``http = POST /sms`` (R-K3)."""
+        if isinstance(value, dict) and "sms" in value:
+            rest = {k: v for k, v in value.items() if k != "sms"}
+            return {**rest, "http": {"sms": value["sms"]}}
+        return value
     timeout: float = Field(default=120.0, gt=0, le=86400)
     max_retries: int = Field(default=3, ge=0, le=100)
     backoff: float = Field(default=1.0, ge=0, le=3600)
@@ -343,6 +415,7 @@ class HttpNode(_Node):
     timeout: float = Field(default=30.0, gt=0, le=3600, strict=True)
     idempotent: bool = Field(default=False, strict=True)
     compensation: HttpAction | None = None
+    connector: str | None = Field(default=None, strict=True)  # R-K1: ``url`` is relative to its base_url
 
     def templated(self) -> dict[str, Any]:
         """``url``, ``headers`` (without their ``{{ env.NAME }}`` secrets, R-H5) and ``body``."""
@@ -380,6 +453,7 @@ class WorkflowSpec(_Strict):
     nodes: dict[str, NodeSpec]
     http_allow: list[str] = Field(default_factory=list)
     notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)
+    connectors: dict[str, ConnectorSpec] = Field(default_factory=dict)  # ``[connectors.NAME]`` (R-K1)
     # set on a run's copy only, never from a file (R-V1, R-V3): fail the run right after this node succeeds
     fail_after: str | None = None
     verify: bool = False  # a run of ``workrun verify`` (left out of ``runs list`` unless --all)

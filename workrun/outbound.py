@@ -49,6 +49,8 @@ if TYPE_CHECKING:  # socket and ssl are imported where a request is sent: a work
 __all__ = [
     "ALLOW_ENV",
     "AllowList",
+    "Connector",
+    "ConnectorLimits",
     "EnvLater",
     "HEADERS_LIMIT",
     "METHODS",
@@ -64,13 +66,17 @@ __all__ = [
     "check_action",
     "check_address",
     "check_request",
+    "check_relative",
     "check_templates",
+    "connector_of",
     "env_names",
     "from_queued",
     "parse_allow",
     "parse_url",
     "prepare",
     "send",
+    "send_guarded",
+    "whole_reference",
 ]
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -133,6 +139,16 @@ class UrlTemplate:
     def origin(self) -> str:
         """``scheme://authority``."""
         return f"{self.scheme}://{self.authority}"
+
+    @classmethod
+    def reference(cls, text: str) -> UrlTemplate:
+        """A URL that is one whole template (R-K6): resolved when the request is prepared (:func:`prepare`)."""
+        return cls("", "", 0, False, text)
+
+    @property
+    def ref(self) -> str | None:
+        """The reference of a whole-template URL (:meth:`reference`), else None."""
+        return whole_reference(self.rest) if not self.scheme else None
 
 
 def parse_url(text: str, *, file: str | None = None, field: str = "url") -> UrlTemplate:
@@ -198,6 +214,192 @@ def parse_url(text: str, *, file: str | None = None, field: str = "url") -> UrlT
     return UrlTemplate(scheme, host.lower(), port, explicit, rest)
 
 
+def whole_reference(text: str) -> str | None:
+    """The reference when ``text`` is one whole template (``{{ original.result.headers.location }}``: a URL
+    reference resolved at send time, R-K6), else None."""
+    whole = _TEMPLATE.fullmatch(text.strip()) if isinstance(text, str) else None
+    return whole.group(1) if whole else None
+
+
+@dataclass(frozen=True)
+class ConnectorLimits:
+    """What a connector's gate keeps per process (R-K1): its name, ``rate`` ``(requests, per seconds)`` and
+    ``breaker`` ``(failures, reset seconds)``, each None when not set."""
+
+    name: str
+    rate: tuple[int, float] | None = None
+    breaker: tuple[int, float] | None = None
+
+    def data(self) -> dict[str, Any]:
+        """JSON-safe (a request queued for a worker carries it)."""
+        return {"name": self.name, "rate": list(self.rate) if self.rate else None,
+                "breaker": list(self.breaker) if self.breaker else None}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any] | None) -> ConnectorLimits | None:
+        """The limits :meth:`data` stored (None for none)."""
+        if not data:
+            return None
+        rate, breaker = data.get("rate"), data.get("breaker")
+        return cls(str(data["name"]), (int(rate[0]), float(rate[1])) if rate else None,
+                   (int(breaker[0]), float(breaker[1])) if breaker else None)
+
+
+@dataclass(frozen=True)
+class Connector:
+    """A ``[connectors.NAME]`` as requests use it (R-K1).
+
+    Attributes:
+        base: its ``base_url`` parsed (literal scheme, host, port and path prefix).
+        headers: header name -> templated value; a request's own headers override them.
+        limits: the rate limit and circuit breaker.
+    """
+
+    base: UrlTemplate
+    headers: dict[str, str]
+    limits: ConnectorLimits
+
+    @property
+    def name(self) -> str:
+        return self.limits.name
+
+    @property
+    def prefix(self) -> str:
+        """The base URL's path prefix without a trailing ``/`` ("" for none)."""
+        return self.base.rest.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+
+    def url(self, relative: str) -> UrlTemplate:
+        """The request's URL template: ``relative`` (``/orders/{{ … }}``) under the base URL."""
+        return UrlTemplate(self.base.scheme, self.base.host, self.base.port, self.base.explicit_port,
+                           self.prefix + relative)
+
+
+def connector_of(connectors: Mapping[str, Any] | None, name: str | None, *, file: str | None = None,
+                 field: str = "connector") -> Connector | None:
+    """The connector ``name`` of a workflow's ``connectors`` (its spec JSON or models), or None for no name.
+
+    Raises:
+        ConfigError: the workflow declares no such connector, or its ``base_url`` is not a literal http(s) URL
+            with no query (naming the field).
+    """
+    if name is None:
+        return None
+    spec = (connectors or {}).get(name)
+    if spec is None:
+        known = ", ".join(sorted(connectors or {})) or "none"
+        raise ConfigError(f"unknown connector {name!r} (declared: {known})", file=file, field=field)
+    data = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec)
+    base = parse_url(data["base_url"], file=file, field=f"connectors.{name}.base_url")
+    if "{{" in base.rest or "?" in base.rest or "#" in base.rest:
+        raise ConfigError("a connector's base_url is literal, with no query or fragment", file=file,
+                          field=f"connectors.{name}.base_url")
+    rate, breaker = data.get("rate_limit"), data.get("circuit_breaker")
+    limits = ConnectorLimits(name, (int(rate["requests"]), float(rate["per"])) if rate else None,
+                             (int(breaker["failures"]), float(breaker["reset"])) if breaker else None)
+    return Connector(base, dict(data.get("headers") or {}), limits)
+
+
+def check_relative(written: str, *, file: str | None, field: str) -> None:
+    """A connector request's ``url`` as written (R-K1): a path starting with ``/`` (or one whole template, R-K6),
+    no ``..`` segment, no ``//``, no backslash, not absolute, no template in its first path segment.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    if whole_reference(written) is not None:
+        return
+    _check_braces(written, file, field)
+    path = written.split("?", 1)[0].split("#", 1)[0]
+    if not written.startswith("/") or "://" in written:
+        raise ConfigError("a request through a connector has a relative url starting with / (its base_url gives "
+                          "scheme, host and port)", file=file, field=field)
+    if written.startswith("//") or "//" in path or "\\" in written:
+        raise ConfigError("'//' and '\\' are not allowed in a connector's url (same origin, R-K1)", file=file,
+                          field=field)
+    if any(seg in (".", "..") for seg in path.split("/")):
+        raise ConfigError("'.' and '..' segments are not allowed in a connector's url (same origin, R-K1)",
+                          file=file, field=field)
+    first = path.split("/")[1] if "/" in path[1:] or len(path) > 1 else ""
+    if "{{" in first:
+        raise ConfigError("the first path segment of a connector's url must be literal (R-K1)", file=file,
+                          field=field)
+
+
+class _Gate:
+    """A connector's rate limit (sliding window) and circuit breaker in this process (R-K1)."""
+
+    def __init__(self, limits: ConnectorLimits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        # the sends of the last ``per`` seconds: [monotonic time]; a send in flight counts from its admission, one
+        # that ended from its end (so the server never sees more than ``requests`` in any ``per`` seconds)
+        self._sends: list[list[float]] = []
+        self._failures = 0
+        self._opened: float | None = None  # monotonic time the circuit opened
+        self._trial = False  # a half-open trial request is out
+
+    def admit(self, deadline: float) -> list[float] | str | None:
+        """Wait for the rate limit (within ``deadline``, monotonic) and the circuit; the send's slot (or None with
+        no rate limit) when it may be sent, else why not (a string)."""
+        name = self.limits.name
+        with self._lock:
+            if self.limits.breaker is not None and self._opened is not None:
+                if time.monotonic() - self._opened < self.limits.breaker[1] or self._trial:
+                    return f"circuit open for connector {name}"
+                self._trial = True  # half-open: this one request is the trial
+        if self.limits.rate is None:
+            return None
+        count, per = self.limits.rate
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                self._sends = [t for t in self._sends if now - t[0] < per]
+                if len(self._sends) < count:
+                    slot = [now]
+                    self._sends.append(slot)
+                    return slot
+                wait = min(t[0] for t in self._sends) + per - now
+            if now + wait > deadline:
+                with self._lock:
+                    self._trial = False
+                return f"rate limit of connector {name}"
+            time.sleep(max(wait, 0.001))
+
+    def settle(self, result: SendResult, slot: list[float] | None) -> None:
+        """Count the outcome: a 5xx, a timeout, a refused or lost connection is a failure; a 2xx-4xx answer
+        closes the circuit. The send's rate-limit slot counts from now on."""
+        with self._lock:
+            if slot is not None:
+                slot[0] = time.monotonic()
+        if self.limits.breaker is None:
+            return
+        failed = (result.status is not None and result.status >= 500) or (
+            result.status is None and result.failure in (Failure.NOT_SENT, Failure.UNKNOWN))
+        with self._lock:
+            self._trial = False
+            if not failed:
+                self._failures, self._opened = 0, None
+                return
+            self._failures += 1
+            if self._opened is not None or self._failures >= self.limits.breaker[0]:
+                self._opened = time.monotonic()
+
+
+_GATES: dict[ConnectorLimits, _Gate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _gate(limits: ConnectorLimits | None) -> _Gate | None:
+    """This process's gate of a connector (one per name and limits; a new process starts closed)."""
+    if limits is None or (limits.rate is None and limits.breaker is None):
+        return None
+    with _GATES_LOCK:
+        gate = _GATES.get(limits)
+        if gate is None:
+            gate = _GATES[limits] = _Gate(limits)
+        return gate
+
+
 def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool,
                     check_ref: Callable[[str, str], None], check_env: bool = True) -> None:
     """Check every template in ``value`` (a string, table or list) before anything runs.
@@ -236,7 +438,7 @@ _ACTION_REF = re.compile(r"^(original\.(input|result)(\.[A-Za-z0-9_\-]+)*|operat
 
 
 def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callable[[str, str], None],
-                  check_env: bool = True) -> UrlTemplate:
+                  check_env: bool = True, connectors: Mapping[str, Any] | None = None) -> UrlTemplate:
     """Check one request as written (an ``http`` node or a reverse action) before anything runs (R-H3, R-H5).
 
     Args:
@@ -244,9 +446,10 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
         field: the field path of ``spec``, e.g. ``nodes.order`` or ``nodes.order.compensation``.
         check_ref: ``check_ref(field, reference)`` for every non-``env`` template; raises ConfigError.
         check_env: require every ``{{ env.NAME }}`` to be set now.
+        connectors: the workflow's ``[connectors]``, for a request that names one (R-K1).
 
     Returns:
-        The parsed URL.
+        The parsed URL (:meth:`UrlTemplate.reference` for a whole-template URL, R-K6).
 
     Raises:
         ConfigError: naming the field (see :func:`parse_url` and :func:`check_templates`); a header name
@@ -254,8 +457,19 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
             ``Idempotency-Key`` — R-H1); a header value whose text holds a line break, NUL or a character
             that is not ASCII.
     """
-    url = parse_url(spec.url, file=file, field=f"{field}.url")
-    check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+    name_of = getattr(spec, "connector", None)
+    connector = connector_of(connectors, name_of, file=file, field=f"{field}.connector") if name_of else None
+    ref = whole_reference(spec.url)
+    if ref is not None:  # a URL reference, resolved against the original request's or connector's origin (R-K6)
+        check_templates(spec.url, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+        url = UrlTemplate.reference(spec.url)
+    elif connector is not None:
+        check_relative(spec.url, file=file, field=f"{field}.url")
+        url = connector.url(spec.url)
+        check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+    else:
+        url = parse_url(spec.url, file=file, field=f"{field}.url")
+        check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
     for name, value in spec.headers.items():
         where = f"{field}.headers.{name}"
         if not _HEADER_NAME.match(name):
@@ -274,7 +488,7 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
 
 
 def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = True,
-                 inputs: Mapping[str, Any] | None = None) -> UrlTemplate:
+                 inputs: Mapping[str, Any] | None = None, connectors: Mapping[str, Any] | None = None) -> UrlTemplate:
     """Check a reverse action (R-H6): :func:`check_request` with the action's template names.
 
     Allowed: ``original.input.…``, ``original.result.…``, ``operation_id``, ``compensation_id``,
@@ -294,7 +508,7 @@ def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = T
             raise ConfigError(f"{{{{ {reference} }}}} refers to an input that is neither in [inputs] nor given with "
                               "--input", file=file, field=where)
 
-    return check_request(spec, file=file, field=field, check_ref=ref, check_env=check_env)
+    return check_request(spec, file=file, field=field, check_ref=ref, check_env=check_env, connectors=connectors)
 
 
 def _text(value: Any) -> str:
@@ -389,6 +603,7 @@ class PreparedRequest:
             recorded, R-X2).
         header_parts: header name -> ``[["text", TEXT] | ["env", NAME], ...]``: the value as filled except
             that ``{{ env.NAME }}`` stays a reference (what :meth:`queued` stores; never a secret).
+        connector: the connector it goes through (its rate limit and circuit breaker, R-K1), or None.
     """
 
     method: str
@@ -401,6 +616,7 @@ class PreparedRequest:
     timeout: float
     secrets: dict[str, str] = field(default_factory=dict)
     header_parts: dict[str, list[list[str]]] = field(default_factory=dict)
+    connector: ConnectorLimits | None = None
 
     @property
     def full_url(self) -> str:
@@ -408,9 +624,11 @@ class PreparedRequest:
         return self.url.origin() + self.target
 
     def shown(self) -> dict[str, Any]:
-        """The request as journaled (R-H1): ``{method, url, headers, body}`` with secrets redacted (R-H5)."""
-        return {"method": self.method, "url": self.full_url, "headers": dict(self.shown_headers),
-                "body": self.shown_body}
+        """The request as journaled (R-H1): ``{method, url, headers, body}`` (and ``connector``, R-K1) with secrets
+        redacted (R-H5)."""
+        shown = {"method": self.method, "url": self.full_url, "headers": dict(self.shown_headers),
+                 "body": self.shown_body}
+        return {**shown, "connector": self.connector.name} if self.connector is not None else shown
 
 
     def queued(self) -> dict[str, Any]:
@@ -420,7 +638,8 @@ class PreparedRequest:
         return {"method": self.method, "url": self.url.origin(), "target": self.target,
                 "headers": {k: [list(p) for p in v] for k, v in self.header_parts.items()},
                 "body": self.body.decode("utf-8") if self.body is not None else None,
-                "shown_body": self.shown_body, "timeout": self.timeout}
+                "shown_body": self.shown_body, "timeout": self.timeout,
+                "connector": self.connector.data() if self.connector is not None else None}
 
 
 def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> PreparedRequest:
@@ -456,7 +675,8 @@ def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = Non
     body = data["body"].encode("utf-8") if data["body"] is not None else None
     return PreparedRequest(data["method"], parse_url(data["url"]), data["target"], sent, shown, body,
                            data["shown_body"], float(data["timeout"]), {k: v for k, v in secrets.items() if v},
-                           {k: [list(p) for p in v] for k, v in data["headers"].items()})
+                           {k: [list(p) for p in v] for k, v in data["headers"].items()},
+                           ConnectorLimits.from_data(data.get("connector")))
 
 
 class RequestError(ValueError):
@@ -490,7 +710,8 @@ class EnvLater(Mapping[str, str]):
 
 def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: Any, timeout: float,
             lookup: Callable[[str], Any], idempotency_key: str,
-            environ: Mapping[str, str] | None = None) -> PreparedRequest:
+            environ: Mapping[str, str] | None = None, connector: Connector | None = None,
+            origin: UrlTemplate | None = None) -> PreparedRequest:
     """Fill a request's templates at send time (R-H1, R-H3, R-H5).
 
     Args:
@@ -503,6 +724,10 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
         lookup: ``lookup(reference) -> value`` for non-``env`` templates; raises KeyError when missing.
         idempotency_key: sent as ``Idempotency-Key`` (the operation id, or a reverse action's compensation id).
         environ: where ``env.NAME`` is read (default ``os.environ``).
+        connector: the connector the request goes through (R-K1): its headers come first (the request's own
+            override them), the filled URL must stay under its base URL, its limits travel with the request.
+        origin: the original request's URL, against which a whole-template URL is resolved (R-K6; a
+            connector's base URL is used first).
 
     Returns:
         The :class:`PreparedRequest`.
@@ -513,9 +738,19 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
             that is not ASCII, the headers exceed 64 KiB or the body 1 MiB.
     """
     environ = os.environ if environ is None else environ
-    target = _fill_target(url.rest, lookup) or "/"
-    if not target.startswith("/"):
-        target = "/" + target
+    if connector is not None:
+        own = {h.lower() for h in headers}
+        headers = {**{k: v for k, v in connector.headers.items() if k.lower() not in own}, **headers}
+    ref = url.ref
+    if ref is not None:
+        url, target = _resolve_reference(ref, lookup(ref), connector.url("") if connector is not None else origin)
+    else:
+        target = _fill_target(url.rest, lookup) or "/"
+        if not target.startswith("/"):
+            target = "/" + target
+    if connector is not None and connector.prefix and not (
+            target == connector.prefix or target.startswith((connector.prefix + "/", connector.prefix + "?"))):
+        raise UnsafeRequestError(f"url leaves connector {connector.name}'s base_url")
     secrets: dict[str, str] = {}
 
     def with_env(ref: str) -> Any:
@@ -562,7 +797,42 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
     if sum(len(k) + len(v.encode("utf-8")) + 4 for k, v in sent.items()) > HEADERS_LIMIT:
         raise RequestError("request headers over 64 KiB")
     return PreparedRequest(method, url, target, sent, shown, data, shown_body, float(timeout),
-                           {k: v for k, v in secrets.items() if v}, parts)
+                           {k: v for k, v in secrets.items() if v}, parts,
+                           connector.limits if connector is not None else None)
+
+
+def _resolve_reference(ref: str, value: Any, origin: UrlTemplate | None) -> tuple[UrlTemplate, str]:
+    """A whole-template URL's value as ``(url, target)`` (R-K6): a path starting with ``/`` keeps its ``/``; an
+    absolute URL must have the origin's scheme, host and port; anything else is not sent.
+
+    Raises:
+        UnsafeRequestError: "url from {{ … }} is not on ORIGIN" (another origin, ``//host``, an empty value, no
+            origin at all), or a path segment made ``.``/``..``.
+    """
+    where = origin.origin() if origin is not None else "the original request's origin (it has none)"
+    refusal = UnsafeRequestError(f"url from {{{{ {ref} }}}} is not on {where}")
+    if origin is None or not isinstance(value, str) or not value.strip():
+        raise refusal
+    given_url = value.strip()
+    if any(c <= " " or c == "\x7f" for c in given_url) or "\\" in given_url:
+        raise refusal
+    if given_url.startswith("/") and not given_url.startswith("//"):
+        target = given_url.split("#", 1)[0]
+    elif given_url.lower().startswith(("http://", "https://")):
+        try:
+            given = parse_url(given_url)
+        except ConfigError:
+            raise refusal from None
+        if (given.scheme, given.host, given.port) != (origin.scheme, origin.host, origin.port):
+            raise refusal
+        target = given.rest.split("#", 1)[0] or "/"
+        if not target.startswith("/"):
+            target = "/" + target
+    else:
+        raise refusal
+    if any(_decoded(seg).strip() in (".", "..") for seg in target.split("?", 1)[0].split("/")):
+        raise UnsafeRequestError(f"unsafe path from {{{{ {ref} }}}}")
+    return UrlTemplate(origin.scheme, origin.host, origin.port, origin.explicit_port, ""), target
 
 
 def _parts(template: str, lookup: Callable[[str], Any]) -> list[list[str]]:
@@ -850,6 +1120,25 @@ class _Exchange:
 
 def send(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None,
          verify: ssl.SSLContext | None = None) -> SendResult:
+    """Send one request through its connector's rate limit and circuit breaker (R-K1, when it names a connector)
+    and the outbound guard (:func:`send_guarded`); never raises for network trouble.
+
+    A request whose wait for the rate limit would pass its timeout fails, not sent ("rate limit of connector
+    NAME"); while the circuit is open it fails at once, not sent ("circuit open for connector NAME").
+    """
+    gate = _gate(request.connector)
+    if gate is None:
+        return send_guarded(request, allow, before_send=before_send, verify=verify)
+    slot = gate.admit(time.monotonic() + request.timeout)
+    if isinstance(slot, str):
+        return SendResult(False, failure=Failure.NOT_SENT, error=f"not sent: {slot}")
+    result = send_guarded(request, allow, before_send=before_send, verify=verify)
+    gate.settle(result, slot)
+    return result
+
+
+def send_guarded(request: PreparedRequest, allow: AllowList, *, before_send: Callable[[], None] | None = None,
+                 verify: ssl.SSLContext | None = None) -> SendResult:
     """Send one request through the outbound guard (R-H2..R-H4); never raises for network trouble.
 
     The host is resolved once and every address is checked with :func:`check_address`; the connection

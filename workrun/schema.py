@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workrun.models import NODE_MODELS, AppSpec, HttpAction, RetryPolicy
+from workrun.models import NODE_MODELS, AppSpec, ConnectorSpec, HttpAction, RetryPolicy
 
 __all__ = ["DRAFT", "app_schema", "workflow_schema"]
 
@@ -27,10 +27,20 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _policy(defs: dict[str, Any]) -> dict[str, Any]:
-    """``on_failure`` as written (R-W7, R-M1..R-M5)."""
+    """``on_failure`` as written (R-W7, R-M1..R-M5); an ACTION is an HTTP request or an ``sms`` (R-K3)."""
     defs["HttpAction"] = _inline(HttpAction.model_json_schema(), defs)
+    defs["HttpAction"]["properties"].pop("kind", None)  # set by the loader for an sms action, never written
     defs["RetryPolicy"] = _inline(RetryPolicy.model_json_schema(), defs)
-    action = {"$ref": "#/$defs/HttpAction"}
+    defs["Sms"] = {"type": "object", "additionalProperties": False,
+                   "required": ["connector", "template_id", "recipients"],
+                   "properties": {"connector": {"type": "string"}, "template_id": {"type": "string"},
+                                  "recipients": {"type": "array", "items": {"type": "string"}},
+                                  "fields": {"type": "object"}}}
+    knobs = {k: v for k, v in defs["HttpAction"]["properties"].items()
+             if k in ("timeout", "idempotent", "max_retries", "backoff")}
+    defs["SmsAction"] = {"type": "object", "additionalProperties": False, "required": ["sms"],
+                         "properties": {"sms": {"$ref": "#/$defs/Sms"}, **knobs}}
+    action = {"oneOf": [{"$ref": "#/$defs/HttpAction"}, {"$ref": "#/$defs/SmsAction"}]}
     return {
         "description": "What a failure of the node leads to (SPEC §12).",
         "oneOf": [
@@ -69,6 +79,7 @@ def workflow_schema() -> dict[str, Any]:
     """The JSON Schema of a workflow file (R-W1, SPEC §9, §11, §12)."""
     defs: dict[str, Any] = {}
     defs["Policy"] = _policy(defs)
+    defs["Connector"] = _inline(ConnectorSpec.model_json_schema(), defs)
     kinds = list(NODE_MODELS)
     for kind in kinds:
         defs[f"Node_{kind}"] = _node(kind, defs)
@@ -86,8 +97,10 @@ def workflow_schema() -> dict[str, Any]:
             "inputs": {"type": "object", "description": "Input defaults; `--input NAME=VALUE` overrides."},
             "http_allow": {"type": "array", "items": {"type": "string"},
                            "description": "Addresses the outbound guard lets through (R-H3)."},
-            "notify": {"type": "object", "additionalProperties": False, "required": ["http"],
-                       "properties": {"http": {"$ref": "#/$defs/HttpAction"}}},
+            "notify": {"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
+                       "properties": {"http": {"$ref": "#/$defs/HttpAction"}, "sms": {"$ref": "#/$defs/Sms"}}},
+            "connectors": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
+                           "additionalProperties": {"$ref": "#/$defs/Connector"}},
             "nodes": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
                       "additionalProperties": node},
         },

@@ -101,7 +101,8 @@ def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, messag
               "compensation_id": compensation_id or "", **values}
     try:
         row = notification_row(new_id("ntf"), subject, run_id, message, notify, values, svc.now(),
-                               ticket_id=ticket_id, compensation_id=compensation_id)
+                               ticket_id=ticket_id, compensation_id=compensation_id,
+                               connectors=(run["spec"] or {}).get("connectors"))
     except KeyError as exc:
         svc.say(run_id, None, "warning", f"notification not sent ({subject}): template {{{{ {exc.args[0]} }}}} "
                 "has no value")

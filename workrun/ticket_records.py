@@ -15,10 +15,11 @@ a value from outside (an input, a result, an answer, an error line) that contain
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from workrun.models import HttpAction
-from workrun.outbound import EnvLater, RequestError, UnsafeRequestError, parse_url, prepare
+from workrun.outbound import EnvLater, RequestError, UnsafeRequestError, connector_of, parse_url, prepare
 
 __all__ = [
     "SYSTEM_ACTOR",
@@ -60,13 +61,15 @@ def _lookup(ref: str, values: dict[str, Any]) -> Any:
     return values[ref]
 
 
-def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]:
+def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_key: str,
+                   connectors: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Prepare the request an action sends, once (R-X1, R-X3): what the journal stores for it.
 
     Args:
         action: the action as the file wrote it.
         values: ``inputs``, ``nodes`` (``{key: {"result": …}}``) and plain names (``run_id``, ``error``, …).
         idempotency_key: its ``Idempotency-Key`` (the ticket or notification id).
+        connectors: the workflow's ``[connectors]``, for an action that names one (R-K1, R-K3).
 
     Returns:
         ``{method, url, headers, body, timeout, prepared}``: the request as shown (``{{ env.NAME }}`` as text)
@@ -78,10 +81,12 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
         KeyError: a referenced value is missing.
         RequestError: a filled header value holds a line break or a character that is not ASCII, or a bound.
     """
+    connector = connector_of(connectors, action.connector)
     try:
-        prepared = prepare(method=action.method, url=parse_url(action.url), headers=action.headers, body=action.body,
+        url = connector.url(action.url) if connector is not None else parse_url(action.url)
+        prepared = prepare(method=action.method, url=url, headers=action.headers, body=action.body,
                            timeout=action.timeout, lookup=lambda ref: _lookup(ref, values),
-                           idempotency_key=idempotency_key, environ=EnvLater())
+                           idempotency_key=idempotency_key, environ=EnvLater(), connector=connector)
     except UnsafeRequestError as exc:
         return {"method": action.method, "url": action.url, "headers": {}, "body": None, "timeout": action.timeout,
                 "prepared": None, "unsendable": str(exc)}
@@ -127,14 +132,16 @@ def ticket_message(run_id: str, node_key: str, ticket_id: str, error: str | None
 
 def notification_row(notification_id: str, subject: str, run_id: str, message: str, notify: HttpAction,
                      values: dict[str, Any], now: float, *, ticket_id: str | None = None,
-                     compensation_id: str | None = None) -> dict[str, Any]:
+                     compensation_id: str | None = None, connectors: Mapping[str, Any] | None = None
+                     ) -> dict[str, Any]:
     """A notification's intent (R-M8): ``subject`` is unique (one message per ticket / dead letter).
 
     Raises:
         KeyError: a template of ``[notify]`` names a value that is missing.
     """
     try:
-        request = render_request(notify, {**values, "message": message}, idempotency_key=notification_id)
+        request = render_request(notify, {**values, "message": message}, idempotency_key=notification_id,
+                                 connectors=connectors)
     except RequestError as exc:
         request = {"method": notify.method, "url": notify.url, "headers": {}, "body": None, "timeout": notify.timeout,
                    "prepared": None, "unsendable": str(exc)}

@@ -20,9 +20,11 @@ from workrun.models import (
     NODE_MODELS,
     AgentNode,
     AppSpec,
+    ConnectorSpec,
     FailurePolicy,
     HttpAction,
     HttpNode,
+    HttpRequestSpec,
     NodeSpec,
     OutputField,
     PolicyError,
@@ -30,7 +32,14 @@ from workrun.models import (
     WorkflowSpec,
 )
 from workrun.nodes.base import NodeExecutor, Where
-from workrun.outbound import allow_from_env, check_action, check_request, parse_allow
+from workrun.outbound import (
+    allow_from_env,
+    check_action,
+    check_request,
+    connector_of,
+    parse_allow,
+    whole_reference,
+)
 from workrun.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 
 __all__ = ["load_workflow", "parse_policy"]
@@ -54,7 +63,8 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
         raise pydantic_error(exc, file, f"{field}.{sub}") from None
 
 
-def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str) -> list[Any]:
+def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str,
+                           connectors: Mapping[str, Any] | None = None) -> list[Any]:
     """HTTP reverse actions that this run may send, checked against its inputs and environment (R-H5, R-H6):
     an http node's ``compensation`` table, and ``compensation = { http = ... }`` of the Apps a node calls.
 
@@ -66,7 +76,8 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
     """
     if isinstance(node, HttpNode):
         if node.compensation is not None:
-            check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs)
+            check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs,
+                         connectors=connectors)
             return [node.compensation]
         return []
     checked: list[Any] = []
@@ -79,7 +90,7 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
         app: AppSpec = load_app(Path(project), name)
         if app.compensation is not None and app.compensation.http is not None:
             check_action(app.compensation.http, file=str(Path(project) / "pyproject.toml"),
-                         field=f"tool.workrun.apps.{name}.compensation.http", inputs=inputs)
+                         field=f"tool.workrun.apps.{name}.compensation.http", inputs=inputs, connectors=connectors)
             checked.append(app.compensation.http)
     return checked
 
@@ -191,7 +202,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     data = parse_toml(text, file)
-    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify"}
+    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify", "connectors"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
     name = data.get("name", path.stem)
@@ -209,6 +220,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     base = path.resolve().parent
     http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
     allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
+    connectors = _parse_connectors(data.get("connectors"), file)  # R-K1
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
@@ -217,7 +229,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
             try:
-                node, outputs[key], refs = _load_node(key, table, base, executors, inputs, file)
+                node, outputs[key], refs = _load_node(key, table, base, executors, inputs, file, connectors)
             except ConfigError as exc:
                 errors.append(exc)
                 continue
@@ -260,23 +272,24 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         if policy.action is not None:
             try:
                 _check_action_templates(policy.action, file, f"nodes.{key}.on_failure.{policy.kind}", inputs,
-                                        _upstream(graph, key), _ACTION_NAMES)
+                                        _upstream(graph, key), _ACTION_NAMES, connectors)
             except ConfigError as exc:
                 errors.append(exc)
     notify = None
     try:
-        notify = _parse_notify(data.get("notify"), file, inputs)
+        notify = _parse_notify(data.get("notify"), file, inputs, connectors)
     except ConfigError as exc:
         errors.append(exc)
     if errors:
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow,
-                        notify=notify)
+                        notify=notify, connectors=connectors)
     return spec, inputs
 
 
 def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExecutor], inputs: dict[str, Any],
-               file: str) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]]]:
+               file: str, connectors: dict[str, ConnectorSpec]
+               ) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]]]:
     """One ``[nodes.KEY]`` table, validated and checked by its kind's executor.
 
     Returns:
@@ -308,8 +321,9 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExe
         node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
     except ValidationError as exc:
         raise pydantic_error(exc, file, prefix) from None
-    contract = executors[kind].check(node, Where(file, prefix))
-    actions = _check_reverse_actions(node, inputs, file, prefix)
+    node = _with_connector_timeouts(node, connectors)
+    contract = executors[kind].check(node, Where(file, prefix, connectors))
+    actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
     actions += [node.on_failure.action] if node.on_failure.action is not None else []
     return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)]
 
@@ -390,7 +404,8 @@ def _upstream(graph: dict[str, list[str]], key: str) -> set[str]:
 
 
 def _check_action_templates(action: HttpAction, file: str, field: str, inputs: dict[str, Any],
-                            upstream: set[str], names: frozenset[str]) -> None:
+                            upstream: set[str], names: frozenset[str],
+                            connectors: Mapping[str, Any] | None = None) -> None:
     """Check an action's URL (R-H3) and every ``{{ … }}``: known names, inputs that exist, upstream nodes
     only (they have a result when the action is registered), ``env.NAME`` only in header values and set
     now (R-H5).
@@ -416,26 +431,85 @@ def _check_action_templates(action: HttpAction, file: str, field: str, inputs: d
         raise ConfigError(f"bad template {{{{ {ref} }}}}: use " + ", ".join(sorted(names)) + ", inputs.NAME, "
                           "nodes.KEY.result.FIELD or env.NAME (headers)", file=file, field=where)
 
-    check_request(action, file=file, field=field, check_ref=check_ref)
+    if action.connector is None and whole_reference(action.url) is not None:
+        raise ConfigError("a url that is one whole template needs a connector (its base_url is the origin the "
+                          "value is resolved against, R-K6)", file=file, field=f"{field}.url")
+    check_request(action, file=file, field=field, check_ref=check_ref, connectors=connectors)
 
 
-def _parse_notify(value: Any, file: str, inputs: dict[str, Any]) -> HttpAction | None:
-    """``[notify] http = { method, url, headers, body }`` (R-M8); ``{{ message }}`` is the one-line text."""
+def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
+                  connectors: dict[str, ConnectorSpec] | None = None) -> HttpAction | None:
+    """``[notify] http = { method, url, headers, body }`` or ``[notify] sms = { connector, template_id, recipients,
+    fields }`` (R-M8, R-K3); ``{{ message }}`` is the one-line text."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ConfigError("must be a table: [notify] http = { url = … }", file=file, field="notify")
-    unknown = sorted(set(value) - {"http"})
+    unknown = sorted(set(value) - {"http", "sms"})
     if unknown:
-        raise ConfigError("unknown key", file=file, field=f"notify.{unknown[0]}")
-    if "http" not in value:
-        raise ConfigError("is required", file=file, field="notify.http")
-    if not isinstance(value["http"], dict):
-        raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field="notify.http")
+        raise ConfigError("unknown key (http or sms)", file=file, field=f"notify.{unknown[0]}")
+    kinds = [k for k in ("http", "sms") if k in value]
+    if len(kinds) != 1:
+        raise ConfigError("give exactly one of http and sms", file=file, field="notify")
+    kind = kinds[0]
+    if not isinstance(value[kind], dict):
+        raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=f"notify.{kind}")
     try:
-        action = HttpAction.model_validate(value["http"])
+        action = HttpAction.model_validate(value["http"] if kind == "http" else {"sms": value["sms"]})
     except ValidationError as exc:
-        raise pydantic_error(exc, file, "notify.http") from None
-    _check_action_templates(action, file, "notify.http", inputs, set(),
-                            frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}))
+        raise pydantic_error(exc, file, f"notify.{kind}") from None
+    action = _with_connector_timeouts(action, connectors or {})
+    _check_action_templates(action, file, f"notify.{kind}", inputs, set(),
+                            frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}),
+                            connectors)
     return action
+
+
+def _parse_connectors(value: Any, file: str) -> dict[str, ConnectorSpec]:
+    """``[connectors.NAME]`` (R-K1): a literal ``base_url``, ``headers`` (``{{ env.NAME }}`` allowed and set now),
+    ``timeout``, ``rate_limit`` and ``circuit_breaker``.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table of [connectors.NAME] tables", file=file, field="connectors")
+    out: dict[str, ConnectorSpec] = {}
+    for name, table in value.items():
+        field = f"connectors.{name}"
+        if not _KEY.match(name):
+            raise ConfigError("connector names use letters, digits, '_' and '-'", file=file, field=field)
+        if not isinstance(table, dict):
+            raise ConfigError("must be a table", file=file, field=field)
+        try:
+            spec = ConnectorSpec.model_validate(table)
+        except ValidationError as exc:
+            raise pydantic_error(exc, file, field) from None
+        out[name] = spec
+        connector_of(out, name, file=file, field=field)  # a literal http(s) base_url, no query
+        headers = HttpRequestSpec(method="GET", url="http://127.0.0.1/", headers=spec.headers)
+
+        def no_refs(where: str, ref: str) -> None:
+            raise ConfigError(f"{{{{ {ref} }}}}: a connector's headers may use env.NAME only", file=file, field=where)
+
+        check_request(headers, file=file, field=field, check_ref=no_refs)
+    return out
+
+
+def _with_connector_timeouts(spec: Any, connectors: Mapping[str, ConnectorSpec]) -> Any:
+    """``spec`` (a node or an action) with its connector's ``timeout`` where it sets none itself, and the same for
+    the reverse action and failure action it holds (R-K1)."""
+    update: dict[str, Any] = {}
+    conn = connectors.get(getattr(spec, "connector", None) or "")
+    if conn is not None and conn.timeout is not None and "timeout" not in spec.model_fields_set \
+            and "timeout" in type(spec).model_fields:
+        update["timeout"] = conn.timeout
+    comp = getattr(spec, "compensation", None)
+    if isinstance(comp, HttpAction):
+        update["compensation"] = _with_connector_timeouts(comp, connectors)
+    policy = getattr(spec, "on_failure", None)
+    if policy is not None and getattr(policy, "action", None) is not None:
+        update["on_failure"] = policy.model_copy(update={"action": _with_connector_timeouts(policy.action, connectors)})
+    return spec.model_copy(update=update) if update else spec

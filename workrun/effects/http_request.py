@@ -24,13 +24,17 @@ from workrun.errors import ConfigError, StaleStatusError
 from workrun.models import AppSpec, HttpNode, HttpRequestSpec
 from workrun.operations import Attempted
 from workrun.outbound import (
+    PreparedRequest,
     RequestError,
     SendResult,
     UnsafeRequestError,
+    UrlTemplate,
     allow_from_env,
+    connector_of,
     parse_allow,
     parse_url,
     prepare,
+    whole_reference,
 )
 from workrun.outcomes import Failure
 from workrun.services import Services
@@ -106,9 +110,7 @@ class HttpRequest:
         run = svc.journal.run(comp["run_id"])
         spec_allow = list((run["spec"] or {}).get("http_allow") or [])
         try:
-            request = prepare(method=action.method, url=parse_url(action.url), headers=action.headers,
-                              body=action.body, timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op),
-                              idempotency_key=comp["compensation_id"], environ=svc.runner.request_environ)
+            request = _prepare_action(svc, action, comp, op, run["spec"] or {})
         except KeyError as exc:
             return f"template {{{{ {exc.args[0]} }}}} has no value"
         except (RequestError, ConfigError) as exc:
@@ -134,7 +136,8 @@ def reverse_action_of(op: dict[str, Any]) -> tuple[HttpRequestSpec | None, dict[
         action = node.compensation
         if action is None:
             return None, {}
-        return HttpRequestSpec.model_validate(action.model_dump(include={"method", "url", "headers", "body"})), \
+        written = action.model_dump(include={"kind", "method", "url", "headers", "body", "connector"})
+        return HttpRequestSpec.model_validate(written), \
             knobs(action.max_retries, action.timeout, action.backoff, action.idempotent)
     app = AppSpec.model_validate(op["config"])
     comp = app.compensation
@@ -184,6 +187,28 @@ def _action_lookup(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> C
     return lookup
 
 
+def _prepare_action(svc: Services, action: HttpRequestSpec, comp: dict[str, Any], op: dict[str, Any],
+                    run_spec: dict[str, Any]) -> PreparedRequest:
+    """A reverse action's request, filled once (R-X1): through its connector (R-K1); a whole-template URL
+    resolved against the original request's origin (or the connector's base URL, R-K6).
+
+    Raises:
+        KeyError: a template has no value. RequestError: it cannot be sent (UnsafeRequestError: R-X3, R-K6).
+        ConfigError: an unknown connector or a bad URL.
+    """
+    connector = connector_of(run_spec.get("connectors"), action.connector)
+    original = (op.get("input") or {}).get("url") if op.get("kind") == KIND else None
+    origin = parse_url(original) if isinstance(original, str) and "://" in original else None
+    if whole_reference(action.url) is not None:
+        url = UrlTemplate.reference(action.url)
+    else:
+        url = connector.url(action.url) if connector is not None else parse_url(action.url)
+    return prepare(method=action.method, url=url, headers=action.headers, body=action.body,
+                   timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op),
+                   idempotency_key=comp["compensation_id"], environ=svc.runner.request_environ,
+                   connector=connector, origin=origin)
+
+
 def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
     """Run one attempt of an HTTP reverse action; return the compensation row afterwards and the failure kind
     (R-H6, R-H7, R-C7).
@@ -207,9 +232,7 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
     try:
         spec_allow = list((run["spec"] or {}).get("http_allow") or [])
         parse_allow(spec_allow) + allow_from_env()  # a bad WORKRUN_HTTP_ALLOW: not sent
-        request = prepare(method=action.method, url=parse_url(action.url), headers=action.headers, body=action.body,
-                          timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op), idempotency_key=cid,
-                          environ=svc.runner.request_environ)
+        request = _prepare_action(svc, action, comp, op, run["spec"] or {})
     except KeyError as exc:
         got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)

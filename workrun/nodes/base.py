@@ -9,7 +9,8 @@ entry in :func:`workrun.nodes.default_executors` plus its spec class in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -22,10 +23,12 @@ __all__ = ["NodeExecutor", "NodeJob", "Where"]
 
 @dataclass(frozen=True)
 class Where:
-    """Where a node is written: the workflow ``file`` and the node's field prefix (``nodes.KEY``)."""
+    """Where a node is written: the workflow ``file``, the node's field prefix (``nodes.KEY``) and the workflow's
+    ``[connectors]`` (R-K1) its requests may name."""
 
     file: str
     field: str
+    connectors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def at(self, sub: str) -> str:
         """The full field name of ``sub`` (``nodes.KEY.sub``)."""

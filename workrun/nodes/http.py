@@ -31,12 +31,15 @@ from workrun.operations import current_owner
 from workrun.outbound import (
     PreparedRequest,
     RequestError,
+    UrlTemplate,
     allow_from_env,
     check_action,
     check_request,
+    connector_of,
     parse_allow,
     parse_url,
     prepare,
+    whole_reference,
 )
 from workrun.outcomes import Failure, NodeOutcome, brief
 from workrun.services import Services, new_id
@@ -124,9 +127,14 @@ class HttpExecutor:
             ConfigError: naming the field.
         """
         assert isinstance(node, HttpNode)
-        check_request(node, file=where.file, field=where.field, check_ref=lambda field, ref: None)
+        if node.connector is None and whole_reference(node.url) is not None:
+            raise ConfigError("a url that is one whole template needs a connector (its base_url is the origin the "
+                              "value is resolved against, R-K6)", file=where.file, field=where.at("url"))
+        check_request(node, file=where.file, field=where.field, check_ref=lambda field, ref: None,
+                      connectors=where.connectors)
         if node.compensation is not None:
-            check_action(node.compensation, file=where.file, field=where.at("compensation"))
+            check_action(node.compensation, file=where.file, field=where.at("compensation"),
+                         connectors=where.connectors)
         return dict(RESULT_FIELDS)
 
     def run(self, job: NodeJob) -> NodeOutcome:
@@ -163,9 +171,14 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
                                f"process {last.get('owner_pid')}; not sent again (R-R3)")
     budget = policy.attempts() if policy.retry else (2 if node.idempotent else 1)
     try:
-        spec_allow = list((svc.journal.run(run_id)["spec"] or {}).get("http_allow") or [])
+        run_spec = svc.journal.run(run_id)["spec"] or {}
+        spec_allow = list(run_spec.get("http_allow") or [])
         parse_allow(spec_allow) + allow_from_env()  # a bad WORKRUN_HTTP_ALLOW fails the node before anything
-        url = parse_url(node.url)
+        connector = connector_of(run_spec.get("connectors"), node.connector)
+        if whole_reference(node.url) is not None:
+            url = UrlTemplate.reference(node.url)
+        else:
+            url = connector.url(node.url) if connector is not None else parse_url(node.url)
     except ConfigError as exc:
         return NodeOutcome("failed", error=exc.line())
     error: str | None = None
@@ -176,6 +189,7 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
         try:
             request = prepare(method=node.method, url=url, headers=node.headers, body=node.body, timeout=node.timeout,
                               lookup=_node_lookup(job.context), idempotency_key=resend_key or op_id,
+                              connector=connector,
                               environ=svc.runner.request_environ)
         except KeyError as exc:
             return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")

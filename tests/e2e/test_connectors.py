@@ -1,0 +1,218 @@
+"""Connectors, SMS and URL references (SPEC §19: R-K1, R-K3, R-K5, R-K6) against a real HTTP server on loopback,
+with real ``workrun`` processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from _kit.http_server import TestServer
+
+TOKEN = "shop-tok/9f2e+Q"
+
+
+@pytest.fixture
+def server():
+    with TestServer() as srv:
+        yield srv
+
+
+def _head(server: TestServer, extra: str = "") -> str:
+    return (f'http_allow = ["127.0.0.1:{server.port}"]\n[connectors.shop]\nbase_url = "{server.url}/api"\n'
+            'headers = { Authorization = "Bearer {{ env.SHOP_TOKEN }}", X-Client = "workrun" }\n' + extra)
+
+
+def test_requests_through_a_connector_share_its_base_url_and_headers(server, write_workflow, workrun, isolated_env):
+    server.route("POST", "/api/orders", status=201, json={"id": "7"})
+    server.route("DELETE", "/api/orders/7", status=204, body="")
+    server.route("POST", "/api/pay", status=402, body=f"declined for {TOKEN}")
+    wf = write_workflow("shop", _head(server) + """
+[nodes.order]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/orders"
+headers = { X-Client = "order-node" }
+compensation = { connector = "shop", method = "DELETE", url = "/orders/{{ original.result.body.id }}" }
+[nodes.pay]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/pay"
+needs = ["order"]
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 1, res
+    [order] = server.requests("POST", "/api/orders")
+    assert order.headers["Authorization"] == f"Bearer {TOKEN}" and order.headers["X-Client"] == "order-node"
+    [undo] = server.requests("DELETE", "/api/orders/7")
+    assert undo.headers["Authorization"] == f"Bearer {TOKEN}" and undo.headers["X-Client"] == "workrun"
+    view = res.json()
+    op = next(o for o in view["operations"] if o["node_key"] == "order")
+    assert op["input"]["connector"] == "shop" and op["input"]["url"] == f"{server.url}/api/orders"
+    assert op["compensation"]["status"] == "succeeded"
+    assert op["compensation"]["context"]["reverse_action"]["connector"] == "shop"
+    files = [p for p in isolated_env.rglob("*") if p.is_file()]
+    assert all(TOKEN.encode() not in p.read_bytes() for p in files)
+    assert TOKEN not in res.out + res.err
+
+
+def test_the_rate_limit_spaces_requests_by_the_servers_clock(server, write_workflow, workrun):
+    for i in range(4):
+        server.route("GET", f"/api/n{i}", status=200, json={})
+    nodes = "".join(f'[nodes.n{i}]\nkind = "http"\nconnector = "shop"\nmethod = "GET"\nurl = "/n{i}"\n'
+                    + (f'needs = ["n{i - 1}"]\n' if i else "") for i in range(4))
+    wf = write_workflow("rate", _head(server, "rate_limit = { requests = 2, per = 1 }\n") + nodes)
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 0, res
+    times = [r.at for r in server.requests("GET")]
+    assert len(times) == 4
+    assert times[2] - times[0] >= 0.95 and times[3] - times[1] >= 0.95, times  # never 3 in any 1 s
+
+
+def test_the_circuit_opens_after_failures_and_nothing_reaches_the_server_while_open(server, write_workflow, workrun):
+    server.route("POST", "/api/flaky", status=503, body="down")
+    wf = write_workflow("breaker", _head(server, "circuit_breaker = { failures = 2, reset = 30 }\n") + """
+[nodes.call]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/flaky"
+on_failure = { retry = { attempts = 5, backoff = 0 } }
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 1, res
+    assert server.count("POST", "/api/flaky") == 2  # open after 2 failures in a row: the other 3 never sent
+    ops = [o for o in res.json()["operations"] if o["node_key"] == "call"]
+    assert [o["status"] for o in ops] == ["failed"] * 5
+    assert all("circuit open for connector shop" in o["error"] for o in ops[2:]), [o["error"] for o in ops]
+
+
+def test_a_half_open_circuit_closes_on_a_good_answer(server, write_workflow, workrun):
+    server.route("POST", "/api/flaky", sequence=[{"status": 500}, {"status": 200, "json": {"ok": True}}])
+    wf = write_workflow("half", _head(server, "circuit_breaker = { failures = 1, reset = 0.3 }\n") + """
+[nodes.call]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/flaky"
+on_failure = { retry = { attempts = 3, backoff = 0.4 } }
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 0, res
+    assert server.count("POST", "/api/flaky") == 2
+
+
+@pytest.mark.parametrize("url, says", [
+    ('"http://127.0.0.1:9/x"', "relative url starting with /"),
+    ('"/../admin"', "'.' and '..' segments"),
+    ('"//evil.example/x"', "'//'"),
+    ('"/{{ inputs.who }}/x"', "first path segment"),
+])
+def test_a_url_that_could_leave_the_connector_is_exit_2(cli, server, write_workflow, url, says):
+    wf = write_workflow("bad", _head(server) + f"""
+[inputs]
+who = "x"
+[nodes.a]
+kind = "http"
+connector = "shop"
+method = "GET"
+url = {url}
+""")
+    res = cli("check", wf, env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 2 and "nodes.a.url" in res.err and says in res.err, res
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[nodes.a]\nkind = "http"\nconnector = "nope"\nmethod = "GET"\nurl = "/x"\n', "nodes.a.connector"),
+    ('[connectors.x]\nbase_url = "http://{{ inputs.h }}/"\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+     'url = "http://127.0.0.1:9/"\n', "connectors.x.base_url"),
+    ('[connectors.x]\nbase_url = "http://127.0.0.1:9/"\nrate_limit = { requests = 0, per = 1 }\n[nodes.a]\n'
+     'kind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n', "connectors.x.rate_limit.requests"),
+    ('[connectors.x]\nbase_url = "http://127.0.0.1:9/"\ncolour = 1\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+     'url = "http://127.0.0.1:9/"\n', "connectors.x.colour"),
+])
+def test_bad_connectors_are_exit_2_naming_the_field(cli, write_workflow, text, field):
+    res = cli("check", write_workflow("bad", text))
+    assert res.code == 2 and f": {field}: " in res.err, res
+
+
+def test_a_filled_value_cannot_climb_out_of_the_base_url(server, write_workflow, workrun):
+    server.route("GET", "/api/look", status=200, json={"id": ".."})
+    wf = write_workflow("climb", _head(server) + """
+[nodes.look]
+kind = "http"
+connector = "shop"
+method = "GET"
+url = "/look"
+[nodes.get]
+kind = "http"
+connector = "shop"
+method = "GET"
+url = "/items/{{ nodes.look.result.body.id }}"
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 1, res
+    assert [r.path for r in server.requests()] == ["/api/look"]
+    get = next(n for n in res.json()["nodes"] if n["node_key"] == "get")
+    assert "unsafe path from {{ nodes.look.result.body.id }}" in json.dumps(get["messages"])
+
+
+def test_an_sms_action_posts_to_the_connectors_sms_path(server, write_workflow, workrun):
+    server.route("POST", "/api/pay", status=402, body="declined")
+    server.route("POST", "/api/sms", status=202, json={"queued": True})
+    wf = write_workflow("sms", _head(server) + """
+[inputs]
+order = "A-17"
+[nodes.pay]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/pay"
+on_failure = { compensate = { sms = { connector = "shop", template_id = "T100", recipients = ["+15550100"], \
+fields = { order = "{{ inputs.order }}", why = "{{ error }}" } }, max_retries = 1 } }
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 4, res
+    [sms] = server.requests("POST", "/api/sms")
+    body = sms.json()
+    assert body["template_id"] == "T100" and body["recipients"] == ["+15550100"]
+    assert body["fields"]["order"] == "A-17" and "402" in body["fields"]["why"]
+    [ticket] = res.json()["tickets"]
+    assert sms.headers["Idempotency-Key"] == ticket["ticket_id"]
+    assert sms.headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_a_reverse_action_deletes_what_location_names(server, write_workflow, workrun):
+    """R-K6: 201 + Location, undone by DELETE of that URL; a Location on another origin is never sent to."""
+    server.route("POST", "/api/orders", status=201, json={}, headers={"Location": "/api/orders/7"})
+    server.route("POST", "/api/elsewhere", status=201, json={}, headers={"Location": "http://example.invalid/x/1"})
+    server.route("DELETE", "/api/orders/7", status=204, body="")
+    server.route("POST", "/api/boom", status=500, body="no")
+    wf = write_workflow("location", f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/orders"
+compensation = {{ method = "DELETE", url = "{{{{ original.result.headers.location }}}}", max_retries = 0 }}
+[nodes.other]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/elsewhere"
+compensation = {{ method = "DELETE", url = "{{{{ original.result.headers.location }}}}", max_retries = 0 }}
+[nodes.boom]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/boom"
+needs = ["order", "other"]
+""")
+    res = workrun("run", wf, "--json")
+    assert res.code == 1, res
+    assert server.count("DELETE", "/api/orders/7") == 1
+    comps = {o["node_key"]: o["compensation"] for o in res.json()["operations"] if o["compensation"]}
+    assert comps["order"]["status"] == "succeeded"
+    assert comps["other"]["status"] == "failed"
+    assert f"is not on {server.url}" in json.dumps(comps["other"]), comps["other"]
+    assert [r.method for r in server.requests() if r.method == "DELETE"] == ["DELETE"]
