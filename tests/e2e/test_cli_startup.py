@@ -64,8 +64,9 @@ def test_version_output_is_the_typer_apps(workrun):
 def test_quick_match_takes_only_plain_read_command_lines():
     list_runs, kwargs = quick.match(["runs", "list"])
     assert (list_runs.__module__, list_runs.__name__) == ("workrun.cli.reads", "list_runs")
-    assert kwargs == {"json_mode": False, "limit": None}
-    assert quick.match(["--debug", "runs", "list", "--limit", "7", "--json"])[1] == {"json_mode": True, "limit": 7}
+    assert kwargs == {"json_mode": False, "limit": None, "all_runs": False}
+    assert quick.match(["--debug", "runs", "list", "--limit", "7", "--json"])[1] == {"json_mode": True, "limit": 7,
+                                                                                          "all_runs": False}
     assert quick.match(["runs", "show", "run_1", "--json"])[1] == {"json_mode": True, "run_id": "run_1"}
     assert quick.match(["compensations", "list", "--run", "r", "--status", "failed"])[1] == {
         "json_mode": False, "status": "failed", "run": "r"}

@@ -150,7 +150,8 @@ def test_stop_then_compensate_from_the_dashboard(ui_server, marker_project, make
         assert stopped.status_code == 303, stopped.text
         assert runner.wait(timeout=120) == 130
         view = client.get(f"/api/runs/{run_id}").json()
-        assert view["status"] == "stopped" and view["compensation"] is None  # a stop compensates nothing (R-C9)
+        # a stop compensates nothing (R-C9) and says so (R-L6)
+        assert view["status"] == "stopped" and view["compensation"] == "not_undone"
         done = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf}, headers=origin)
         assert done.status_code == 303, done.text
         deadline = time.monotonic() + 120
