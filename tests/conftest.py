@@ -96,12 +96,52 @@ class Result:
         return f"Result(code={self.code}, out={self.out[-2000:]!r}, err={self.err[-2000:]!r})"
 
 
+# Commands that only read the journal or a file: the ``workrun`` fixture runs them in process (issue 27: a
+# Python process costs ~0.4 s of CPU; what they print is the same). Start-up, imports and signals of these
+# commands are tested in subprocesses explicitly (tests/e2e/test_cli_startup.py).
+IN_PROCESS = {("runs", "list"), ("runs", "show"), ("compensations", "list"), ("compensations", "show"),
+              ("tickets", "list"), ("tickets", "show"), ("check",), ("graph",), ("schema",)}
+
+
+def _in_process(args: list[str], env: dict[str, str] | None) -> Result:
+    """Run a read command line in this process (the environment patched for the call)."""
+    import contextlib
+
+    from workrun.cli.entry import run as run_cli
+    from workrun.cli.output import get_console
+
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    out, err = _Captured(), _Captured()
+    console = get_console()
+    old_file = console._file
+    console._file = out  # type: ignore[assignment]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # type: ignore[type-var]
+            try:
+                code = run_cli(args, ahead=False)
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+    finally:
+        console._file = old_file
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return Result(subprocess.CompletedProcess(args, code, out.buffer.getvalue(), err.buffer.getvalue()))
+
+
 @pytest.fixture
 def workrun() -> Callable[..., Result]:
-    """Run the real CLI in a subprocess: ``workrun("run", path, "--json")`` -> Result."""
+    """Run the real CLI: ``workrun("run", path, "--json")`` -> Result. A subprocess, except for the read-only
+    commands of :data:`IN_PROCESS`, which run the same entry point in this process."""
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 180, cwd: Path | None = None,
             input: str | None = None) -> Result:
+        words = [str(a) for a in args]
+        if cwd is None and input is None and (tuple(words[:2]) in IN_PROCESS or tuple(words[:1]) in IN_PROCESS):
+            return _in_process(words, env)
         full_env = {**os.environ, **(env or {})}
         proc = subprocess.run([sys.executable, "-m", "workrun", *map(str, args)], capture_output=True, text=True,
                               env=full_env, timeout=timeout, cwd=cwd, input=input)
