@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
+from workrun import metrics
 from workrun.compensation.records import plan_records
 from workrun.effects import settle_operations
 from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
@@ -420,6 +421,7 @@ class Engine:
                                               compensations=records or [])
             else:
                 svc.journal.end_run(run_id, status, at=now, reason=reason, compensations=records or [])
+            metrics.count_run(status)
 
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
             # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workrun import metrics
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.backoff import backoff_delay
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
@@ -225,6 +226,9 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
     node = (op["run_id"], op["node_key"]) if ends_node and fields["status"] == "succeeded" else None
     svc.journal.finish_operation(op["operation_id"], failure=failure, at=at, process=process, node_succeeded=node,
                                  **fields)
+    begun = (process or {}).get("started_at") or op.get("started_at") or op.get("created_at")
+    metrics.count_call(str(op.get("kind") or "process"), "stopped" if failure is Failure.STOPPED else fields["status"],
+                       at - begun if begun else None)
     # the outcome is journaled: the directory goes, off the call's path; its files are reused only when the
     # supervisor marked every process of the call ended (SPEC §17): none can write to them any more
     svc.discard(call_dir, recycle=got is not None and outcome.failure is None and outcome.ended)
@@ -442,7 +446,10 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
         stdout_tail=got.stdout_tail if got else None, stderr_tail=got.stderr_tail if got else None,
         compensation_status=comp_status, reason=reason, next_attempt_at=next_at)
     shutil.rmtree(call_dir, ignore_errors=True)
-    return svc.journal.compensation(cid)
+    after = svc.journal.compensation(cid)
+    metrics.count_attempt("app", str(status))
+    metrics.count_compensation(after["status"])
+    return after
 
 
 STALE_AFTER = 600.0

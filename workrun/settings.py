@@ -45,6 +45,8 @@ class Settings:
         lease: ``WORKRUN_LEASE``, seconds a worker's claim on a run lasts without a heartbeat (default 30).
         http_allow: ``WORKRUN_HTTP_ALLOW``, entries the outbound guard lets through (R-H3).
         actor: ``WORKRUN_ACTOR``, who operator actions are recorded as (the dashboard sets ``ui:<OS user>``).
+        metrics_port: ``WORKRUN_METRICS_PORT``, where ``run``/``resume`` serve Prometheus metrics on
+            127.0.0.1 (R-F4), or None.
     """
 
     home: Path | None = None
@@ -58,6 +60,7 @@ class Settings:
     journal_url: str | None = None
     lease: float = 30.0
     http_allow: tuple[str, ...] = ()
+    metrics_port: int | None = None
     actor: str | None = None
 
 
@@ -188,6 +191,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "WORKRUN_HTTP_ALLOW": ("http_allow", _allow,
                            "comma-separated addresses, ADDRESS:PORT, [IPv6]:PORT or networks like 10.1.2.0/24"),
     "WORKRUN_ACTOR": ("actor", _actor, "1-200 printable characters (who operator actions are recorded as)"),
+    "WORKRUN_METRICS_PORT": ("metrics_port", *_integer(1, 65535)),
 }
 
 

@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from workrun import settings
+from workrun import metrics, settings
 from workrun.dispatch import DispatchRunner, Executors
 from workrun.errors import ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
@@ -214,6 +214,7 @@ def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
     """Drive a claimed run with the local engine and compensation (after R-R3 recovery on takeover)."""
     run_id = claim["run_id"]
     if claim["takeover"]:
+        metrics.count_claim_expired()
         same = claim["previous_host"] == socket.gethostname()
         svc.say(run_id, None, "warning",
                 f"worker {claim['previous_worker']} (host {claim['previous_host']}) stopped renewing its lease; "
@@ -309,6 +310,18 @@ class Worker:
         """Claim and drive runs until :attr:`draining` is set (or idle for ``idle_exit``); return an exit code."""
         self.beat.start()
         journal = open_journal(self.data_dir, check=False)
+        gauge = open_journal(self.data_dir, check=False) if metrics.enabled() else None
+        if gauge is not None:  # read at each scrape, on a connection of its own (R-F4)
+            gauge_lock = threading.Lock()
+
+            def depth() -> float:
+                with gauge_lock:
+                    try:
+                        return float(cast(Any, gauge).queued_call_count())
+                    except Exception:  # a scrape never fails the worker
+                        return float("nan")
+
+            metrics.queue_depth_from(depth)
         executors = self.executors = Executors(self.data_dir, self.beat, self.slots).start()
         self.beat.executors = executors
         running: dict[Future[str], str] = {}
@@ -342,6 +355,8 @@ class Worker:
         finally:
             executors.drain()  # the calls in hand end and are stored; nothing more is claimed
             journal.close()
+            if gauge is not None:
+                gauge.close()
             self.beat.stop()
         return 0
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from workrun.journal import Journal
     from workrun.services import Reporter, Services
 
-__all__ = ["reading", "run_claim", "scheduling", "shared_journal", "viewing"]
+__all__ = ["reading", "run_claim", "scheduling", "serve_metrics", "shared_journal", "viewing"]
 
 
 def _services(home: Path | str | None, reporter: Reporter | None, *, check: bool, writable: bool) -> Services:
@@ -102,6 +102,7 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
     from workrun.lock import SchedulerLock
 
     gc.freeze()  # what start-up loaded lives as long as the command: later collections skip it (issue 14)
+    serve_metrics()
     svc = _services(home, reporter, check=True, writable=True)
     shared = shared_journal()
     if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
@@ -143,6 +144,25 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
         if lock is not None:
             lock.release()
         svc.close()
+
+
+def serve_metrics(port: int | None = None, host: str = "127.0.0.1") -> None:
+    """Serve Prometheus metrics on ``host:port`` (default ``WORKRUN_METRICS_PORT``; nothing when unset, R-F4).
+
+    Raises:
+        UsageError: the address cannot be bound (exit 2, naming it).
+    """
+    from workrun import metrics, settings
+    from workrun.errors import UsageError
+
+    port = port if port is not None else settings.current().metrics_port
+    if port is None:
+        return
+    try:
+        metrics.serve(port, host)
+    except OSError as exc:
+        raise UsageError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}",
+                         field="WORKRUN_METRICS_PORT") from None
 
 
 def shared_journal() -> bool:

@@ -328,6 +328,9 @@ def worker(
     executors: Optional[int] = typer.Option(None, "--executors", min=0, max=256,
                                             help="App processes run at once for any run (default: as many as "
                                             "--concurrency; 0: only schedule runs)."),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=1, max=65535,
+                                               help="Serve Prometheus metrics on this port (/metrics)."),
+    metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address the metrics are served on."),
 ) -> None:
     """Claim and drive runs, and run their App calls, from a shared journal (WORKRUN_JOURNAL=postgresql://…)
     until stopped.
@@ -342,6 +345,7 @@ def worker(
     import os
     import signal
 
+    from workrun.app.session import serve_metrics
     from workrun.cli.output import CliReporter
     from workrun.workers import Worker, lease_seconds, needs_workers
 
@@ -349,6 +353,7 @@ def worker(
     with reading() as svc:
         needs_workers(svc)
         data_dir = svc.data_dir
+    serve_metrics(metrics_port, metrics_host)
     w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False, with_run=True),
                idle_exit=idle_exit, executors=executors)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from workrun import metrics
 from workrun.backoff import backoff_delay
 from workrun.effects.app_call import knobs
 from workrun.effects.base import Planned
@@ -61,7 +62,10 @@ def finish_request_operation(svc: Services, op_id: str, got: SendResult) -> dict
     else:
         svc.journal.finish_operation(op_id, status="unknown" if got.failure is Failure.UNKNOWN else "failed",
                                      failure=got.failure, error=got.error, at=svc.now())
-    return svc.journal.operation(op_id)
+    row = svc.journal.operation(op_id)
+    begun = row.get("started_at") or row.get("created_at")
+    metrics.count_call(KIND, str(row["status"]), (row["ended_at"] - begun) if begun and row.get("ended_at") else None)
+    return row
 
 
 class HttpRequest:
@@ -304,6 +308,8 @@ def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, 
     svc.journal.finish_attempt(cid, number, status=status, failure=got.failure, error=got.error, result=result, at=now,
                                compensation_status=comp_status, reason=reason, next_attempt_at=next_at,
                                http_status=got.status, response_tail=got.response_tail)
+    metrics.count_attempt(KIND, status)
+    metrics.count_compensation(comp_status)
     return svc.journal.compensation(cid)
 
 

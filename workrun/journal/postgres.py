@@ -532,6 +532,10 @@ class PostgresJournal(SqliteJournal):
         rows = self._query("SELECT * FROM dispatched_calls WHERE call_id = ?", (call_id,))
         return _decode_call(rows[0]) if rows else None
 
+    def queued_call_count(self) -> int:
+        """How many dispatched calls are queued and not claimed (``workrun_dispatch_queue_depth``, R-F4)."""
+        return int(self._query("SELECT COUNT(*) AS n FROM dispatched_calls WHERE status = 'queued'")[0]["n"])
+
     def dispatched_calls(self, run_id: str) -> list[dict[str, Any]]:
         """A run's dispatched calls, in the order they were queued."""
         return [_decode_call(r) for r in self._query(
