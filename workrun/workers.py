@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from workrun import metrics, settings
+from workrun import logs, metrics, settings
 from workrun.dispatch import DispatchRunner, Executors
 from workrun.errors import ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
@@ -192,8 +192,13 @@ class Heartbeat:
 
 
 def _fail_stop(lost: set[str]) -> None:
-    print(f"error: WORKRUN_LEASE: this worker lost its claim on {', '.join(sorted(lost))} (its lease passed and "
-          "another worker took over); ending at once so two schedulers never drive one run", file=sys.stderr)
+    text = (f"this worker lost its claim on {', '.join(sorted(lost))} (its lease passed and another worker took "
+            "over); ending at once so two schedulers never drive one run")
+    if logs.enabled():
+        for run_id in sorted(lost):
+            logs.emit("claim_lost", "error", run_id=run_id, message=text)
+    else:
+        print(f"error: WORKRUN_LEASE: {text}", file=sys.stderr)
     sys.stderr.flush()
     os._exit(75)
 

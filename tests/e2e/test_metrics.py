@@ -96,3 +96,34 @@ def test_a_worker_serves_its_metrics(pg_url, tmp_path, monkeypatch):
     assert got['workrun_attempts_total{kind="app",outcome="succeeded"}'] == 6
     assert got['workrun_call_duration_seconds_count{kind="process"}'] == 8
     assert got["workrun_dispatch_queue_depth"] == 0
+
+
+def test_a_worker_logs_json_lines(pg_url, tmp_path, monkeypatch):
+    """R-F6: ``--log-format json``: every stderr line is one JSON object with ts (ISO 8601 with offset), level,
+    event and worker; the lines about a run, an operation, a compensation carry their ids."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from datetime import datetime
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    monkeypatch.setenv("TEST_LOG", str(tmp_path / "log"))
+    project = fleet.make_project(tmp_path)
+    [run_id] = fleet.submit({"chain": fleet.write_workflow(tmp_path, "chain", project)}, 1)
+    proc = subprocess.run([sys.executable, "-m", "workrun", "worker", "--log-format", "json", "--idle-exit", "2"],
+                          env={**os.environ, "WORKRUN_HOME": str(tmp_path / "home")}, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert lines and proc.stdout == ""
+    for line in lines:
+        assert {"ts", "level", "event", "worker"} <= set(line) and line["worker"].startswith("wkr_"), line
+        assert datetime.fromisoformat(line["ts"]).utcoffset() is not None
+    events = [line["event"] for line in lines]
+    assert events[0] == "worker_started" and events[-1] == "worker_stopped"
+    about_run = [line for line in lines if line["event"] == "message"]
+    assert about_run and all(line["run_id"] == run_id for line in about_run)
+    assert any("operation_id" in line and line["operation_id"] in line["message"] for line in about_run)
+    assert any("compensation_id" in line and line["compensation_id"] in line["message"] for line in about_run)
+    assert any(line.get("node_key") == "boom" for line in about_run)

@@ -331,6 +331,8 @@ def worker(
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=1, max=65535,
                                                help="Serve Prometheus metrics on this port (/metrics)."),
     metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address the metrics are served on."),
+    log_format: str = typer.Option("text", "--log-format", metavar="text|json",
+                                   help="json: one JSON object per line on stderr."),
 ) -> None:
     """Claim and drive runs, and run their App calls, from a shared journal (WORKRUN_JOURNAL=postgresql://…)
     until stopped.
@@ -354,21 +356,37 @@ def worker(
         needs_workers(svc)
         data_dir = svc.data_dir
     serve_metrics(metrics_port, metrics_host)
-    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=CliReporter(quiet=False, with_run=True),
-               idle_exit=idle_exit, executors=executors)
+    from workrun import logs
+    from workrun.errors import UsageError
+
+    if log_format not in ("text", "json"):
+        raise UsageError(f"must be text or json, not {log_format!r}", field="--log-format")
+    json_logs = log_format == "json"
+    reporter = logs.JsonReporter() if json_logs else CliReporter(quiet=False, with_run=True)
+    w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=reporter, idle_exit=idle_exit,
+               executors=executors)
+    if json_logs:
+        logs.enable(w.worker_id)
+
+    def say(event: str, text: str, **fields: object) -> None:
+        if json_logs:
+            logs.emit(event, "info", message=text, **fields)
+        else:
+            console.print(text)
 
     def on_signal(signum: int, frame: object) -> None:
         if w.draining.is_set():
             os._exit(130)
-        console.print(f"worker {w.worker_id}: ending after the runs in hand (again to end now)")
+        say("worker_draining", f"worker {w.worker_id}: ending after the runs in hand (again to end now)")
         w.draining.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
-    console.print(f"worker {w.worker_id} (concurrency {concurrency}, executors {w.slots}, lease {lease:g} s) on "
-                  "the shared journal")
+    say("worker_started", f"worker {w.worker_id} (concurrency {concurrency}, executors {w.slots}, lease {lease:g} s) "
+        "on the shared journal", concurrency=concurrency, executors=w.slots, lease=lease)
     code = w.run()
-    console.print(f"worker {w.worker_id}: drove {w.driven} run(s), executed "
-                  f"{w.executors.executed if w.executors else 0} call(s)")
+    executed = w.executors.executed if w.executors else 0
+    say("worker_stopped", f"worker {w.worker_id}: drove {w.driven} run(s), executed {executed} call(s)",
+        runs=w.driven, calls=executed)
     raise typer.Exit(code)
 

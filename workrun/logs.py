@@ -1,0 +1,55 @@
+"""JSON log lines (SPEC §20, R-F6): ``workrun worker --log-format json`` writes one JSON object per line on stderr.
+
+Each line has ``ts`` (ISO 8601 with its UTC offset), ``level``, ``event`` and ``worker``, and ``run_id``,
+``node_key``, ``operation_id``, ``compensation_id`` on every line about them. Events: ``message`` (a run's
+progress line, its text in ``message``), ``worker_started``, ``worker_stopped``, ``claim_lost``,
+``db_reconnected``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from datetime import datetime
+from typing import Any
+
+__all__ = ["JsonReporter", "emit", "enable", "enabled"]
+
+_STATE: dict[str, Any] = {"on": False, "worker": None}
+_LOCK = threading.Lock()
+_IDS = {"operation_id": re.compile(r"\bop_[0-9a-f]{12}\b"), "compensation_id": re.compile(r"\bcmp_[0-9a-f]{12}\b")}
+
+
+def enable(worker: str | None) -> None:
+    """Write JSON log lines from now on, naming ``worker`` on each."""
+    _STATE.update(on=True, worker=worker)
+
+
+def enabled() -> bool:
+    """True when JSON log lines are on (:func:`enable`)."""
+    return bool(_STATE["on"])
+
+
+def emit(event: str, level: str = "info", **fields: Any) -> None:
+    """Write one JSON object on stderr: ``ts``, ``level``, ``event``, ``worker`` and ``fields`` (None left out)."""
+    line = {"ts": datetime.now().astimezone().isoformat(timespec="milliseconds"), "level": level, "event": event,
+            "worker": _STATE["worker"], **{k: v for k, v in fields.items() if v is not None}}
+    text = json.dumps(line, ensure_ascii=False, default=str)
+    with _LOCK:
+        try:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed: logs are optional, the work goes on
+            pass
+
+
+class JsonReporter:
+    """A :class:`~workrun.services.Reporter` writing each progress message as a JSON ``message`` line; the ids
+    of the operation or compensation the line is about are given as fields."""
+
+    def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
+        """One JSON line for one progress message."""
+        ids = {name: (m.group(0) if (m := pattern.search(text)) else None) for name, pattern in _IDS.items()}
+        emit("message", level, run_id=run_id, node_key=node_key, message=text, **ids)
