@@ -214,8 +214,10 @@ class Engine:
         if policy.action is not None:
             action = action_row(tid, run_id, policy.action, {}, now)
             try:
+                what = "compensation needs attention" if kind == "compensate" else "action"
                 action["request"] = render_request(policy.action, values, idempotency_key=tid,
-                                                   connectors=spec.connectors)
+                                                   connectors=spec.connectors,
+                                                   subject=f"Workrun: {what} — {run_id} {key}")
                 action_note = "; its action is registered"
             except RequestError as exc:
                 action.update(status="failed", reason=f"{exc}: the action cannot be sent")

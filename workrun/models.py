@@ -92,10 +92,43 @@ class ConnectorSpec(_Strict):
     circuit_breaker: CircuitBreaker | None = None
 
 
+class SmtpSpec(_Strict):
+    """``[smtp]`` of a workflow (R-K2): where ``email`` actions are sent from.
+
+    ``host`` goes through the outbound guard; ``starttls`` upgrades a plain connection, ``tls`` is implicit TLS;
+    ``username``/``password`` may use ``{{ env.NAME }}`` (read when a message is sent) and need ``starttls`` or
+    ``tls`` unless the host is a loopback address; ``timeout`` is seconds for the whole exchange.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+
+    host: str = Field(min_length=1)
+    port: int = Field(default=25, ge=1, le=65535)
+    starttls: bool = False
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    sender: str = Field(alias="from", min_length=3)
+    timeout: float = Field(default=30.0, gt=0, le=3600)
+
+
+class EmailSpec(_Strict):
+    """An ``email`` action's message (R-K2): ``to`` and ``cc`` addresses, a plain-text UTF-8 ``body`` template."""
+
+    to: list[str] = Field(min_length=1)
+    cc: list[str] = Field(default_factory=list)
+    body: str
+
+
 def _action_sugar(value: Any) -> Any:
     """An ACTION written as ``{ sms = { connector, template_id, recipients, fields }, <attempt settings> }`` (R-K3)
     as the HTTP request it is: ``POST /sms`` through the connector with that JSON body."""
-    if not isinstance(value, dict) or "sms" not in value:
+    if not isinstance(value, dict) or value.get("kind") not in (None, "http"):  # a stored request: as it is
+        return value
+    if value.get("email") is not None and "method" not in value:
+        rest = {k: v for k, v in value.items() if k != "email"}
+        return {**rest, "kind": "email", "method": "POST", "url": "", "email": value["email"]}
+    if "sms" not in value:
         return value
     sms = value["sms"]
     if not isinstance(sms, dict):
@@ -128,12 +161,13 @@ class HttpRequestSpec(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    kind: Literal["http", "sms"] = "http"
+    kind: Literal["http", "sms", "email"] = "http"
     method: HttpMethod
     url: str
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] | str | None = None
     connector: str | None = None
+    email: EmailSpec | None = None  # ``kind = "email"``: the message, sent through the workflow's [smtp] (R-K2)
 
     @model_validator(mode="before")
     @classmethod
@@ -169,10 +203,12 @@ class CompensationSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _sms(cls, value: Any) -> Any:
-        """``compensation = { sms = {…} }`` is the reverse action ``http = POST /sms`` (R-K3)."""
-        if isinstance(value, dict) and "sms" in value:
-            rest = {k: v for k, v in value.items() if k != "sms"}
-            return {**rest, "http": {"sms": value["sms"]}}
+        """``compensation = { sms = {…} }`` is the reverse action ``http = POST /sms`` (R-K3); ``email = {…}`` an
+        email reverse action (R-K2)."""
+        for kind in ("sms", "email"):
+            if isinstance(value, dict) and value.get(kind) is not None:
+                rest = {k: v for k, v in value.items() if k != kind}
+                return {**rest, "http": {kind: value[kind]}}
         return value
     timeout: float = Field(default=120.0, gt=0, le=86400)
     max_retries: int = Field(default=3, ge=0, le=100)
@@ -454,6 +490,7 @@ class WorkflowSpec(_Strict):
     http_allow: list[str] = Field(default_factory=list)
     notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)
     connectors: dict[str, ConnectorSpec] = Field(default_factory=dict)  # ``[connectors.NAME]`` (R-K1)
+    smtp: SmtpSpec | None = None  # ``[smtp]``: where email actions are sent from (R-K2)
     # set on a run's copy only, never from a file (R-V1, R-V3): fail the run right after this node succeeds
     fail_after: str | None = None
     verify: bool = False  # a run of ``workrun verify`` (left out of ``runs list`` unless --all)

@@ -70,10 +70,12 @@ __all__ = [
     "check_templates",
     "connector_of",
     "env_names",
+    "fill_text",
     "from_queued",
     "parse_allow",
     "parse_url",
     "prepare",
+    "resolve_host",
     "send",
     "send_guarded",
     "whole_reference",
@@ -457,6 +459,14 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
             ``Idempotency-Key`` — R-H1); a header value whose text holds a line break, NUL or a character
             that is not ASCII.
     """
+    if getattr(spec, "kind", "http") == "email":  # an email action (R-K2): literal addresses, a body template
+        email = spec.email
+        for i, address in enumerate([*email.to, *email.cc]):
+            if "{{" in address or "@" not in address or any(c in address for c in "\r\n<>,"):
+                raise ConfigError(f"{address!r} is not one literal email address", file=file,
+                                  field=f"{field}.email.{'to' if i < len(email.to) else 'cc'}")
+        check_templates(email.body, file=file, field=f"{field}.email.body", allow_env=False, check_ref=check_ref)
+        return UrlTemplate.reference("")
     name_of = getattr(spec, "connector", None)
     connector = connector_of(connectors, name_of, file=file, field=f"{field}.connector") if name_of else None
     ref = whole_reference(spec.url)
@@ -549,6 +559,20 @@ def _decoded(text: str) -> str:
             break
         text = once
     return text
+
+
+def fill_text(text: str, lookup: Callable[[str], Any]) -> str:
+    """Fill the templates of a plain text once (R-X1): values as text (``null`` as empty), never filled again."""
+    return _fill(text, lookup, encode=False)
+
+
+def resolve_host(host: str, port: int) -> list[IPAddress]:
+    """The addresses ``host`` resolves to (an address literal as itself), for the outbound guard.
+
+    Raises:
+        OSError: it does not resolve.
+    """
+    return _resolve(host, port)
 
 
 def _fill_target(rest: str, lookup: Callable[[str], Any]) -> str:
@@ -1011,6 +1035,7 @@ class SendResult:
         error: one line for messages when not succeeded (never holds a secret).
         response_tail: the first 2 KiB of the response body as text (R-H7).
         address: the address the connection went to (None when none was made).
+        smtp_code: an email's last SMTP reply code (None for HTTP, or when no answer came, R-K2).
     """
 
     sent: bool
@@ -1021,6 +1046,7 @@ class SendResult:
     error: str | None = None
     response_tail: str | None = None
     address: str | None = None
+    smtp_code: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -1035,7 +1061,7 @@ class SendResult:
         """JSON-safe fields (stored by a worker that sent the request for its scheduler, R-S2)."""
         return {"sent": self.sent, "status": self.status, "headers": dict(self.headers), "body": self.body,
                 "failure": self.failure.value if self.failure is not None else None, "error": self.error,
-                "response_tail": self.response_tail, "address": self.address}
+                "response_tail": self.response_tail, "address": self.address, "smtp_code": self.smtp_code}
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> SendResult:

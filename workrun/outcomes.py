@@ -37,6 +37,8 @@ class Failure(StrEnum):
         BAD_RESPONSE: an HTTP answer broke a bound: body over 1 MiB or headers over 64 KiB (R-H4).
         UNSAFE_REQUEST: not sent because a filled value would aim it elsewhere than the file wrote: an empty or
             ``null`` value in the URL (R-X3), a dot segment; final, never retried.
+        MAIL_REJECTED: the SMTP server answered the message (after DATA) with 5xx: final, never retried (R-K2).
+        MAIL_DEFERRED: the SMTP server answered the message with 4xx: failed, retried within the attempts.
     """
 
     NOT_STARTED = "not_started"
@@ -52,11 +54,14 @@ class Failure(StrEnum):
     HTTP_STATUS = "http_status"
     BAD_RESPONSE = "bad_response"
     UNSAFE_REQUEST = "unsafe_request"
+    MAIL_REJECTED = "mail_rejected"
+    MAIL_DEFERRED = "mail_deferred"
 
     @property
     def final(self) -> bool:
-        """True when trying again cannot help: the same values would fill the same request (R-X3)."""
-        return self is Failure.UNSAFE_REQUEST
+        """True when trying again cannot help: the same values would fill the same request (R-X3), or the mail
+        server refused the message for good (a 5xx answer after DATA, R-K2)."""
+        return self in (Failure.UNSAFE_REQUEST, Failure.MAIL_REJECTED)
 
     @property
     def counts(self) -> bool:

@@ -22,7 +22,8 @@ from typing import Any
 from workrun import faults
 from workrun.backoff import backoff_delay
 from workrun.errors import ActionRefusedError, ConfigError
-from workrun.models import HttpAction, WorkflowSpec
+from workrun.mail import send_mail
+from workrun.models import HttpAction, SmtpSpec, WorkflowSpec
 from workrun.outbound import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
 from workrun.outcomes import Failure
 from workrun.services import Services, new_id
@@ -53,6 +54,12 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
     if request.get("unsendable"):
         return SendResult(False, failure=Failure.UNSAFE_REQUEST, error=f"not sent: {request['unsendable']}")
     stored = request.get("prepared")
+    if stored and stored.get("kind") == "email":  # R-K2: through the workflow's [smtp]
+        spec = svc.journal.run(run_id)["spec"] or {}
+        if not spec.get("smtp"):
+            return SendResult(False, failure=Failure.NOT_SENT, error="not sent: the workflow has no [smtp]")
+        allow = parse_allow(list(spec.get("http_allow") or [])) + allow_from_env()
+        return send_mail(stored, SmtpSpec.model_validate(spec["smtp"]), allow, before_send=before_send)
     if not stored:  # a journal written before requests were stored prepared: it cannot be sent safely now
         return SendResult(False, failure=Failure.NOT_SENT, error="not sent: the stored request predates prepared "
                           "requests; register the action again")
@@ -191,6 +198,8 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     lost = answer.failure == Failure.UNKNOWN
     attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.response_tail,
                "error": answer.error, "failure": answer.failure.value if answer.failure else None}
+    if answer.smtp_code is not None:
+        attempt["smtp_code"] = answer.smtp_code
     after: dict[str, Any]
     if answer.succeeded:
         attempt["status"] = "succeeded"

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from workrun.mail import prepare_mail
 from workrun.models import HttpAction
 from workrun.outbound import EnvLater, RequestError, UnsafeRequestError, connector_of, parse_url, prepare
 
@@ -62,7 +63,8 @@ def _lookup(ref: str, values: dict[str, Any]) -> Any:
 
 
 def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_key: str,
-                   connectors: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   connectors: Mapping[str, Any] | None = None, subject: str = "",
+                   message_id: str | None = None) -> dict[str, Any]:
     """Prepare the request an action sends, once (R-X1, R-X3): what the journal stores for it.
 
     Args:
@@ -70,6 +72,7 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
         values: ``inputs``, ``nodes`` (``{key: {"result": …}}``) and plain names (``run_id``, ``error``, …).
         idempotency_key: its ``Idempotency-Key`` (the ticket or notification id).
         connectors: the workflow's ``[connectors]``, for an action that names one (R-K1, R-K3).
+        subject, message_id: an email action's subject and ``Message-ID`` (R-K2; default ``<KEY@workrun>``).
 
     Returns:
         ``{method, url, headers, body, timeout, prepared}``: the request as shown (``{{ env.NAME }}`` as text)
@@ -81,6 +84,11 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
         KeyError: a referenced value is missing.
         RequestError: a filled header value holds a line break or a character that is not ASCII, or a bound.
     """
+    if action.kind == "email" and action.email is not None:  # R-K2: the message, filled once
+        mail = prepare_mail(action.email, subject=subject, message_id=message_id or f"<{idempotency_key}@workrun>",
+                            lookup=lambda ref: _lookup(ref, values))
+        return {"method": "EMAIL", "url": "mailto:" + ",".join(mail["to"] + mail["cc"]), "headers": {},
+                "body": mail["body"], "timeout": action.timeout, "prepared": mail}
     connector = connector_of(connectors, action.connector)
     try:
         url = connector.url(action.url) if connector is not None else parse_url(action.url)
@@ -139,9 +147,15 @@ def notification_row(notification_id: str, subject: str, run_id: str, message: s
     Raises:
         KeyError: a template of ``[notify]`` names a value that is missing.
     """
+    run_id_text, node = values.get("run_id", run_id), values.get("node_key", "")
+    kind, _, key = subject.partition(":")
+    key = key.split(":", 1)[0]
+    message_id = {"ticket": f"<{key}.notify@workrun>", "compensation": f"<{key}.dead-letter@workrun>",
+                  "action": f"<{key}.dead-letter@workrun>"}.get(kind)
     try:
         request = render_request(notify, {**values, "message": message}, idempotency_key=notification_id,
-                                 connectors=connectors)
+                                 connectors=connectors, message_id=message_id,
+                                 subject=f"Workrun: compensation needs attention — {run_id_text} {node}".rstrip())
     except RequestError as exc:
         request = {"method": notify.method, "url": notify.url, "headers": {}, "body": None, "timeout": notify.timeout,
                    "prepared": None, "unsendable": str(exc)}

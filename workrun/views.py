@@ -31,6 +31,7 @@ def attempt_view(a: dict[str, Any]) -> dict[str, Any]:
     return {"number": a["number"], "started_at": iso(a["started_at"]), "ended_at": iso(a["ended_at"]),
             "exit_code": a["exit_code"], "signal": a["signal"], "stderr_tail": a["stderr_tail"] or "",
             "http_status": a.get("http_status"), "response_tail": a.get("response_tail"),
+            "smtp_code": a.get("smtp_code"),
             "trigger": a["trigger"], "status": a["status"], "error": a["error"], "result": a["result"]}
 
 
@@ -111,6 +112,7 @@ def ticket_view(journal: Journal, t: dict[str, Any]) -> dict[str, Any]:
                   "max_attempts": a["max_attempts"], "next_attempt_at": iso(a["next_attempt_at"]),
                   "attempts": [{"number": x["number"], "started_at": iso(x["started_at"]),
                                 "ended_at": iso(x["ended_at"]), "http_status": x["http_status"],
+                                "smtp_code": x.get("smtp_code"),
                                 "response_tail": x["response_tail"] or "", "trigger": x["trigger"],
                                 "status": x["status"], "error": x["error"]} for x in journal.ticket_attempts(tid)]}
     return {"ticket_id": tid, "run_id": t["run_id"], "node_key": t["node_key"], "policy": t["policy"],

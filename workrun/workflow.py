@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from workrun.apps import load_app, one_reading, parse_toml, pydantic_error, toml_type
 from workrun.errors import ConfigError, ConfigErrors
+from workrun.mail import check_smtp
 from workrun.models import (
     NODE_MODELS,
     AgentNode,
@@ -29,6 +30,7 @@ from workrun.models import (
     OutputField,
     PolicyError,
     ProcessNode,
+    SmtpSpec,
     WorkflowSpec,
 )
 from workrun.nodes.base import NodeExecutor, Where
@@ -202,7 +204,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     data = parse_toml(text, file)
-    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify", "connectors"}
+    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify", "connectors", "smtp"}
     if unknown:
         raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
     name = data.get("name", path.stem)
@@ -221,6 +223,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
     allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
     connectors = _parse_connectors(data.get("connectors"), file)  # R-K1
+    smtp = _parse_smtp(data.get("smtp"), file)  # R-K2
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
@@ -280,10 +283,12 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         notify = _parse_notify(data.get("notify"), file, inputs, connectors)
     except ConfigError as exc:
         errors.append(exc)
+    if smtp is None:  # an email action needs [smtp] (R-K5)
+        errors += _emails_without_smtp(nodes, notify, file)
     if errors:
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow,
-                        notify=notify, connectors=connectors)
+                        notify=notify, connectors=connectors, smtp=smtp)
     return spec, inputs
 
 
@@ -445,17 +450,17 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
         return None
     if not isinstance(value, dict):
         raise ConfigError("must be a table: [notify] http = { url = … }", file=file, field="notify")
-    unknown = sorted(set(value) - {"http", "sms"})
+    unknown = sorted(set(value) - {"http", "sms", "email"})
     if unknown:
-        raise ConfigError("unknown key (http or sms)", file=file, field=f"notify.{unknown[0]}")
-    kinds = [k for k in ("http", "sms") if k in value]
+        raise ConfigError("unknown key (http, sms or email)", file=file, field=f"notify.{unknown[0]}")
+    kinds = [k for k in ("http", "sms", "email") if k in value]
     if len(kinds) != 1:
-        raise ConfigError("give exactly one of http and sms", file=file, field="notify")
+        raise ConfigError("give exactly one of http, sms and email", file=file, field="notify")
     kind = kinds[0]
     if not isinstance(value[kind], dict):
         raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=f"notify.{kind}")
     try:
-        action = HttpAction.model_validate(value["http"] if kind == "http" else {"sms": value["sms"]})
+        action = HttpAction.model_validate(value["http"] if kind == "http" else {kind: value[kind]})
     except ValidationError as exc:
         raise pydantic_error(exc, file, f"notify.{kind}") from None
     action = _with_connector_timeouts(action, connectors or {})
@@ -463,6 +468,46 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
                             frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}),
                             connectors)
     return action
+
+
+def _parse_smtp(value: Any, file: str) -> SmtpSpec | None:
+    """``[smtp]`` (R-K2): host, port, starttls/tls, username/password (``{{ env.NAME }}``), from, timeout.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError("must be a table", file=file, field="smtp")
+    try:
+        smtp = SmtpSpec.model_validate(value)
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, "smtp") from None
+    check_smtp(smtp, file=file)
+    return smtp
+
+
+def _emails_without_smtp(nodes: Mapping[str, NodeSpec], notify: HttpAction | None, file: str) -> list[ConfigError]:
+    """An error for each email action of a workflow without ``[smtp]`` (R-K5), naming its field."""
+    found: list[tuple[str, str]] = []
+    for key, node in nodes.items():
+        comp = getattr(node, "compensation", None)
+        if isinstance(comp, HttpAction) and comp.kind == "email":
+            found.append((file, f"nodes.{key}.compensation"))
+        if node.on_failure.action is not None and node.on_failure.action.kind == "email":
+            found.append((file, f"nodes.{key}.on_failure.{node.on_failure.kind}"))
+        refs = [(node.project, node.app)] if isinstance(node, ProcessNode) and node.project and node.app else []
+        refs += [(t.project, t.app) for t in node.tools] if isinstance(node, AgentNode) else []
+        for project, app_name in refs:
+            app = load_app(Path(project), app_name)
+            if app.compensation is not None and app.compensation.http is not None \
+                    and app.compensation.http.kind == "email":
+                found.append((str(Path(project) / "pyproject.toml"), f"tool.workrun.apps.{app_name}.compensation"))
+    if notify is not None and notify.kind == "email":
+        found.append((file, "notify.email"))
+    return [ConfigError("an email action needs [smtp] in the workflow (host, port, from, …)", file=f, field=w)
+            for f, w in found]
 
 
 def _parse_connectors(value: Any, file: str) -> dict[str, ConnectorSpec]:

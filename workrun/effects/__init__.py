@@ -1,7 +1,8 @@
 """Side effects, one module per kind, behind one protocol (:class:`~workrun.effects.base.Effect`, issue 27).
 
 - :mod:`workrun.effects.app_call`: App processes (node calls, Tool App calls, compensation scripts);
-- :mod:`workrun.effects.http_request`: HTTP requests (http nodes, HTTP reverse actions).
+- :mod:`workrun.effects.http_request`: HTTP requests (http nodes, HTTP reverse actions, SMS through a connector);
+- :mod:`workrun.effects.email`: email reverse actions over SMTP.
 
 Adding a kind is one module plus its :func:`register` line below. Everything outside this package that
 must treat calls differently by kind asks :func:`for_operation` or :func:`for_compensation`.
@@ -14,6 +15,7 @@ from typing import Any
 
 from workrun.effects.app_call import AppCall
 from workrun.effects.base import Effect, Planned
+from workrun.effects.email import Email
 from workrun.effects.http_request import HttpRequest
 from workrun.operations import current_owner, owner_gone
 from workrun.runner.base import CLAIM_WAIT
@@ -44,6 +46,7 @@ def register(effect: Effect, *, operation_kinds: tuple[str, ...] = (), plans: bo
 
 register(AppCall(), operation_kinds=("process", "tool"))
 register(HttpRequest(), operation_kinds=("http",))  # asked first: an App may declare a reverse action (R-H6)
+register(Email(), plans=False)  # an email reverse action, planned by the HTTP kind as its written form (R-K2)
 
 
 def for_operation(op: dict[str, Any]) -> Effect:
@@ -55,7 +58,9 @@ def for_compensation(comp: dict[str, Any]) -> Effect:
     """The effect that runs ``comp``'s attempts: the one its record names (``context.effect``), else an HTTP
     reverse action when the record carries one, else an App's compensation script."""
     context = comp.get("context") or {}
-    name = context.get("effect") or ("http" if context.get("reverse_action") else _DEFAULT)
+    action = context.get("reverse_action") or {}
+    name = context.get("effect") or ({"email": "email"}.get(action.get("kind") or "", "http") if action
+                                     else _DEFAULT)
     return _BY_NAME.get(name, _BY_NAME[_DEFAULT])
 
 

@@ -140,7 +140,7 @@ def reverse_action_of(op: dict[str, Any]) -> tuple[HttpRequestSpec | None, dict[
         action = node.compensation
         if action is None:
             return None, {}
-        written = action.model_dump(include={"kind", "method", "url", "headers", "body", "connector"})
+        written = action.model_dump(include={"kind", "method", "url", "headers", "body", "connector", "email"})
         return HttpRequestSpec.model_validate(written), \
             knobs(action.max_retries, action.timeout, action.backoff, action.idempotent)
     app = AppSpec.model_validate(op["config"])
@@ -307,8 +307,8 @@ def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, 
             comp_status, reason = "pending", f"attempt {number} failed ({what}); retrying in {delay:.2g} s"
     svc.journal.finish_attempt(cid, number, status=status, failure=got.failure, error=got.error, result=result, at=now,
                                compensation_status=comp_status, reason=reason, next_attempt_at=next_at,
-                               http_status=got.status, response_tail=got.response_tail)
-    metrics.count_attempt(KIND, status)
+                               http_status=got.status, response_tail=got.response_tail, smtp_code=got.smtp_code)
+    metrics.count_attempt("email" if got.smtp_code is not None else KIND, status)
     metrics.count_compensation(comp_status)
     return svc.journal.compensation(cid)
 

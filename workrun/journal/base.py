@@ -256,7 +256,8 @@ class Journal(Protocol):
                        error: str | None, result: Any, at: float, exit_code: int | None = None,
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
                        compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
-                       http_status: int | None = None, response_tail: str | None = None) -> None:
+                       http_status: int | None = None, response_tail: str | None = None,
+                       smtp_code: int | None = None) -> None:
         """Record an attempt's outcome and its compensation's new status in one transaction (R-C7).
 
         The compensation's ``result`` is set to ``result`` when ``compensation_status`` is ``succeeded``;

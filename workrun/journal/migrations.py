@@ -329,4 +329,9 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN verify INTEGER NOT NULL DEFAULT 0;
     """,
+    # 11: email actions (R-K2): the SMTP reply code of an attempt, as http_status is an HTTP one's
+    """
+    ALTER TABLE attempts ADD COLUMN smtp_code INTEGER;
+    ALTER TABLE ticket_attempts ADD COLUMN smtp_code INTEGER;
+    """,
 ]

@@ -474,12 +474,15 @@ class SqliteJournal:
                        error: str | None, result: Any, at: float, exit_code: int | None = None,
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
                        compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
-                       http_status: int | None = None, response_tail: str | None = None) -> None:
+                       http_status: int | None = None, response_tail: str | None = None,
+                       smtp_code: int | None = None) -> None:
         """Record an attempt's outcome and its compensation's status in one transaction."""
         akey, ckey = (compensation_id, number), (compensation_id,)
         attempt = {"status": status, "failure": failure, "error": error, "result": result, "ended_at": at,
                    "exit_code": exit_code, "signal": signal, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail,
                    "http_status": http_status, "response_tail": response_tail}
+        if smtp_code is not None:
+            attempt["smtp_code"] = smtp_code
         comp: dict[str, Any] = {"status": compensation_status, "reason": reason, "updated_at": at,
                                 "next_attempt_at": next_attempt_at, "held_back_by": None}
         if compensation_status == "succeeded":

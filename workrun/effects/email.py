@@ -1,0 +1,102 @@
+"""An email reverse action as a side effect (SPEC §19, R-K2): ``compensation = { email = { to, cc, body } }``.
+
+Journaled as an HTTP reverse action is (``attempt.intent`` -> ``attempt.started`` just before the SMTP
+exchange -> ``attempt.finished``, with the reply code as ``smtp_code``); subject "Workrun: reverse action
+— RUN_ID NODE_KEY", ``Message-ID: <COMPENSATION_ID@workrun>`` for every attempt. The message is sent by
+the run's scheduler itself (as a remote A2A task is), through the workflow's ``[smtp]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workrun.effects.base import Planned
+from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
+from workrun.errors import StaleStatusError
+from workrun.mail import prepare_mail, send_mail
+from workrun.models import HttpRequestSpec, SmtpSpec
+from workrun.operations import Attempted
+from workrun.outbound import RequestError, SendResult, allow_from_env, parse_allow
+from workrun.outcomes import Failure
+from workrun.services import Services
+
+__all__ = ["Email", "message_of"]
+
+
+def message_of(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> tuple[dict[str, Any], SmtpSpec, Any]:
+    """The reverse action's message, filled once, the run's ``[smtp]`` and its guard's allow list.
+
+    Raises:
+        KeyError: a body template has no value. RequestError: the workflow has no ``[smtp]``.
+    """
+    action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
+    run = svc.journal.run(comp["run_id"])
+    spec = run["spec"] or {}
+    if not spec.get("smtp") or action.email is None:
+        raise RequestError("an email action needs [smtp] in its workflow")
+    smtp = SmtpSpec.model_validate(spec["smtp"])
+    allow = parse_allow(list(spec.get("http_allow") or [])) + allow_from_env()
+    mail = prepare_mail(action.email, subject=f"Workrun: reverse action — {comp['run_id']} {comp['node_key']}",
+                        message_id=f"<{comp['compensation_id']}@workrun>", lookup=_action_lookup(svc, comp, op))
+    return mail, smtp, allow
+
+
+class Email:
+    """Email reverse actions (see :class:`~workrun.effects.base.Effect`)."""
+
+    name = "email"
+
+    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+        raise NotImplementedError("an email is never a node's operation")
+
+    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError("an email is never a node's operation")
+
+    def describe(self, op: dict[str, Any]) -> str:
+        return "email"
+
+    def plan(self, op: dict[str, Any]) -> Planned | None:
+        return None  # planned as a reverse action by the HTTP kind (its record names kind = "email")
+
+    def no_compensation(self, op: dict[str, Any]) -> str:
+        return "no email action"
+
+    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+        """One attempt: intent, then "about to send" once the guard let the SMTP host through, then the outcome."""
+        cid = comp["compensation_id"]
+        number = len(svc.journal.attempts(cid)) + 1
+        try:
+            svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
+        except StaleStatusError:
+            return Attempted(svc.journal.compensation(cid), None)
+        attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
+        try:
+            mail, smtp, allow = message_of(svc, comp, op)
+        except KeyError as exc:
+            got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
+            return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+        except RequestError as exc:
+            got = SendResult(False, failure=Failure.NOT_SENT, error=f"not sent: {exc}")
+            return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+
+        def about_to_send() -> None:
+            svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + smtp.timeout)
+
+        svc.say(comp["run_id"], comp["node_key"], "info",
+                f"compensation {cid} of {comp['node_key']}: attempt {number}: email to {', '.join(mail['to'])}")
+        got = send_mail(mail, smtp, allow, before_send=about_to_send)
+        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+
+    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
+                        claim_wait: float) -> dict[str, Any]:
+        """``starting``: never sent (not started); ``running``: it may have been: ``unknown`` (R-R3)."""
+        return recover_http_attempt(svc, comp, attempt)
+
+    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        """Send the message once more, the same Message-ID (a receiver de-duplicates), outside the journal."""
+        try:
+            mail, smtp, allow = message_of(svc, comp, op)
+        except (KeyError, RequestError) as exc:
+            return str(exc)
+        got = send_mail(mail, smtp, allow)
+        return None if got.succeeded else (got.error or "failed")
