@@ -17,6 +17,7 @@ The engine knows no node kind: it is handed executors ``{kind: executor}``
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,11 +38,13 @@ from workrun.templates import node_dependencies
 from workrun.ticket_records import (
     SYSTEM_ACTOR,
     action_row,
+    data_updates,
     event_row,
     new_ticket_id,
     notification_row,
     one_line,
     render_request,
+    run_data,
     ticket_message,
     ticket_row,
 )
@@ -59,9 +62,14 @@ def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eva
     svc.journal.create_run({
         "run_id": run_id, "workflow": spec.name, "workflow_path": spec.path, "spec": spec.model_dump(mode="json"),
         "inputs": inputs, "status": "running", "eval": int(eval_run), "rerun_of": rerun_of,
-        "created_at": svc.now(), "verify": int(spec.verify),
+        "created_at": svc.now(), "verify": int(spec.verify), "data": dict(inputs),
     }, list(spec.nodes))
     return run_id
+
+
+def _reads_data(value: Any) -> bool:
+    """True when a templated value reads ``{{ data.NAME }}`` (the run's data is then read for it, R-K4)."""
+    return "data." in json.dumps(value, default=str)
 
 
 def _deps(node: NodeSpec) -> list[str]:
@@ -159,9 +167,11 @@ class Engine:
 
         if inputs is None:
             inputs = svc.journal.run(run_id)["inputs"]
-        context = {"inputs": inputs, "nodes": {
+        context: dict[str, Any] = {"inputs": inputs, "nodes": {
             k: {"result": n["result"]} for k, n in nodes.items()
             if n["status"] == "succeeded" or (n["handled"] and n["result"] is not None)}}
+        if _reads_data(node.templated()) or _reads_data(node.on_failure.written()):  # R-K4: read when it starts
+            context["data"] = run_data(svc.journal.run(run_id))
         depends_on: list[str] = []
         for dep in _deps(node):
             for o in self._effective_ops(dep, spec, nodes, ops_of):
@@ -211,7 +221,19 @@ class Engine:
         events = [event_row(tid, run_id, SYSTEM_ACTOR, "open", {"policy": kind, "status": status}, now, error)]
         action = None
         action_note = ""
-        if policy.action is not None:
+        new_data: dict[str, Any] | None = None
+        if policy.action is not None and policy.action.kind == "update_data" or _reads_data(policy.written()) \
+                or (spec.notify is not None and _reads_data(spec.notify.model_dump())):
+            values["data"] = run_data(svc.journal.run(run_id))
+        if policy.action is not None and policy.action.kind == "update_data" and kind == "fallback_action":
+            try:  # a local write: applied in the transaction that marks the node handled (R-K4)
+                updates = data_updates(policy.action, values)
+                new_data = {**values["data"], **updates}
+                events.append(event_row(tid, run_id, SYSTEM_ACTOR, "update_data", {"fields": list(updates)}, now))
+                action_note = "; its data update is applied"
+            except KeyError as exc:
+                action_note = f"; its data update cannot be made (template {{{{ {exc.args[0]} }}}} has no value)"
+        elif policy.action is not None:
             action = action_row(tid, run_id, policy.action, {}, now)
             try:
                 what = "compensation needs attention" if kind == "compensate" else "action"
@@ -238,7 +260,7 @@ class Engine:
         svc.journal.open_ticket(ticket_row(tid, run_id, key, kind, status, error, now),
                                 node_status="waiting" if status == "pending" else "failed",
                                 handled=kind == "fallback_action", at=now, events=events, action=action,
-                                notification=notification)
+                                notification=notification, run_data=new_data)
         if status == "pending":
             svc.say(run_id, key, "error", f"{key}: failed ({error}); waiting for a person: ticket {tid} "
                     f"(on_failure = {kind}){action_note}. `workrun tickets resume {tid}` or "

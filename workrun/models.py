@@ -112,6 +112,14 @@ class SmtpSpec(_Strict):
     timeout: float = Field(default=30.0, gt=0, le=3600)
 
 
+class UpdateDataSpec(_Strict):
+    """An ``update_data`` action (R-K4): set each key of ``fields`` in the run's ``data`` to its rendered value from
+    ``values`` (a template; a whole-value template keeps its JSON type), or to ``null`` when ``values`` has none."""
+
+    fields: list[str] = Field(min_length=1)
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
 class EmailSpec(_Strict):
     """An ``email`` action's message (R-K2): ``to`` and ``cc`` addresses, a plain-text UTF-8 ``body`` template."""
 
@@ -125,6 +133,9 @@ def _action_sugar(value: Any) -> Any:
     as the HTTP request it is: ``POST /sms`` through the connector with that JSON body."""
     if not isinstance(value, dict) or value.get("kind") not in (None, "http"):  # a stored request: as it is
         return value
+    if value.get("update_data") is not None and "method" not in value:
+        rest = {k: v for k, v in value.items() if k != "update_data"}
+        return {**rest, "kind": "update_data", "method": "POST", "url": "", "update_data": value["update_data"]}
     if value.get("email") is not None and "method" not in value:
         rest = {k: v for k, v in value.items() if k != "email"}
         return {**rest, "kind": "email", "method": "POST", "url": "", "email": value["email"]}
@@ -161,13 +172,14 @@ class HttpRequestSpec(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    kind: Literal["http", "sms", "email"] = "http"
+    kind: Literal["http", "sms", "email", "update_data"] = "http"
     method: HttpMethod
     url: str
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] | str | None = None
     connector: str | None = None
     email: EmailSpec | None = None  # ``kind = "email"``: the message, sent through the workflow's [smtp] (R-K2)
+    update_data: UpdateDataSpec | None = None  # ``kind = "update_data"``: a write to the run's data (R-K4)
 
     @model_validator(mode="before")
     @classmethod

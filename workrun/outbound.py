@@ -71,6 +71,7 @@ __all__ = [
     "connector_of",
     "env_names",
     "fill_text",
+    "fill_value",
     "from_queued",
     "parse_allow",
     "parse_url",
@@ -436,7 +437,7 @@ def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool
 
 
 _ACTION_REF = re.compile(r"^(original\.(input|result)(\.[A-Za-z0-9_\-]+)*|operation_id|compensation_id|run_id|node_key"
-                         r"|error|inputs\.[A-Za-z0-9_\-]+)$")
+                         r"|error|inputs\.[A-Za-z0-9_\-]+|data\.[A-Za-z0-9_\-]+)$")
 
 
 def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callable[[str, str], None],
@@ -459,6 +460,14 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
             ``Idempotency-Key`` — R-H1); a header value whose text holds a line break, NUL or a character
             that is not ASCII.
     """
+    if getattr(spec, "kind", "http") == "update_data":  # R-K4: templates in its values only
+        check_templates(spec.update_data.values, file=file, field=f"{field}.update_data.values", allow_env=False,
+                        check_ref=check_ref)
+        unknown = sorted(set(spec.update_data.values) - set(spec.update_data.fields))
+        if unknown:
+            raise ConfigError(f"{unknown[0]!r} is not one of its fields", file=file,
+                              field=f"{field}.update_data.values.{unknown[0]}")
+        return UrlTemplate.reference("")
     if getattr(spec, "kind", "http") == "email":  # an email action (R-K2): literal addresses, a body template
         email = spec.email
         for i, address in enumerate([*email.to, *email.cc]):
@@ -559,6 +568,12 @@ def _decoded(text: str) -> str:
             break
         text = once
     return text
+
+
+def fill_value(value: Any, lookup: Callable[[str], Any]) -> Any:
+    """Fill the templates of a JSON-like value once (R-X1): a string that is one whole template keeps the value's
+    JSON type (``null`` stays ``null``); others are filled as text."""
+    return _fill_value(value, lookup)
 
 
 def fill_text(text: str, lookup: Callable[[str], Any]) -> str:

@@ -115,7 +115,8 @@ TRANSITIONS: dict[str, dict[str, frozenset[str]]] = {
         "unknown": frozenset({"succeeded", "failed"}),
     },
     "ticket_attempts": {
-        "starting": frozenset({"sending", "not_started", "failed"}),
+        # starting -> succeeded: an update_data action, a local write committed with its success (R-K4)
+        "starting": frozenset({"sending", "not_started", "failed", "succeeded"}),
         "sending": frozenset({"succeeded", "failed", "unknown"}),
     },
     "notifications": {

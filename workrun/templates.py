@@ -14,7 +14,8 @@ __all__ = ["REFERENCE", "TemplateValueError", "check_template_braces", "node_dep
 
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 #: what a reference inside ``{{ }}`` may look like
-REFERENCE = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
+REFERENCE = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|data\.[A-Za-z0-9_\-]+"
+                       r"|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
 
 
 class TemplateValueError(ConfigError):
@@ -66,6 +67,8 @@ def _lookup(ref: str, context: dict[str, Any]) -> Any:
     try:
         if parts[0] == "inputs":
             return context["inputs"][parts[1]]
+        if parts[0] == "data":  # the run's data when the node starts (R-K4); a name not set yet is null
+            return (context.get("data") or {}).get(parts[1])
         value: Any = context["nodes"][parts[1]]["result"]
     except (KeyError, IndexError):
         raise TemplateValueError(ref) from None

@@ -27,7 +27,7 @@ from workrun.models import HttpAction, SmtpSpec, WorkflowSpec
 from workrun.outbound import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
 from workrun.outcomes import Failure
 from workrun.services import Services, new_id
-from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line
+from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
 
 __all__ = [
     "notify_dead_letters",
@@ -54,6 +54,8 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
     if request.get("unsendable"):
         return SendResult(False, failure=Failure.UNSAFE_REQUEST, error=f"not sent: {request['unsendable']}")
     stored = request.get("prepared")
+    if stored and stored.get("kind") == "update_data":  # R-K4: a local write, made with the attempt's success
+        return SendResult(True, status=None, body={"data": stored["updates"]})
     if stored and stored.get("kind") == "email":  # R-K2: through the workflow's [smtp]
         spec = svc.journal.run(run_id)["spec"] or {}
         if not spec.get("smtp"):
@@ -218,7 +220,11 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
         else:
             after = {"status": "failed", "reason": f"{answer.error} (after {number} attempt(s)); `workrun tickets "
                                                    f"retry {tid}` sends it again"}
-    svc.journal.finish_action_attempt(tid, number, attempt, {**after, "updated_at": now})
+    stored = (action["request"] or {}).get("prepared") or {}
+    write = None
+    if stored.get("kind") == "update_data" and answer.succeeded:  # the write and its success: one transaction
+        write = (ticket["run_id"], {**run_data(svc.journal.run(ticket["run_id"])), **stored["updates"]})
+    svc.journal.finish_action_attempt(tid, number, attempt, {**after, "updated_at": now}, run_data=write)
     level = "info" if after["status"] in ("succeeded", "pending") else "error"
     svc.say(ticket["run_id"], ticket["node_key"], level, f"ticket {tid}: action {after['status']}"
             + (f" ({after['reason']})" if after.get("reason") else ""))

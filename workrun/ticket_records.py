@@ -20,11 +20,21 @@ from typing import Any
 
 from workrun.mail import prepare_mail
 from workrun.models import HttpAction
-from workrun.outbound import EnvLater, RequestError, UnsafeRequestError, connector_of, parse_url, prepare
+from workrun.outbound import (
+    EnvLater,
+    RequestError,
+    UnsafeRequestError,
+    connector_of,
+    fill_value,
+    parse_url,
+    prepare,
+)
 
 __all__ = [
     "SYSTEM_ACTOR",
     "action_row",
+    "data_updates",
+    "run_data",
     "event_row",
     "new_ticket_id",
     "notification_row",
@@ -50,6 +60,8 @@ def one_line(text: str | None, limit: int = 300) -> str:
 
 def _lookup(ref: str, values: dict[str, Any]) -> Any:
     parts = ref.split(".")
+    if parts[0] == "data" and len(parts) == 2:  # the run's data when the action is prepared (R-K4)
+        return (values.get("data") or {}).get(parts[1])
     if parts[0] == "inputs":
         return values["inputs"][parts[1]]
     if parts[0] == "nodes":
@@ -60,6 +72,26 @@ def _lookup(ref: str, values: dict[str, Any]) -> Any:
             value = value[part]
         return value
     return values[ref]
+
+
+def run_data(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's ``data`` (R-K4): its current value, or its inputs for a run journaled before data existed."""
+    data = run.get("data")
+    return dict(data) if isinstance(data, dict) else dict(run.get("inputs") or {})
+
+
+def data_updates(action: HttpAction, values: dict[str, Any]) -> dict[str, Any]:
+    """What an ``update_data`` action sets (R-K4): each of its ``fields`` to its value from ``values`` filled once
+    (a whole-value template keeps its JSON type), or ``null`` when it gives none. Keys outside ``fields`` are
+    untouched by the caller's merge.
+
+    Raises:
+        KeyError: a template has no value.
+    """
+    spec = action.update_data
+    assert spec is not None
+    return {f: fill_value(spec.values[f], lambda ref: _lookup(ref, values)) if f in spec.values else None
+            for f in spec.fields}
 
 
 def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_key: str,
@@ -84,6 +116,10 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
         KeyError: a referenced value is missing.
         RequestError: a filled header value holds a line break or a character that is not ASCII, or a bound.
     """
+    if action.kind == "update_data":  # R-K4: the values, filled once; written when the action runs
+        updates = data_updates(action, values)
+        return {"method": "DATA", "url": "data:", "headers": {}, "body": updates, "timeout": action.timeout,
+                "prepared": {"kind": "update_data", "updates": updates}}
     if action.kind == "email" and action.email is not None:  # R-K2: the message, filled once
         mail = prepare_mail(action.email, subject=subject, message_id=message_id or f"<{idempotency_key}@workrun>",
                             lookup=lambda ref: _lookup(ref, values))

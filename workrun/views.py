@@ -89,7 +89,9 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
             "compensation": compensation_view(c, attempts.get(c["compensation_id"], [])) if c else None,
         })
     unfinished = [c["compensation_id"] for c in comps.values() if c["status"] not in COMPENSATION_DONE]
-    return {**run_summary(run), "inputs": run["inputs"], "reason": run["reason"],
+    data = run.get("data")
+    return {**run_summary(run), "inputs": run["inputs"], "data": data if isinstance(data, dict) else run["inputs"],
+            "reason": run["reason"],
             "stop_requested": bool(run["stop_requested"]), "messages": msgs(None), "nodes": nodes,
             "operations": operations, "unfinished_compensations": unfinished,
             "remote_tasks": [{k: t[k] for k in ("node_key", "url", "task_id", "state", "cancel_status",

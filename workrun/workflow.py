@@ -257,9 +257,11 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         except ConfigError as exc:
             errors.append(exc)
     graph: dict[str, list[str]] = {}
+    data_names = set(inputs) | _update_data_fields(nodes)  # what {{ data.NAME }} may read (R-K4)
     for key, node in nodes.items():
         try:
-            _check_node_refs(key, node, nodes, bad, refs_of[key], inputs, outputs, policies[key], file)
+            _check_node_refs(key, node, nodes, bad, refs_of[key], data_names, outputs, policies[key], file,
+                             inputs)
         except ConfigError as exc:
             errors.append(exc)
             bad.add(key)
@@ -334,8 +336,9 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExe
 
 
 def _check_node_refs(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: set[str],
-                     refs: list[tuple[str, str]], inputs: dict[str, Any],
-                     outputs: dict[str, dict[str, OutputField]], policy: FailurePolicy, file: str) -> None:
+                     refs: list[tuple[str, str]], data_names: set[str],
+                     outputs: dict[str, dict[str, OutputField]], policy: FailurePolicy, file: str,
+                     inputs: dict[str, Any]) -> None:
     """A node's ``needs``, template references and fallback against the other nodes (``bad``: nodes with an
     error of their own, not reported again here).
 
@@ -358,6 +361,11 @@ def _check_node_refs(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: 
             if parts[1] not in inputs:
                 raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
                                   "with --input", file=file, field=field)
+            continue
+        if parts[0] == "data":
+            if parts[1] not in data_names:
+                raise ConfigError(f"{{{{ {ref} }}}}: {parts[1]!r} is neither an input nor set by an update_data "
+                                  "action of this workflow", file=file, field=field)
             continue
         target = parts[1]
         if target in bad:
@@ -428,6 +436,8 @@ def _check_action_templates(action: HttpAction, file: str, field: str, inputs: d
                 raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
                                   "with --input", file=file, field=where)
             return
+        if parts[0] == "data" and len(parts) == 2:  # the run's data when the action is prepared (R-K4)
+            return
         if parts[0] == "nodes" and len(parts) >= 3 and parts[2] == "result":
             if parts[1] not in upstream:
                 raise ConfigError(f"{{{{ {ref} }}}}: node {parts[1]!r} is not upstream of this node, so it has no "
@@ -486,6 +496,16 @@ def _parse_smtp(value: Any, file: str) -> SmtpSpec | None:
         raise pydantic_error(exc, file, "smtp") from None
     check_smtp(smtp, file=file)
     return smtp
+
+
+def _update_data_fields(nodes: Mapping[str, NodeSpec]) -> set[str]:
+    """Every field an ``update_data`` action of the workflow sets (a node's reverse action or failure action)."""
+    names: set[str] = set()
+    for node in nodes.values():
+        for action in (getattr(node, "compensation", None), node.on_failure.action):
+            if isinstance(action, HttpRequestSpec) and action.update_data is not None:
+                names.update(action.update_data.fields)
+    return names
 
 
 def _emails_without_smtp(nodes: Mapping[str, NodeSpec], notify: HttpAction | None, file: str) -> list[ConfigError]:

@@ -2,7 +2,8 @@
 
 - :mod:`workrun.effects.app_call`: App processes (node calls, Tool App calls, compensation scripts);
 - :mod:`workrun.effects.http_request`: HTTP requests (http nodes, HTTP reverse actions, SMS through a connector);
-- :mod:`workrun.effects.email`: email reverse actions over SMTP.
+- :mod:`workrun.effects.email`: email reverse actions over SMTP;
+- :mod:`workrun.effects.data`: ``update_data`` reverse actions (a write to the run's data with a receipt).
 
 Adding a kind is one module plus its :func:`register` line below. Everything outside this package that
 must treat calls differently by kind asks :func:`for_operation` or :func:`for_compensation`.
@@ -15,6 +16,7 @@ from typing import Any
 
 from workrun.effects.app_call import AppCall
 from workrun.effects.base import Effect, Planned
+from workrun.effects.data import DataUpdate
 from workrun.effects.email import Email
 from workrun.effects.http_request import HttpRequest
 from workrun.operations import current_owner, owner_gone
@@ -47,6 +49,7 @@ def register(effect: Effect, *, operation_kinds: tuple[str, ...] = (), plans: bo
 register(AppCall(), operation_kinds=("process", "tool"))
 register(HttpRequest(), operation_kinds=("http",))  # asked first: an App may declare a reverse action (R-H6)
 register(Email(), plans=False)  # an email reverse action, planned by the HTTP kind as its written form (R-K2)
+register(DataUpdate(), plans=False)  # an update_data reverse action, likewise (R-K4)
 
 
 def for_operation(op: dict[str, Any]) -> Effect:
@@ -59,8 +62,8 @@ def for_compensation(comp: dict[str, Any]) -> Effect:
     reverse action when the record carries one, else an App's compensation script."""
     context = comp.get("context") or {}
     action = context.get("reverse_action") or {}
-    name = context.get("effect") or ({"email": "email"}.get(action.get("kind") or "", "http") if action
-                                     else _DEFAULT)
+    name = context.get("effect") or ({"email": "email", "update_data": "data"}.get(action.get("kind") or "", "http")
+                                     if action else _DEFAULT)
     return _BY_NAME.get(name, _BY_NAME[_DEFAULT])
 
 

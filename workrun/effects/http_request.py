@@ -140,7 +140,8 @@ def reverse_action_of(op: dict[str, Any]) -> tuple[HttpRequestSpec | None, dict[
         action = node.compensation
         if action is None:
             return None, {}
-        written = action.model_dump(include={"kind", "method", "url", "headers", "body", "connector", "email"})
+        written = action.model_dump(include={"kind", "method", "url", "headers", "body", "connector", "email",
+                                              "update_data"})
         return HttpRequestSpec.model_validate(written), \
             knobs(action.max_retries, action.timeout, action.backoff, action.idempotent)
     app = AppSpec.model_validate(op["config"])
@@ -182,6 +183,8 @@ def _action_lookup(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> C
             return comp["run_id"]
         if ref == "node_key":
             return comp["node_key"]
+        if parts[0] == "data" and len(parts) == 2:  # the run's data now (R-K4)
+            return (svc.journal.run(comp["run_id"]).get("data") or run["inputs"] or {}).get(parts[1])
         if ref == "error":
             return error_line()
         if parts[0] == "inputs" and len(parts) == 2 and parts[1] in (run["inputs"] or {}):
@@ -258,7 +261,7 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
 
 
 def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
-                        got: SendResult) -> dict[str, Any]:
+                        got: SendResult, run_data: tuple[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Journal a reverse action attempt and the compensation's new status in one transaction (``attempt.finished``).
 
     - 2xx: ``succeeded`` (result ``{status, headers, body}`` saved; never sent again, R-R2)
@@ -307,7 +310,8 @@ def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, 
             comp_status, reason = "pending", f"attempt {number} failed ({what}); retrying in {delay:.2g} s"
     svc.journal.finish_attempt(cid, number, status=status, failure=got.failure, error=got.error, result=result, at=now,
                                compensation_status=comp_status, reason=reason, next_attempt_at=next_at,
-                               http_status=got.status, response_tail=got.response_tail, smtp_code=got.smtp_code)
+                               http_status=got.status, response_tail=got.response_tail, smtp_code=got.smtp_code,
+                               run_data=run_data if got.succeeded else None)
     metrics.count_attempt("email" if got.smtp_code is not None else KIND, status)
     metrics.count_compensation(comp_status)
     return svc.journal.compensation(cid)

@@ -257,7 +257,7 @@ class Journal(Protocol):
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
                        compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
                        http_status: int | None = None, response_tail: str | None = None,
-                       smtp_code: int | None = None) -> None:
+                       smtp_code: int | None = None, run_data: tuple[str, dict[str, Any]] | None = None) -> None:
         """Record an attempt's outcome and its compensation's new status in one transaction (R-C7).
 
         The compensation's ``result`` is set to ``result`` when ``compensation_status`` is ``succeeded``;
@@ -296,7 +296,8 @@ class Journal(Protocol):
     # -- manual repair: tickets, ticket actions, notifications (SPEC §12) -------
 
     def open_ticket(self, ticket: Row, *, node_status: str, handled: bool, at: float, events: Sequence[Row],
-                    action: Row | None = None, notification: Row | None = None) -> None:
+                    action: Row | None = None, notification: Row | None = None,
+                    run_data: Row | None = None) -> None:
         """Open a ticket and move its node (``running`` -> ``waiting``, or ``failed`` for fallback_action /
         terminate, ``handled`` for fallback_action) with its events, its action job and its notification
         intent, in one transaction (R-M1, R-M3..R-M5, R-M8). Fault point: ``ticket.opened``."""
@@ -338,7 +339,8 @@ class Journal(Protocol):
     def action_sending(self, ticket_id: str, number: int) -> None:
         """The attempt's request is about to leave (``sending``). Fault point: ``action.sending``."""
 
-    def finish_action_attempt(self, ticket_id: str, number: int, attempt: Row, action: Row) -> None:
+    def finish_action_attempt(self, ticket_id: str, number: int, attempt: Row, action: Row,
+                              run_data: tuple[str, Row] | None = None) -> None:
         """Record an attempt's outcome and the action's next state at once. Fault point: ``action.finished``."""
 
     def add_notification(self, row: Row) -> bool:

@@ -334,4 +334,8 @@ MIGRATIONS: list[str] = [
     ALTER TABLE attempts ADD COLUMN smtp_code INTEGER;
     ALTER TABLE ticket_attempts ADD COLUMN smtp_code INTEGER;
     """,
+    # 12: run data (R-K4): a JSON object that starts as the run's inputs; update_data actions write it
+    """
+    ALTER TABLE runs ADD COLUMN data TEXT;
+    """,
 ]

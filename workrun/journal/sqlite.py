@@ -36,7 +36,7 @@ MESSAGE_DELAY = 0.1
 """Seconds a progress message may wait for the next journal write before it is written on its own."""
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
-                 "depends_on", "context", "args", "held_back_by", "request"}
+                 "depends_on", "context", "args", "held_back_by", "request", "data"}
 _KEYS = {
     "runs": ("run_id",), "nodes": ("run_id", "node_key"), "operations": ("operation_id",),
     "compensations": ("compensation_id",), "attempts": ("compensation_id", "number"),
@@ -475,7 +475,7 @@ class SqliteJournal:
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
                        compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
                        http_status: int | None = None, response_tail: str | None = None,
-                       smtp_code: int | None = None) -> None:
+                       smtp_code: int | None = None, run_data: tuple[str, dict[str, Any]] | None = None) -> None:
         """Record an attempt's outcome and its compensation's status in one transaction."""
         akey, ckey = (compensation_id, number), (compensation_id,)
         attempt = {"status": status, "failure": failure, "error": error, "result": result, "ended_at": at,
@@ -487,7 +487,10 @@ class SqliteJournal:
                                 "next_attempt_at": next_attempt_at, "held_back_by": None}
         if compensation_status == "succeeded":
             comp["result"] = result
-        self._tx([_update("attempts", akey, attempt), _update("compensations", ckey, comp)], "attempt.finished",
+        stmts = [_update("attempts", akey, attempt), _update("compensations", ckey, comp)]
+        if run_data is not None:  # an update_data attempt: the write and its success are one transaction (R-K4)
+            stmts.append(_update("runs", (run_data[0],), {"data": run_data[1]}))
+        self._tx(stmts, "attempt.finished",
                  [("attempts", akey, status, None), ("compensations", ckey, compensation_status, None)])
 
     # -- remote tasks: writes --------------------------------------------------
@@ -723,7 +726,7 @@ class SqliteJournal:
 
     def open_ticket(self, ticket: dict[str, Any], *, node_status: str, handled: bool, at: float,
                     events: Sequence[dict[str, Any]], action: dict[str, Any] | None = None,
-                    notification: dict[str, Any] | None = None) -> None:
+                    notification: dict[str, Any] | None = None, run_data: dict[str, Any] | None = None) -> None:
         """Open a ticket with everything that comes with it, in one transaction (R-M1, R-M3..R-M5, R-M8)."""
         key = (ticket["run_id"], ticket["node_key"])
         node: dict[str, Any] = {"status": node_status}
@@ -735,6 +738,8 @@ class SqliteJournal:
             stmts.append(_insert("ticket_actions", action))
         if notification is not None:
             stmts.append(_insert("notifications", notification))
+        if run_data is not None:  # a fallback_action that is update_data: applied with the ticket (R-K4)
+            stmts.append(_update("runs", (ticket["run_id"],), {"data": run_data}))
         self._tx(stmts, "ticket.opened", [("nodes", key, node_status, "running")])
 
     def pause_run(self, run_id: str, *, reason: str, at: float) -> None:
@@ -820,7 +825,7 @@ class SqliteJournal:
         self._set("ticket_attempts", (ticket_id, number), "action.sending", {"status": "sending"})
 
     def finish_action_attempt(self, ticket_id: str, number: int, attempt: dict[str, Any],
-                              action: dict[str, Any]) -> None:
+                              action: dict[str, Any], run_data: tuple[str, dict[str, Any]] | None = None) -> None:
         """Record an attempt's outcome (``attempt``: status, ended_at, http_status, response_tail, failure,
         error) and the action's next state (``action``: status, result, reason, next_attempt_at,
         updated_at), in one transaction; the ticket's ``updated_at`` moves with it."""
@@ -830,6 +835,8 @@ class SqliteJournal:
                       _update("ticket_actions", (ticket_id,), action)]
         if action.get("updated_at") is not None:
             statements.append(_update("tickets", (ticket_id,), {"updated_at": action["updated_at"]}))
+        if run_data is not None:  # an update_data action: the write and its success are one transaction (R-K4)
+            statements.append(_update("runs", (run_data[0],), {"data": run_data[1]}))
         self._tx(statements, "action.finished", checks)
 
     def add_notification(self, row: dict[str, Any]) -> bool:

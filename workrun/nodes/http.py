@@ -74,6 +74,8 @@ def _node_lookup(context: dict[str, Any]) -> Callable[[str], Any]:
             if parts[1] not in context["inputs"]:
                 raise KeyError(ref)
             return context["inputs"][parts[1]]
+        if parts[0] == "data" and len(parts) == 2:  # the run's data when the node started (R-K4)
+            return (context.get("data") or {}).get(parts[1])
         if parts[0] == "nodes" and len(parts) >= 3 and parts[1] in context["nodes"]:
             return _walk(context["nodes"][parts[1]]["result"], parts[3:], ref)
         raise KeyError(ref)

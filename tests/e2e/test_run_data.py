@@ -1,0 +1,120 @@
+"""Run data (SPEC §19, R-K4): ``data`` starts as the inputs, ``{{ data.NAME }}`` reads it when a node starts,
+``update_data`` writes it as a reverse action, a fallback action or a ticket action, exactly once across
+kill -9 (the write and its success are one transaction)."""
+
+from __future__ import annotations
+
+import pytest
+
+from _kit.http_server import TestServer
+
+
+@pytest.fixture
+def server():
+    with TestServer() as srv:
+        srv.route("POST", "/orders", status=201, json={"id": "7"})
+        srv.route("POST", "/boom", status=500, body="no")
+        srv.route("POST", "/pay", status=402, body="declined")
+        yield srv
+
+
+def _flow(server: TestServer) -> str:
+    return f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[inputs]
+status = "new"
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+compensation = {{ update_data = {{ fields = ["status", "note"], values = {{ status = "refund-requested" }} }} }}
+[nodes.look]
+kind = "http"
+method = "GET"
+url = "{server.url}/look/{{{{ data.status }}}}"
+needs = ["order"]
+[nodes.boom]
+kind = "http"
+method = "POST"
+url = "{server.url}/boom"
+needs = ["look"]
+"""
+
+
+def test_data_starts_as_inputs_and_a_reverse_action_writes_it(server, write_workflow, workrun):
+    server.route("GET", "/look/new", status=200, json={})
+    res = workrun("run", write_workflow("data", _flow(server)), "--json")
+    assert res.code == 1, res
+    view = res.json()
+    assert view["inputs"] == {"status": "new"}
+    assert view["data"] == {"status": "refund-requested", "note": None}
+    assert server.count("GET", "/look/new") == 1  # read when the node started
+    comp = next(o for o in view["operations"] if o["node_key"] == "order")["compensation"]
+    assert comp["status"] == "succeeded" and len(comp["attempts"]) == 1
+    shown = workrun("runs", "show", view["run_id"], "--json").json()
+    assert shown["data"] == view["data"]
+
+
+@pytest.mark.parametrize("point", ["attempt.intent", "attempt.finished"])
+def test_a_data_write_is_applied_once_across_kill_9(server, write_workflow, workrun, point):
+    server.route("GET", "/look/new", status=200, json={})
+    wf = write_workflow("data", _flow(server))
+    killed = workrun("run", wf, "--json", env={"WORKRUN_FAULT": point})
+    assert killed.code == -9, killed
+    resumed = workrun("resume", "--json")
+    assert resumed.code == 0, resumed
+    [run] = workrun("runs", "list", "--json").json()
+    view = workrun("runs", "show", run["run_id"], "--json").json()
+    comp = next(o for o in view["operations"] if o["node_key"] == "order")["compensation"]
+    assert comp["status"] == "succeeded"
+    assert [a["status"] for a in comp["attempts"]].count("succeeded") == 1
+    assert view["data"] == {"status": "refund-requested", "note": None}
+
+
+def test_a_fallback_action_writes_data_before_the_run_goes_on(server, write_workflow, workrun):
+    server.route("GET", "/next/paid-later", status=200, json={})
+    wf = write_workflow("fallback", f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "{server.url}/pay"
+on_failure = {{ fallback_action = {{ update_data = {{ fields = ["status"], values = {{ status = "paid-later" }} }} }} }}
+[nodes.next]
+kind = "http"
+method = "GET"
+url = "{server.url}/next/{{{{ data.status }}}}"
+needs = ["pay"]
+""")
+    res = workrun("run", wf, "--json")
+    assert res.code == 0, res
+    assert res.json()["data"] == {"status": "paid-later"}
+    assert server.count("GET", "/next/paid-later") == 1
+
+
+def test_a_ticket_action_writes_data_once(server, write_workflow, workrun):
+    wf = write_workflow("ticket", f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "{server.url}/pay"
+on_failure = {{ compensate = {{ update_data = {{ fields = ["refund"], values = {{ refund = "{{{{ error }}}}" }} }} }} }}
+""")
+    res = workrun("run", wf, "--json")
+    assert res.code == 4, res
+    assert "HTTP 402" in res.json()["data"]["refund"]
+    [ticket] = res.json()["tickets"]
+    assert ticket["action"]["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/{{ data.nope }}"\n', "data.nope"),
+    ('[notify]\nupdate_data = { fields = ["x"] }\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+     'url = "http://127.0.0.1:9/"\n', "notify.update_data"),
+    ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
+     'on_failure = { compensate = { update_data = { fields = ["x"], values = { y = 1 } } } }\n', "values.y"),
+])
+def test_bad_data_config_is_exit_2(cli, write_workflow, text, says):
+    res = cli("check", write_workflow("bad", text))
+    assert res.code == 2 and says in res.err, res

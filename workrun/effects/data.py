@@ -1,0 +1,76 @@
+"""An ``update_data`` reverse action as a side effect (SPEC §19, R-K4): a write to the run's own ``data``.
+
+A local write, with a receipt: the attempt's intent is journaled, then its values are filled and the write
+and the attempt's success are committed in one transaction, so a write is never applied twice (also
+across kill -9 and resume: an attempt that died before that transaction is ``not_started`` and runs again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workrun.effects.base import Planned
+from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
+from workrun.errors import StaleStatusError
+from workrun.models import HttpRequestSpec
+from workrun.operations import Attempted
+from workrun.outbound import SendResult, fill_value
+from workrun.outcomes import Failure
+from workrun.services import Services
+from workrun.ticket_records import run_data
+
+__all__ = ["DataUpdate"]
+
+
+class DataUpdate:
+    """``update_data`` reverse actions (see :class:`~workrun.effects.base.Effect`)."""
+
+    name = "data"
+
+    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+        raise NotImplementedError("a data update is never a node's operation")
+
+    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError("a data update is never a node's operation")
+
+    def describe(self, op: dict[str, Any]) -> str:
+        return "data update"
+
+    def plan(self, op: dict[str, Any]) -> Planned | None:
+        return None  # planned as a reverse action by the HTTP kind (its record names kind = "update_data")
+
+    def no_compensation(self, op: dict[str, Any]) -> str:
+        return "no data update"
+
+    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+        """Intent; then the write and the attempt's success in one transaction (the receipt)."""
+        cid = comp["compensation_id"]
+        number = len(svc.journal.attempts(cid)) + 1
+        try:
+            svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
+        except StaleStatusError:
+            return Attempted(svc.journal.compensation(cid), None)
+        attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
+        action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
+        spec = action.update_data
+        assert spec is not None
+        lookup = _action_lookup(svc, comp, op)
+        try:
+            updates = {f: fill_value(spec.values[f], lookup) if f in spec.values else None for f in spec.fields}
+        except KeyError as exc:
+            got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
+            return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+        merged = {**run_data(svc.journal.run(comp["run_id"])), **updates}
+        got = SendResult(True, body={"data": updates})
+        after = finish_http_attempt(svc, comp, attempt, got, run_data=(comp["run_id"], merged))
+        svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid}: data updated: {', '.join(updates)}")
+        return Attempted(after, None)
+
+    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
+                        claim_wait: float) -> dict[str, Any]:
+        """Left ``starting`` (its write was never committed): not started, run again."""
+        return recover_http_attempt(svc, comp, {**attempt, "status": "starting"})
+
+    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        """Setting the same values again changes nothing: idempotent by construction."""
+        return None
