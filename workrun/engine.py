@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from workrun import metrics
+from workrun import metrics, tracing
 from workrun.compensation.records import plan_records
 from workrun.effects import settle_operations
 from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
@@ -182,6 +182,9 @@ class Engine:
         outcome = executor.run(job)
         if job.started_at is not None:  # no call carried the node's start (it ended before one): write it now
             svc.journal.start_node(run_id, key, at=job.started_at)
+        if tracing.enabled():
+            tracing.node_span(run_id, {"node_key": key, "status": outcome.status, "started_at": start or time.time(),
+                                       "ended_at": time.time()})
         if outcome.status == "failed" and policy.opens_ticket:
             return self._open_ticket(run_id, spec, key, policy, outcome, context)
         handled = False
@@ -446,6 +449,8 @@ class Engine:
             else:
                 svc.journal.end_run(run_id, status, at=now, reason=reason, compensations=records or [])
             metrics.count_run(status)
+            if tracing.enabled():
+                tracing.run_span(svc.journal.run(run_id))
 
         if svc.stopping() or any(n["status"] == "stopped" for n in nodes):
             # nodes a dead runner left running (``workrun stop`` of an orphaned run) end stopped too

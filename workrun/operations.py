@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workrun import metrics
+from workrun import metrics, tracing
 from workrun.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.backoff import backoff_delay
 from workrun.errors import EnvironmentUnavailableError, StaleStatusError
@@ -229,6 +229,8 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
     begun = (process or {}).get("started_at") or op.get("started_at") or op.get("created_at")
     metrics.count_call(str(op.get("kind") or "process"), "stopped" if failure is Failure.STOPPED else fields["status"],
                        at - begun if begun else None)
+    if tracing.enabled():
+        tracing.operation_span({**op, **fields, "started_at": begun, "ended_at": at})
     # the outcome is journaled: the directory goes, off the call's path; its files are reused only when the
     # supervisor marked every process of the call ended (SPEC §17): none can write to them any more
     svc.discard(call_dir, recycle=got is not None and outcome.failure is None and outcome.ended)
@@ -449,6 +451,8 @@ def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],
     after = svc.journal.compensation(cid)
     metrics.count_attempt("app", str(status))
     metrics.count_compensation(after["status"])
+    if tracing.enabled():
+        tracing.attempt_span(after, svc.journal.attempts(cid)[-1])
     return after
 
 

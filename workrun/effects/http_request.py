@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workrun import metrics
+from workrun import metrics, tracing
 from workrun.backoff import backoff_delay
 from workrun.effects.app_call import knobs
 from workrun.effects.base import Planned
@@ -65,6 +65,8 @@ def finish_request_operation(svc: Services, op_id: str, got: SendResult) -> dict
     row = svc.journal.operation(op_id)
     begun = row.get("started_at") or row.get("created_at")
     metrics.count_call(KIND, str(row["status"]), (row["ended_at"] - begun) if begun and row.get("ended_at") else None)
+    if tracing.enabled():
+        tracing.operation_span(row)
     return row
 
 
@@ -314,7 +316,10 @@ def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, 
                                run_data=run_data if got.succeeded else None)
     metrics.count_attempt("email" if got.smtp_code is not None else KIND, status)
     metrics.count_compensation(comp_status)
-    return svc.journal.compensation(cid)
+    after = svc.journal.compensation(cid)
+    if tracing.enabled():
+        tracing.attempt_span(after, svc.journal.attempts(cid)[-1])
+    return after
 
 
 def recover_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,145 @@
+"""OpenTelemetry traces (SPEC §20, R-F5), when the ``otel`` extra is installed and an exporter is configured.
+
+On when ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_TRACES_EXPORTER``
+is set and ``OTEL_SDK_DISABLED`` is not ``true``; spans then go over OTLP/HTTP (the SDK's exporter, batched
+in a thread of its own: export never blocks or fails a run; an unreachable collector adds at most a few
+seconds when the process ends). One trace per run: its trace id is derived from the run id, so ``resume``,
+other workers and compensation continue the same trace. Spans: ``run`` (``workrun.run_id``,
+``workrun.status``), ``node`` (``workrun.node_key``), ``operation`` (``workrun.operation_id``),
+``http.request``, ``compensation`` and ``attempt`` (``workrun.compensation_id``, ``workrun.status``).
+Spans are recorded when what they stand for has ended, with its journaled start and end times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from typing import Any
+
+__all__ = ["attempt_span", "enabled", "node_span", "operation_span", "run_span", "trace_id_of"]
+
+_STATE: dict[str, Any] = {}
+_LOCK = threading.Lock()
+FLUSH_SECONDS = 4.0  # at most this long spent exporting when the process ends
+
+
+def trace_id_of(run_id: str) -> int:
+    """The trace id of a run: the first 128 bits of sha256(run id), never 0."""
+    return int(hashlib.sha256(run_id.encode()).hexdigest()[:32], 16) or 1
+
+
+def _span_id(*parts: str) -> int:
+    return int(hashlib.sha256("/".join(parts).encode()).hexdigest()[:16], 16) or 1
+
+
+def enabled() -> bool:
+    """True when traces are exported (configured, not disabled, the SDK importable); set up on first call."""
+    if "tracer" in _STATE:
+        return _STATE["tracer"] is not None
+    with _LOCK:
+        if "tracer" in _STATE:
+            return _STATE["tracer"] is not None
+        _STATE["tracer"] = _setup()
+    return _STATE["tracer"] is not None
+
+
+def _setup() -> Any:
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if not any(os.environ.get(k) for k in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                           "OTEL_TRACES_EXPORTER")):
+        return None
+    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() in ("none", ""):
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:  # the otel extra is not installed: no traces, nothing else changes
+        return None
+    import atexit
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "workrun"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=2), schedule_delay_millis=500,
+                                                   export_timeout_millis=2000))
+    _STATE["provider"] = provider
+
+    def flush() -> None:
+        try:
+            provider.force_flush(timeout_millis=int(FLUSH_SECONDS * 1000))
+            provider.shutdown()
+        except Exception:  # export never fails a run
+            pass
+
+    atexit.register(flush)
+    return provider.get_tracer("workrun")
+
+
+def _parent(trace_id: int, span_id: int) -> Any:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    ctx = SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(NonRecordingSpan(ctx))
+
+
+def _record(name: str, trace_id: int, parent_span: int, start: float | None, end: float | None,
+            attributes: dict[str, Any]) -> None:
+    """Record one ended span (times in epoch seconds) under ``parent_span`` of ``trace_id``."""
+    if not enabled():
+        return
+    try:
+        tracer = _STATE["tracer"]
+        now = time.time()
+        begin = int((start if start is not None else now) * 1e9)
+        finish = int((end if end is not None else now) * 1e9)
+        span = tracer.start_span(name, context=_parent(trace_id, parent_span), start_time=begin,
+                                 attributes={k: v for k, v in attributes.items() if v is not None})
+        span.end(end_time=max(begin, finish))
+    except Exception:  # export never blocks or fails a run
+        pass
+
+
+def run_span(run: dict[str, Any]) -> None:
+    """A run (or the part this process drove) ended or paused: ``run`` span with its status."""
+    rid = run["run_id"]
+    _record("run", trace_id_of(rid), _span_id(rid, "root"), run.get("created_at"), run.get("ended_at"),
+            {"workrun.run_id": rid, "workrun.status": run.get("status")})
+
+
+def node_span(run_id: str, node: dict[str, Any]) -> None:
+    """A node ended: ``node`` span (child of the run's)."""
+    _record("node", trace_id_of(run_id), _span_id(run_id, "root"), node.get("started_at"), node.get("ended_at"),
+            {"workrun.run_id": run_id, "workrun.node_key": node.get("node_key"), "workrun.status": node.get("status")})
+
+
+def operation_span(op: dict[str, Any]) -> None:
+    """An operation ended: ``operation`` span (and ``http.request`` for an http node's), in its run's trace."""
+    rid = op.get("run_id")
+    if not rid:
+        return
+    attrs = {"workrun.run_id": rid, "workrun.node_key": op.get("node_key"), "workrun.operation_id":
+             op.get("operation_id"), "workrun.status": op.get("status"), "workrun.kind": op.get("kind")}
+    begin = op.get("started_at") or op.get("created_at")
+    _record("operation", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"), attrs)
+    if op.get("kind") == "http":
+        _record("http.request", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"),
+                {**attrs, "http.request.method": (op.get("input") or {}).get("method")})
+
+
+def attempt_span(comp: dict[str, Any], attempt: dict[str, Any] | None) -> None:
+    """A compensation attempt ended (``attempt`` span); when its compensation is final, a ``compensation`` span."""
+    rid = comp.get("run_id")
+    if not rid:
+        return
+    attrs = {"workrun.run_id": rid, "workrun.node_key": comp.get("node_key"),
+             "workrun.compensation_id": comp.get("compensation_id"), "workrun.operation_id": comp.get("operation_id")}
+    if attempt is not None:
+        _record("attempt", trace_id_of(rid), _span_id(rid, "root"), attempt.get("started_at"), attempt.get("ended_at"),
+                {**attrs, "workrun.status": attempt.get("status"), "workrun.attempt": attempt.get("number")})
+    if comp.get("status") in ("succeeded", "failed", "unknown", "skipped", "resolved"):
+        _record("compensation", trace_id_of(rid), _span_id(rid, "root"), comp.get("created_at"),
+                comp.get("updated_at"), {**attrs, "workrun.status": comp.get("status")})
