@@ -58,3 +58,10 @@ def test_names_are_kept_and_nothing_else_changes():
     assert redact_value(value, secrets) == {"k": ["{{ env.A }} and {{ env.B }}", 3, None], "{{ env.A }}": "x"}
     assert redact("nothing here", secrets) == "nothing here"
     assert redact_value("x", {}) == "x"
+
+
+def test_a_value_too_short_to_be_a_secret_is_not_redacted():
+    """A one- to three-character value would match ordinary text: answers stay intact (R-X2's replacement would
+    otherwise rewrite every answer and break the templates that read it)."""
+    assert redact('{"content-type": "t"}', {"T": "t"}) == '{"content-type": "t"}'
+    assert redact("a tok1 b", {"T": "tok1"}) == "a {{ env.T }} b"

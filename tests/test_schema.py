@@ -67,3 +67,49 @@ def test_a_schema_comment_is_allowed(tmp_path):
                     'url = "http://127.0.0.1:9/"\n')
     spec, _ = load_workflow(path, {}, default_executors())
     assert list(spec.nodes) == ["a"]
+
+
+KITCHEN_SINK = """
+#:schema ./workflow.schema.json
+http_allow = ["127.0.0.1:9"]
+[inputs]
+status = "new"
+[connectors.shop]
+base_url = "http://127.0.0.1:9/api"
+headers = { Authorization = "Bearer {{ env.SHOP_TOKEN }}" }
+rate_limit = { requests = 5, per = 1 }
+circuit_breaker = { failures = 3, reset = 10 }
+[smtp]
+host = "127.0.0.1"
+port = 2525
+from = "workrun@example.com"
+[notify]
+email = { to = ["oncall@example.com"], body = "{{ message }}" }
+[nodes.order]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/orders"
+compensation = { update_data = { fields = ["status"], values = { status = "undone" } } }
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "http://127.0.0.1:9/pay/{{ data.status }}"
+needs = ["order"]
+on_failure = { compensate = { sms = { connector = "shop", template_id = "T1", recipients = ["+1555"] }, max_retries = 1 } }
+[nodes.mail]
+kind = "http"
+method = "POST"
+url = "http://127.0.0.1:9/x"
+compensation = { email = { to = ["ops@example.com"], body = "undo {{ original.result.body.id }}" }, max_retries = 0 }
+"""
+
+
+def test_every_action_kind_passes_the_schema_and_the_loader(tmp_path, monkeypatch):
+    """SPEC §19's connectors, [smtp], email, sms and update_data forms: schema and loader agree."""
+    monkeypatch.setenv("SHOP_TOKEN", "t0ken")
+    path = tmp_path / "all.toml"
+    path.write_text(KITCHEN_SINK)
+    assert [e.message for e in _validator(workflow_schema()).iter_errors(tomllib.loads(KITCHEN_SINK))] == []
+    spec, _ = load_workflow(path, {}, default_executors())
+    assert spec.nodes["order"].compensation.kind == "update_data" and spec.smtp is not None

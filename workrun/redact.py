@@ -29,6 +29,9 @@ __all__ = ["redact", "redact_value", "replacement"]
 _SHORT = {'"': '\\\\"', "\\": "\\\\\\\\", "/": "\\\\/", "\b": "\\\\b", "\f": "\\\\f", "\n": "\\\\n",
           "\r": "\\\\r", "\t": "\\\\t"}
 _MIN_B64 = 4  # base64 runs shorter than this are too likely to occur by chance
+#: a secret shorter than this is not redacted: it would match ordinary text (a one-letter "secret" would
+#: rewrite every answer and break what later templates read from it); such a value is no secret anyway
+MIN_SECRET = 4
 
 
 def replacement(name: str) -> str:
@@ -87,13 +90,14 @@ def redact(text: str, secrets: Mapping[str, str]) -> str:
 
     Args:
         text: any text that is about to be stored or shown.
-        secrets: environment variable name -> value read at send time; empty values are ignored.
+        secrets: environment variable name -> value read at send time; values shorter than :data:`MIN_SECRET`
+            characters are ignored.
 
     Returns:
         The redacted text (``text`` itself when nothing matched).
     """
     for name, value in sorted(secrets.items(), key=lambda kv: len(kv[1]), reverse=True):
-        if value:
+        if len(value) >= MIN_SECRET:
             text = _pattern(value).sub(replacement(name).replace("\\", "\\\\"), text)
     return text
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workrun.models import NODE_MODELS, AppSpec, ConnectorSpec, HttpAction, RetryPolicy
+from workrun.models import NODE_MODELS, AppSpec, ConnectorSpec, HttpAction, RetryPolicy, SmtpSpec
 
 __all__ = ["DRAFT", "app_schema", "workflow_schema"]
 
@@ -29,7 +29,8 @@ def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 def _policy(defs: dict[str, Any]) -> dict[str, Any]:
     """``on_failure`` as written (R-W7, R-M1..R-M5); an ACTION is an HTTP request or an ``sms`` (R-K3)."""
     defs["HttpAction"] = _inline(HttpAction.model_json_schema(), defs)
-    defs["HttpAction"]["properties"].pop("kind", None)  # set by the loader for an sms action, never written
+    for written_by_the_loader in ("kind", "email", "update_data"):  # the other kinds have forms of their own
+        defs["HttpAction"]["properties"].pop(written_by_the_loader, None)
     defs["RetryPolicy"] = _inline(RetryPolicy.model_json_schema(), defs)
     defs["Sms"] = {"type": "object", "additionalProperties": False,
                    "required": ["connector", "template_id", "recipients"],
@@ -40,7 +41,19 @@ def _policy(defs: dict[str, Any]) -> dict[str, Any]:
              if k in ("timeout", "idempotent", "max_retries", "backoff")}
     defs["SmsAction"] = {"type": "object", "additionalProperties": False, "required": ["sms"],
                          "properties": {"sms": {"$ref": "#/$defs/Sms"}, **knobs}}
-    action = {"oneOf": [{"$ref": "#/$defs/HttpAction"}, {"$ref": "#/$defs/SmsAction"}]}
+    defs["Email"] = {"type": "object", "additionalProperties": False, "required": ["to", "body"],
+                     "properties": {"to": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                                    "cc": {"type": "array", "items": {"type": "string"}}, "body": {"type": "string"}}}
+    defs["EmailAction"] = {"type": "object", "additionalProperties": False, "required": ["email"],
+                           "properties": {"email": {"$ref": "#/$defs/Email"}, **knobs}}
+    defs["DataAction"] = {"type": "object", "additionalProperties": False, "required": ["update_data"],
+                          "properties": {"update_data": {
+                              "type": "object", "additionalProperties": False, "required": ["fields"],
+                              "properties": {"fields": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                                             "values": {"type": "object"}}}, **knobs}}
+    action = {"oneOf": [{"$ref": "#/$defs/HttpAction"}, {"$ref": "#/$defs/SmsAction"},
+                        {"$ref": "#/$defs/EmailAction"}, {"$ref": "#/$defs/DataAction"}]}
+    defs["Action"] = action
     return {
         "description": "What a failure of the node leads to (SPEC §12).",
         "oneOf": [
@@ -62,6 +75,8 @@ def _node(kind: str, defs: dict[str, Any]) -> dict[str, Any]:
     props = schema.get("properties", {})
     props.pop("key", None)
     props["on_failure"] = {"$ref": "#/$defs/Policy"}
+    if "compensation" in props:  # an http node's reverse action: any ACTION form (SPEC §19)
+        props["compensation"] = {"anyOf": [{"$ref": "#/$defs/Action"}, {"type": "null"}]}
     schema["required"] = [r for r in schema.get("required", []) if r not in ("key", "on_failure")]
     if kind == "process":
         schema["required"] = [r for r in schema["required"] if r != "kind"]
@@ -80,6 +95,7 @@ def workflow_schema() -> dict[str, Any]:
     defs: dict[str, Any] = {}
     defs["Policy"] = _policy(defs)
     defs["Connector"] = _inline(ConnectorSpec.model_json_schema(), defs)
+    defs["Smtp"] = _inline(SmtpSpec.model_json_schema(by_alias=True), defs)
     kinds = list(NODE_MODELS)
     for kind in kinds:
         defs[f"Node_{kind}"] = _node(kind, defs)
@@ -98,7 +114,9 @@ def workflow_schema() -> dict[str, Any]:
             "http_allow": {"type": "array", "items": {"type": "string"},
                            "description": "Addresses the outbound guard lets through (R-H3)."},
             "notify": {"type": "object", "additionalProperties": False, "minProperties": 1, "maxProperties": 1,
-                       "properties": {"http": {"$ref": "#/$defs/HttpAction"}, "sms": {"$ref": "#/$defs/Sms"}}},
+                       "properties": {"http": {"$ref": "#/$defs/HttpAction"}, "sms": {"$ref": "#/$defs/Sms"},
+                                      "email": {"$ref": "#/$defs/Email"}}},
+            "smtp": {"$ref": "#/$defs/Smtp"},
             "connectors": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
                            "additionalProperties": {"$ref": "#/$defs/Connector"}},
             "nodes": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},

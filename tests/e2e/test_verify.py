@@ -81,7 +81,10 @@ def test_crash_at_every_compensation_point_then_resume(workrun, tmp_path):
     res = workrun("verify", TUTORIAL, "--crash", "--json")
     assert res.code == 0, res
     [scenario] = res.json()
+    assert scenario["killed_at"], scenario  # the runner really was killed, then resumed
     shown = workrun("runs", "show", scenario["runs"][0], "--json").json()
+    assert any("resuming" in m["text"] or "recovered" in m["text"] or "never started" in m["text"]
+               for m in shown["messages"] + [m for n in shown["nodes"] for m in n["messages"]]), shown["messages"]
     create = next(o for o in shown["operations"] if o["node_key"] == "create")
     assert create["compensation"]["status"] == "succeeded"
     assert [a["status"] for a in create["compensation"]["attempts"]].count("succeeded") == 1

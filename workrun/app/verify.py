@@ -30,8 +30,8 @@ from workrun.errors import UsageError
 
 __all__ = ["CRASH_POINTS", "verify"]
 
-#: the compensation phase's journal writes, in the order a scenario meets them (``--crash``)
-CRASH_POINTS = ("comp.status", "attempt.intent", "attempt.started", "attempt.finished")
+#: the compensation phase's journal writes, in the order a scenario's attempt meets them (``--crash``)
+CRASH_POINTS = ("attempt.intent", "attempt.started", "attempt.finished")
 
 Home = Path | str | None
 
@@ -54,15 +54,22 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
     from workrun.states import COMPENSATION_DONE
 
     failures: list[str] = []
+    killed: list[str] = []
     if crash:
         token = INJECTION.set({"crash": (CRASH_POINTS[0], 1)})
         try:
-            view = runs.run(workflow, inputs, home=home, fail_after=node, verify=True).data
+            done = runs.run(workflow, inputs, home=home, fail_after=node, verify=True)
         finally:
             INJECTION.reset(token)
+        view = done.data
+        if done.note.startswith("killed"):
+            killed.append(CRASH_POINTS[0])
         for point in CRASH_POINTS[1:]:
-            _resume_killed_at(point, home)
+            if _resume_killed_at(point, home) < 0:
+                killed.append(point)
         runs.resume(home=home)
+        if not killed:
+            failures.append("--crash: no compensation-phase fault point was reached (nothing to compensate?)")
     else:
         view = runs.run(workflow, inputs, home=home, fail_after=node, verify=True).data
     run_id = view["run_id"]
@@ -96,7 +103,8 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
                            node_key=None, depends_on=[], standalone=True)
             if row["status"] != "succeeded":
                 failures.append(f"check App {app_name} says the world is not clean: {row['error'] or row['status']}")
-    return {"node": node, "status": "failed" if failures else "ok", "runs": [run_id], "failures": failures}
+    result = {"node": node, "status": "failed" if failures else "ok", "runs": [run_id], "failures": failures}
+    return {**result, "killed_at": killed} if crash else result
 
 
 def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None, *,
@@ -136,7 +144,8 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
         checker = (Path(project).absolute(), app_name)
         load_app(checker[0], app_name, field="--check")
     results = [_scenario(path, values, key, check=checker, crash=crash, home=home) for key in chosen]
-    lines = [f"{r['node']}  ok" if r["status"] == "ok" else f"{r['node']}  FAILED: {'; '.join(r['failures'])}"
+    lines = [(f"{r['node']}  ok" if r["status"] == "ok" else f"{r['node']}  FAILED: {'; '.join(r['failures'])}")
+             + (f" (killed at {', '.join(r['killed_at'])}, resumed)" if r.get("killed_at") else "")
              for r in results]
     ok = sum(1 for r in results if r["status"] == "ok")
     lines.append(f"verify: {ok} of {len(results)} scenario(s) hold" + ("" if results else

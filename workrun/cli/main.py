@@ -239,9 +239,10 @@ def graph(
 
 @app.command()
 def schema(
-    which: str = typer.Argument(..., metavar="workflow|app", help="workflow: a workflow file; app: [tool.workrun]."),
+    which: str = typer.Argument(..., metavar="workflow|app",
+                                help="workflow: a workflow file; app: a pyproject's tool.workrun table."),
 ) -> None:
-    """Print the JSON Schema (draft 2020-12) of a workflow file or of a pyproject's [tool.workrun] table.
+    """Print the JSON Schema (draft 2020-12) of a workflow file or of a pyproject's tool.workrun table.
 
     \f
     Implements R-L4.
