@@ -186,7 +186,7 @@ def resolve(svc: Services, ticket_id: str, text: str | None = None) -> dict[str,
     return svc.journal.ticket(tid)
 
 
-def terminate(svc: Services, ticket_id: str, *, compensate: bool = True) -> str:
+def terminate(svc: Services, ticket_id: str, *, compensate: bool = True, reason: str | None = None) -> str:
     """End the ticket's run: final failure with its calls compensated (R-C1), or ``terminated`` when
     ``compensate`` is False (R-M6). One transaction ends ticket, node and run; compensation follows.
 
@@ -197,7 +197,7 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True) -> str:
     tid, run_id, key = t["ticket_id"], t["run_id"], t["node_key"]
     who = actor()
     now = svc.now()
-    event = event_row(tid, run_id, who, "terminate", {"compensate": compensate}, now)
+    event = event_row(tid, run_id, who, "terminate", {"compensate": compensate, "reason": reason}, now, reason)
     engine = Engine(svc, default_executors())
     svc.say(run_id, key, "error", f"{key}: failed: ticket {tid} terminated by {who}"
             + ("" if compensate else " without compensation"))

@@ -207,14 +207,18 @@ def with_rollup(summary: dict[str, Any], counts: dict[str, int], journal: Journa
 
 
 def runs_list(journal: Journal, *, status: str | None = None, workflow: str | None = None,
-              limit: int | None = None, offset: int = 0, verify: bool | None = None) -> list[dict[str, Any]]:
+              limit: int | None = None, offset: int = 0, verify: bool | None = None, text: str | None = None,
+              since: float | None = None, until: float | None = None, sort: str = "started",
+              descending: bool = True) -> list[dict[str, Any]]:
     """``runs list --json`` and ``/api/runs``: run summaries with the roll-up, newest first (SPEC §10, §16).
 
     Args:
         status, workflow: exact filters (None: all); limit/offset: pagination (None: every run).
         verify: False leaves ``workrun verify``'s runs out (``runs list`` without ``--all``, R-V1); None: all.
+        text, since, until, sort, descending: the dashboard's find (R-D1, see the journal's ``run_summaries``).
     """
-    rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset, verify=verify)
+    rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset, verify=verify,
+                                 text=text, since=since, until=until, sort=sort, descending=descending)
     counts = journal.compensation_counts([r["run_id"] for r in rows] if limit is not None else None)
     return [with_rollup(run_summary(r), counts.get(r["run_id"], {}), journal) for r in rows]
 

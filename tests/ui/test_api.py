@@ -3,6 +3,8 @@ journal; and the SPEC §16 roll-up is in both."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -146,13 +148,17 @@ def test_stop_then_compensate_from_the_dashboard(ui_server, marker_project, make
         assert 'id="stop"' in page
         csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
         origin = {"Origin": server.base}
-        stopped = client.post(f"/actions/runs/{run_id}/stop", data={"csrf": csrf}, headers=origin)
+        refused = client.post(f"/actions/runs/{run_id}/stop", data={"csrf": csrf}, headers=origin)
+        assert refused.status_code == 400 and "needs a reason" in refused.text  # R-D4
+        stopped = client.post(f"/actions/runs/{run_id}/stop", data={"csrf": csrf, "reason": "wrong input"},
+                              headers=origin)
         assert stopped.status_code == 303, stopped.text
         assert runner.wait(timeout=120) == 130
         view = client.get(f"/api/runs/{run_id}").json()
         # a stop compensates nothing (R-C9) and says so (R-L6)
         assert view["status"] == "stopped" and view["compensation"] == "not_undone"
-        done = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf}, headers=origin)
+        done = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "undo it"},
+                           headers=origin)
         assert done.status_code == 303, done.text
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and client.get(f"/api/runs/{run_id}").json()["compensation"] != "complete":
@@ -166,6 +172,10 @@ def test_stop_then_compensate_from_the_dashboard(ui_server, marker_project, make
         rows = db.execute("SELECT actor, action FROM events WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
         db.close()
         assert rows == [(f"ui:{getpass.getuser()}", "stop"), (f"ui:{getpass.getuser()}", "compensate")]
+        db = sqlite3.connect(f"file:{isolated_env / 'journal.sqlite3'}?mode=ro", uri=True)
+        args = [r[0] for r in db.execute("SELECT args FROM events WHERE run_id = ? ORDER BY id", (run_id,))]
+        db.close()
+        assert [json.loads(a)["reason"] for a in args] == ["wrong input", "undo it"]  # the reason is audited
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -290,7 +300,7 @@ def test_tickets_from_the_dashboard_note_resume_and_terminate(ui_server, workrun
     view = settled(resumed_run, "succeeded")
     ship = next(op for op in view["operations"] if op["node_key"] == "ship")
     assert ship["input"]["value"] == "ch_1"
-    act(ended, "terminate")
+    act(ended, "terminate", reason="the customer cancelled")
     view = settled(ended_run, "failed")
     order = next(op for op in view["operations"] if op["node_key"] == "order")
     assert order["compensation"]["status"] == "succeeded" and view["compensation"] == "complete"
@@ -320,9 +330,54 @@ def test_a_refused_action_shows_the_use_cases_error_read_as_data(ui_server, work
     client = server.client()
     page = client.get(f"/runs/{run_id}").text
     csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
-    refused = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf},
+    refused = client.post(f"/actions/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "try"},
                           headers={"Origin": server.base})
     assert refused.status_code == 400 and "never compensated" in refused.text, refused.text
     for module in (actions, detached):  # nothing there reads an ``error:`` line of a command's output
         source = Path(module.__file__).read_text()
         assert '"error: "' not in source and "stderr=err" not in source
+
+
+def test_find_runs_attention_and_a_read_only_dashboard(ui_server, workrun, write_workflow, isolated_env) -> None:
+    """R-D1 find (text, status, dates, sort, pages, "no runs match"), R-D2 attention counts in the API and the
+    navigation, R-D7 a read-only dashboard (every POST 403) and API clients acting with a bearer token and
+    the X-Workrun-CSRF header."""
+    from datetime import UTC, datetime
+
+    ok = write_workflow("alpha-flow", 'http_allow = ["127.0.0.1:9"]\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+                        'url = "http://127.0.0.1:9/x"\n')
+    ids = [workrun("run", ok, "--json").json()["run_id"] for _ in range(3)]
+    server = ui_server()
+    client = server.client()
+    assert [r["run_id"] for r in client.get("/api/runs?q=alpha").json()] == ids[::-1]
+    assert [r["run_id"] for r in client.get(f"/api/runs?q={ids[1][:10]}").json()] == [ids[1]]
+    assert [r["run_id"] for r in client.get("/api/runs?order=asc").json()] == ids
+    assert len(client.get("/api/runs?page=1&limit=2").json()) == 2
+    assert len(client.get("/api/runs?page=2&limit=2").json()) == 1
+    today = datetime.now(UTC).date().isoformat()
+    assert len(client.get(f"/api/runs?since={today}&until={today}").json()) == 3
+    assert client.get("/api/runs?until=2000-01-01").json() == []
+    assert client.get("/api/runs?since=yesterday").status_code == 400
+    assert client.get("/api/runs?sort=duration").status_code == 200
+    assert "no runs match" in client.get("/?q=nothing-like-this").text
+    need = client.get("/api/attention").json()
+    assert need == {"compensations": {"failed": 0, "blocked": 0, "unknown": 0}, "tickets": {"pending": 0},
+                    "total": 0}
+    import httpx
+
+    from workrun.ui.security import csrf_token
+
+    # R-D7: a program holding the token acts with Bearer + X-Workrun-CSRF (no Origin); without the header: 403
+    bearer = {"Authorization": f"Bearer {server.token}"}
+    answer = httpx.post(f"{server.base}/actions/runs/{ids[0]}/stop", data={"reason": "api"}, follow_redirects=False,
+                        headers={**bearer, "X-Workrun-CSRF": csrf_token(server.token)})
+    assert answer.status_code == 303, answer.text  # "nothing to stop": decided by the use case, not refused
+    assert httpx.post(f"{server.base}/actions/runs/{ids[0]}/stop", data={"reason": "api"},
+                      headers=bearer).status_code == 403
+    read_only = ui_server("--read-only")
+    ro = read_only.client()
+    page = ro.get(f"/runs/{ids[0]}").text
+    assert 'id="rerun"' not in page and "read-only" in page
+    csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0] if 'name="csrf"' in page else "x"
+    denied = ro.post(f"/actions/runs/{ids[0]}/rerun", data={"csrf": csrf}, headers={"Origin": read_only.base})
+    assert denied.status_code == 403

@@ -162,7 +162,7 @@ def test_a_scheduling_action_the_cli_refuses_is_400_with_its_line_not_started(ui
     assert retry.status_code == 400, retry.text
     assert f"cannot retry {cid} (succeeded): it is already done" in retry.text
     ok_run = hostile_home["succeeded_run"]
-    compensate = client.post(f"/actions/runs/{ok_run}/compensate", data={"csrf": csrf}, headers=origin)
+    compensate = client.post(f"/actions/runs/{ok_run}/compensate", data={"csrf": csrf, "reason": "r"}, headers=origin)
     assert compensate.status_code == 400, compensate.text
     assert f"run {ok_run} succeeded; succeeded runs are not compensated" in compensate.text
     assert _events(isolated_env) == before

@@ -259,7 +259,7 @@ def check_compensate(run: dict[str, Any], *, lasting_only: bool = False) -> None
 
 
 def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: bool = False,
-               reporter: Reporter | None = None) -> Finished:
+               reporter: Reporter | None = None, reason: str | None = None) -> Finished:
     """Compensate a stopped or terminated run, or finish a failed run's compensation (R-C9); with ``dry_run``
     only say what would be done, changing nothing (R-L3).
 
@@ -287,7 +287,8 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         check_compensate(run_row)  # again: the run may have moved while this waited for the lock
         if run_row["status"] in ("stopped", "terminated") and not run_row["compensate_requested"]:
             svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
-                                                   "action": "compensate", "args": {}})
+                                                   "action": "compensate",
+                                                   "args": {"reason": reason} if reason else {}})
             svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
         with run_claim(svc, rid, wait):
             compensate_now(svc, rid)
@@ -382,7 +383,7 @@ def _reverse_order(ops: list[dict[str, Any]]) -> list[str]:
 
 
 def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable[[str], None] | None = None,
-         reporter: Reporter | None = None) -> Finished:
+         reporter: Reporter | None = None, reason: str | None = None) -> Finished:
     """Stop a running or waiting run from anywhere: its App processes end, nothing is compensated (R-C9).
 
     Args:
@@ -413,7 +414,7 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
         if run_row["status"] != "running":
             return Finished(run_detail(svc.journal, rid), 0, f"run {rid} is {run_row['status']}; nothing to stop")
         svc.journal.request_stop(rid)
-        _audit(svc, rid, "stop", {})
+        _audit(svc, rid, "stop", {"reason": reason} if reason else {})
         lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
             svc.data_dir)
         assert lock is not None

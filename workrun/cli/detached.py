@@ -32,14 +32,15 @@ def _run_action(args: list[str]) -> dict[str, Any]:
     from workrun.errors import WorkrunError
 
     action, run_id, wait = args[0], args[1], "--wait" in args[2:]
+    reason = next((a.split("=", 1)[1] for a in args[2:] if a.startswith("--reason=")), None)
     try:
         if action == "rerun":
             done = runs.rerun(run_id, wait=wait)
             return {"code": done.code, "errors": [], "run_id": done.data["run_id"]}
         if action == "compensate":
-            done = runs.compensate(run_id, wait=wait)
+            done = runs.compensate(run_id, wait=wait, reason=reason)
         else:
-            done = runs.stop(run_id)
+            done = runs.stop(run_id, reason=reason)
         return {"code": done.code, "errors": [], "run_id": None}
     except WorkrunError as exc:
         return {"code": exc.exit_code, "errors": exc.lines(), "run_id": None}

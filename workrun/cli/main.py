@@ -115,6 +115,7 @@ def stop(
     run_id: str = typer.Argument(..., metavar="RUN", help="The run to stop (id or unique prefix)."),
     timeout: float = typer.Option(60.0, help="Seconds to wait for the run to end."),
     json_mode: bool = JsonOpt,
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in the audit row)."),
 ) -> None:
     """Stop a running or waiting run from another terminal: its App processes end, nothing is compensated.
 
@@ -123,7 +124,7 @@ def stop(
     """
     from workrun.app import runs
 
-    done = runs.stop(run_id, timeout=timeout, say=None if json_mode else console.print)
+    done = runs.stop(run_id, timeout=timeout, say=None if json_mode else console.print, reason=reason)
     if json_mode:
         print_json(done.data)
     else:
@@ -158,6 +159,7 @@ def compensate(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show the compensation plan; change nothing."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in the audit row)."),
 ) -> None:
     """Explicitly compensate a stopped or terminated run, or finish a failed run's compensation.
 
@@ -167,7 +169,7 @@ def compensate(
     from workrun.app import runs
     from workrun.cli.output import CliReporter
 
-    done = runs.compensate(run_id, dry_run=dry_run, wait=wait, reporter=CliReporter(quiet=json_mode))
+    done = runs.compensate(run_id, dry_run=dry_run, wait=wait, reporter=CliReporter(quiet=json_mode), reason=reason)
     if json_mode:
         print_json(done.data)
     elif dry_run:

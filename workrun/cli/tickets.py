@@ -122,14 +122,15 @@ def resume(ticket_id: str = IdArg,
 def terminate(ticket_id: str = IdArg,
               no_compensate: bool = typer.Option(False, "--no-compensate",
                                                  help="End the run terminated, without compensating its calls."),
-              json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
+              json_mode: bool = JsonOpt, wait: bool = WaitOpt,
+              reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in the audit row).")) -> None:
     """End the ticket's run: failed and its calls compensated (exit 1), or terminated with --no-compensate."""
     from workrun import tickets
 
     with reading(json_mode) as ro:
         t = tickets.check(ro, ticket_id, "terminate")
     with scheduling(json_mode, wait) as svc, run_claim(svc, t["run_id"], wait):
-        tickets.terminate(svc, t["ticket_id"], compensate=not no_compensate)
+        tickets.terminate(svc, t["ticket_id"], compensate=not no_compensate, reason=reason)
         code = _run_outcome(svc, t["run_id"], json_mode)
     raise typer.Exit(code)
 

@@ -17,6 +17,7 @@ def ui(
     no_open: bool = typer.Option(False, "--no-open", help="Do not open the browser."),
     project: List[Path] = typer.Option([], "--project", help="Also show this App project on the Apps page "
                                                             "(repeatable)."),
+    read_only: bool = typer.Option(False, "--read-only", help="The same pages with no actions (every POST is 403)."),
 ) -> None:
     """Serve the dashboard on 127.0.0.1 only: prints its URL with an access token and opens the browser.
 
@@ -55,7 +56,7 @@ def ui(
     sock.listen(128)
     actual = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
-    app = create_app(data_dir=home, token=token, port=actual, projects=list(project))
+    app = create_app(data_dir=home, token=token, port=actual, projects=list(project), read_only=read_only)
     url = f"http://127.0.0.1:{actual}/?token={token}"
     sys.stdout.write(f"{url}\nWorkrun dashboard of {home} (Ctrl-C stops it)\n")  # the URL alone on line 1
     sys.stdout.flush()

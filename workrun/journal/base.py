@@ -404,12 +404,15 @@ class Journal(Protocol):
     # -- list and dashboard reads (R-U2, R-U8) ---------------------------------------
 
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
-                      offset: int = 0, verify: bool | None = None) -> list[Row]:
+                      offset: int = 0, verify: bool | None = None, text: str | None = None,
+                      since: float | None = None, until: float | None = None, sort: str = "started",
+                      descending: bool = True) -> list[Row]:
         """Runs (summary columns: run_id, workflow, workflow_path, status, eval, verify, rerun_of, created_at,
         ended_at; ``verify`` filters verify runs in or out, None: both),
         newest first, filtered by exact status and workflow name; ``limit`` None: all."""
 
-    def count_runs(self, *, status: str | None = None, workflow: str | None = None) -> int:
+    def count_runs(self, *, status: str | None = None, workflow: str | None = None, text: str | None = None,
+                   since: float | None = None, until: float | None = None, verify: bool | None = None) -> int:
         """Number of runs matching the filters of :meth:`run_summaries`."""
 
     def workflow_names(self) -> list[str]:

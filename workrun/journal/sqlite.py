@@ -953,10 +953,21 @@ class SqliteJournal:
     _SUMMARY_COLUMNS = "run_id, workflow, workflow_path, status, eval, verify, rerun_of, created_at, ended_at"
 
     @staticmethod
-    def _runs_where(status: str | None, workflow: str | None,
-                    verify: bool | None = None) -> tuple[str, tuple[Any, ...]]:
+    def _runs_where(status: str | None, workflow: str | None, verify: bool | None = None, *,
+                    text: str | None = None, since: float | None = None,
+                    until: float | None = None) -> tuple[str, tuple[Any, ...]]:
         where: list[str] = []
         params: list[Any] = []
+        if text:  # a run-id prefix or a workflow-name substring (R-D1); LIKE's wildcards taken literally
+            like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append("(run_id LIKE ? ESCAPE '\\' OR workflow LIKE ? ESCAPE '\\')")
+            params += [like + "%", "%" + like + "%"]
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("created_at < ?")
+            params.append(until)
         if verify is not None:
             where.append("verify = ?")
             params.append(int(verify))
@@ -969,23 +980,31 @@ class SqliteJournal:
         return (" WHERE " + " AND ".join(where)) if where else "", tuple(params)
 
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
-                      offset: int = 0, verify: bool | None = None) -> list[dict[str, Any]]:
+                      offset: int = 0, verify: bool | None = None, text: str | None = None,
+                      since: float | None = None, until: float | None = None, sort: str = "started",
+                      descending: bool = True) -> list[dict[str, Any]]:
         """Runs (summary columns only), newest first, filtered by exact status and workflow name.
 
         Args:
             limit: at most this many rows (None: all); offset: rows to skip (pagination).
             verify: only verify runs (True), none of them (False), or both (None).
+            text: a run-id prefix or a workflow-name substring; since/until: ``created_at`` bounds, epoch
+                seconds (since inclusive, until exclusive) (R-D1).
+            sort: ``started`` or ``duration`` (a running run's lasts until now); descending: largest first.
         """
-        where, params = self._runs_where(status, workflow, verify)
-        sql = f"SELECT {self._SUMMARY_COLUMNS} FROM runs{where} ORDER BY created_at DESC, rowid DESC"
+        where, params = self._runs_where(status, workflow, verify, text=text, since=since, until=until)
+        way = "DESC" if descending else "ASC"
+        key = f"COALESCE(ended_at, {float(time.time())}) - created_at" if sort == "duration" else "created_at"
+        sql = f"SELECT {self._SUMMARY_COLUMNS} FROM runs{where} ORDER BY {key} {way}, created_at {way}, run_id {way}"
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             params += (limit, offset)
         return self._query(sql, params)
 
-    def count_runs(self, *, status: str | None = None, workflow: str | None = None) -> int:
+    def count_runs(self, *, status: str | None = None, workflow: str | None = None, text: str | None = None,
+                   since: float | None = None, until: float | None = None, verify: bool | None = None) -> int:
         """Number of runs matching the same filters as :meth:`run_summaries`."""
-        where, params = self._runs_where(status, workflow)
+        where, params = self._runs_where(status, workflow, verify, text=text, since=since, until=until)
         return self._query(f"SELECT COUNT(*) AS n FROM runs{where}", params)[0]["n"]
 
     def workflow_names(self) -> list[str]:

@@ -19,7 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,8 @@ class Dashboard:
         projects: extra App project directories for the Apps page (``--project``).
     """
 
-    def __init__(self, data_dir: Path, token: str, port: int, projects: list[Path]) -> None:
+    def __init__(self, data_dir: Path, token: str, port: int, projects: list[Path], read_only: bool = False) -> None:
+        self.read_only = read_only  # R-D7: the same pages, no actions (every POST 403)
         self.data_dir = data_dir
         self.token = token
         self.port = port
@@ -123,8 +124,13 @@ class Dashboard:
     def render(self, request: Request, name: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
         fragment = request.query_params.get("fragment") == "1"
         flash = self.flashes.get(request.query_params.get("flash", ""))
+        try:
+            needs = attention(self.journal)
+        except WorkrunError:
+            needs = None
         html = self.env.get_template(name).render(fragment=fragment, csrf=self.csrf, flash=flash,
-                                                  path=request.url.path, **ctx)
+                                                  path=request.url.path, attention=needs,
+                                                  read_only=self.read_only, **ctx)
         return HTMLResponse(html, status_code=http_status)
 
     def close(self) -> None:
@@ -151,20 +157,62 @@ def _int(value: str | None, default: int, low: int = 1) -> int:
 # -- pages -------------------------------------------------------------------------------------
 
 
+def _day(value: str | None, *, end: bool = False) -> float | None:
+    """An ISO date (``YYYY-MM-DD``, UTC) as epoch seconds: its start, or with ``end`` the next day's start (so a
+    ``until`` day is inclusive). None for none.
+
+    Raises:
+        ValueError: not a date.
+    """
+    if not value:
+        return None
+    day = datetime.strptime(value.strip()[:10], "%Y-%m-%d").replace(tzinfo=UTC)
+    return day.timestamp() + (86400 if end else 0)
+
+
+def _run_filters(q: Any) -> dict[str, Any]:
+    """The Runs page's find (R-D1): ``q`` (a run-id prefix or a workflow-name substring), ``status``,
+    ``workflow``, ``since``/``until`` (ISO dates, UTC, both inclusive), ``sort`` (``started``|``duration``) and
+    ``order`` (``desc``|``asc``).
+
+    Raises:
+        ValueError: a date that is not ``YYYY-MM-DD``, an unknown status, sort or order.
+    """
+    status = q.get("status") or None
+    if status is not None and status not in RUN_STATUSES:
+        raise ValueError(f"status: unknown status {status!r}")
+    sort = q.get("sort") or "started"
+    order = q.get("order") or "desc"
+    if sort not in ("started", "duration") or order not in ("desc", "asc"):
+        raise ValueError("sort is started or duration; order is desc or asc")
+    try:
+        since, until = _day(q.get("since")), _day(q.get("until"), end=True)
+    except ValueError:
+        raise ValueError("since and until are dates: YYYY-MM-DD") from None
+    return {"status": status, "workflow": q.get("workflow") or None, "text": (q.get("q") or "").strip() or None,
+            "since": since, "until": until, "sort": sort, "descending": order == "desc"}
+
+
 def runs_page(request: Request) -> Response:
-    """Runs: newest first, filter by status and workflow, 50 a page, with the compensation roll-up (R-U2)."""
+    """Runs: newest first; find by text, status, workflow and dates, sort by start or duration, 50 a page, with
+    the compensation roll-up (R-U2, R-D1)."""
     d = _dash(request)
     q = request.query_params
-    status = q.get("status") or None
-    status = status if status in RUN_STATUSES else None
-    workflow = q.get("workflow") or None
+    try:
+        found = _run_filters(q)
+    except ValueError as exc:
+        return _bad(d, request, str(exc), "/")
     page = _int(q.get("page"), 1)
-    rows = views.runs_list(d.journal, status=status, workflow=workflow, limit=PAGE_SIZE,
-                           offset=(page - 1) * PAGE_SIZE)
-    total = d.journal.count_runs(status=status, workflow=workflow)
+    rows = views.runs_list(d.journal, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, **found)
+    total = d.journal.count_runs(**{k: found[k] for k in ("status", "workflow", "text", "since", "until")})
     pages = max(1, -(-total // PAGE_SIZE))
+    filtered = any(q.get(k) for k in ("q", "status", "workflow", "since", "until"))
+    keep = {k: q.get(k) for k in ("q", "status", "workflow", "since", "until", "sort", "order") if q.get(k)}
     return d.render(request, "runs.html", nav="runs", rows=rows, total=total, page=page, pages=pages,
-                    status=status, workflow=workflow, statuses=RUN_STATUSES, workflows=d.journal.workflow_names())
+                    status=found["status"], workflow=found["workflow"], statuses=RUN_STATUSES,
+                    workflows=d.journal.workflow_names(), filtered=filtered, keep=keep, text=q.get("q") or "",
+                    since=q.get("since") or "", until=q.get("until") or "", sort=found["sort"],
+                    order="desc" if found["descending"] else "asc")
 
 
 def run_page(request: Request) -> Response:
@@ -272,12 +320,36 @@ def _api_error(exc: WorkrunError) -> JSONResponse:
 
 
 def api_runs(request: Request) -> Response:
-    """``workrun runs list --json`` (filters ``status``, ``workflow``, ``limit``, ``offset`` are extras)."""
+    """``workrun runs list --json``, found as the Runs page finds (R-D1: ``q``, ``status``, ``workflow``,
+    ``since``, ``until``, ``sort``, ``order``; ``page`` with ``limit``, default 50 when either is given;
+    ``offset`` too)."""
     q = request.query_params
+    try:
+        found = _run_filters(q)
+    except ValueError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
     limit = _int(q.get("limit"), 0, 0) or None
-    return JSONResponse(views.runs_list(_dash(request).journal, status=q.get("status") or None,
-                                        workflow=q.get("workflow") or None, limit=limit,
-                                        offset=_int(q.get("offset"), 0, 0)))
+    offset = _int(q.get("offset"), 0, 0)
+    if q.get("page") is not None:
+        limit = limit or PAGE_SIZE
+        offset = (_int(q.get("page"), 1) - 1) * limit
+    return JSONResponse(views.runs_list(_dash(request).journal, limit=limit, offset=offset, **found))
+
+
+def attention(journal: Any) -> dict[str, Any]:
+    """What needs a person (R-D2): ``{"compensations": {"failed", "blocked", "unknown"}, "tickets": {"pending"},
+    "total"}``."""
+    counts: dict[str, int] = {"failed": 0, "blocked": 0, "unknown": 0}
+    for per_run in journal.compensation_counts(None).values():
+        for status in counts:
+            counts[status] += int(per_run.get(status, 0))
+    pending = len(views.tickets_list(journal, status="pending"))
+    return {"compensations": counts, "tickets": {"pending": pending}, "total": sum(counts.values()) + pending}
+
+
+def api_attention(request: Request) -> Response:
+    """``/api/attention``: how many compensations and tickets need a person (R-D2)."""
+    return JSONResponse(attention(_dash(request).journal))
 
 
 def api_run(request: Request) -> Response:
@@ -389,10 +461,14 @@ async def run_action_route(request: Request) -> Response:
     if not _ID.match(rid) or action not in ("rerun", "stop", "compensate"):
         return _bad(d, request, "unknown action or id", back)
     wait = ["--wait"] if form.get("wait") else []
+    reason = form.get("reason", "").strip()
+    if action in ("stop", "compensate") and not reason:  # R-D4: asked, and kept in the audit row
+        return _bad(d, request, f"{action} needs a reason", back)
+    why = [f"--reason={reason}"] if reason else []
     if action == "stop":
-        result = await run_in_threadpool(run_action, d.data_dir, ["stop", rid], scheduling=False, timeout=3.0)
+        result = await run_in_threadpool(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0)
         return _answer(d, request, result, f"stop {rid}", back)
-    result = await run_in_threadpool(run_action, d.data_dir, [action, rid, *wait], scheduling=True)
+    result = await run_in_threadpool(run_action, d.data_dir, [action, rid, *wait, *why], scheduling=True)
     go = None
     if action == "rerun" and result.run_id:
         go = f"/runs/{result.run_id}"
@@ -432,7 +508,10 @@ async def compensation_action_route(request: Request) -> Response:
         args += ([cid, "--accept-code-change"] if form.get("accept_code_change") else [cid])
         args += ["--wait"] if form.get("wait") else []
     elif action == "resolve":
-        args += [cid] + ([f"--note={note}"] if note else [])
+        reason = form.get("reason", "").strip() or note
+        if not reason:  # R-D4: asked, and kept in the audit row (as the resolution's note)
+            return _bad(d, request, "resolve needs a reason", back)
+        args += [cid, f"--note={reason}"]
     elif action == "confirm":
         if form.get("outcome") not in ("done", "not-done"):
             return _bad(d, request, "confirm needs done or not-done", back)
@@ -458,6 +537,11 @@ async def ticket_action_route(request: Request) -> Response:
     args = ["tickets", action, tid]
     if action == "resume" and form.get("result", "").strip():
         args.append(f"--result={form['result'].strip()}")
+    if action in ("terminate", "resolve"):
+        reason = form.get("reason", "").strip()
+        if not reason:  # R-D4: asked, and kept in the audit row
+            return _bad(d, request, f"{action} needs a reason", back)
+        args.append(f"--reason={reason}" if action == "terminate" else f"--note={reason}")
     if action == "terminate" and form.get("no_compensate"):
         args.append("--no-compensate")
     if action == "confirm":
@@ -489,7 +573,8 @@ async def list_tools_route(request: Request) -> Response:
     return _answer(d, request, result, "list tools", "/apps")
 
 
-def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | None = None) -> Guard:
+def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | None = None,
+               read_only: bool = False) -> Guard:
     """Build the dashboard as an ASGI app, wrapped in its :class:`~workrun.ui.security.Guard` (R-U5).
 
     Args:
@@ -497,13 +582,14 @@ def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | 
         token: the access token (also derives the session cookie and the CSRF token).
         port: the port the server listens on (Host and Origin checks).
         projects: extra App project directories for the Apps page.
+        read_only: the same pages with no actions; every POST is 403 (R-D7).
     """
     static = Path(__file__).with_name("static")
     routes = [
         Route("/", runs_page), Route("/runs/{run_id}", run_page), Route("/compensations", compensations_page),
         Route("/tickets", tickets_page), Route("/apps", apps_page),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
-        Route("/api/runs", api_runs), Route("/api/runs/{run_id}", api_run),
+        Route("/api/runs", api_runs), Route("/api/runs/{run_id}", api_run), Route("/api/attention", api_attention),
         Route("/api/compensations", api_compensations), Route("/api/compensations/{cid}", api_compensation),
         Route("/api/tickets", api_tickets), Route("/api/tickets/{tid}", api_ticket),
         Route("/actions/runs/{run_id}/{action}", run_action_route, methods=["POST"]),
@@ -512,7 +598,7 @@ def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | 
         Route("/actions/apps/tools", list_tools_route, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(static)), name="static"),
     ]
-    dashboard = Dashboard(data_dir, token, port, projects or [])
+    dashboard = Dashboard(data_dir, token, port, projects or [], read_only=read_only)
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -520,4 +606,4 @@ def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | 
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.dashboard = dashboard
-    return Guard(app, token=token, port=port)
+    return Guard(app, token=token, port=port, read_only=read_only)

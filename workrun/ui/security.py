@@ -63,8 +63,9 @@ class Guard:
         port: the port the server listens on (for the Host and Origin checks).
     """
 
-    def __init__(self, app: Any, *, token: str, port: int) -> None:
+    def __init__(self, app: Any, *, token: str, port: int, read_only: bool = False) -> None:
         self.app = app
+        self.read_only = read_only  # R-D7: every POST is 403
         self.token = token
         self.cookie_name = f"workrun_session_{port}"  # cookies are not per port: one per dashboard
         self.session = session_cookie(token)
@@ -111,7 +112,11 @@ class Guard:
             await send_with_headers({"type": "http.response.body", "body": b"see other"})
             return
         if method == "POST":
-            if headers.get("origin", "") not in self.origins:
+            if self.read_only:
+                await _plain(send_with_headers, 403, "forbidden: this dashboard is read-only (workrun ui --read-only)")
+                return
+            api_client = has_bearer and "origin" not in headers  # a program holding the token, not a browser (R-D7)
+            if not api_client and headers.get("origin", "") not in self.origins:
                 await _plain(send_with_headers, 403, "forbidden: state changes need a same-origin Origin header")
                 return
             body = b""
@@ -125,7 +130,7 @@ class Guard:
                     return
             form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True) \
                 if headers.get("content-type", "").startswith("application/x-www-form-urlencoded") else {}
-            sent = headers.get("x-csrf-token") or (form.get("csrf") or [""])[-1]
+            sent = headers.get("x-workrun-csrf") or headers.get("x-csrf-token") or (form.get("csrf") or [""])[-1]
             if not (sent and _same(sent, self.csrf)):
                 await _plain(send_with_headers, 403, "forbidden: missing or wrong CSRF token")
                 return

@@ -32,3 +32,11 @@
   }
   window.setInterval(tick, 500);
 })();
+
+// Safe actions (R-D4): a form with data-confirm asks before it is sent (its reason field is required by the form).
+document.addEventListener("submit", function (event) {
+  "use strict";
+  var form = event.target;
+  var question = form && form.getAttribute && form.getAttribute("data-confirm");
+  if (question && !window.confirm(question)) { event.preventDefault(); }
+}, true);
