@@ -126,6 +126,9 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
         return _failed_before_start(svc, op_id, call_dir, unavailable, Failure.ENVIRONMENT)
     assert python is not None  # prepared above: not refused, not unavailable
     envelope = {"kind": app.kind, "input": input, "context": None, "tool": tool_name, "operation_id": op_id}
+    parent = tracing.traceparent(run_id, op_id)
+    if parent:
+        envelope["traceparent"] = parent
     if app.kind == "tool" and tool_name is None:
         raise ValueError("a Tool App call needs a tool name")
     try:
@@ -331,6 +334,9 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
         return Attempted(svc.journal.compensation(cid), None)
     context = {**(comp["context"] or {}), "attempt": number}
     envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
+    parent = tracing.traceparent(comp["run_id"], f"{cid}.{number}")
+    if parent:
+        envelope["traceparent"] = parent
     attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
     try:
         started_process = svc.runner.start(python, source, source / config.compensation.entry, call_dir, envelope)

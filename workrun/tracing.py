@@ -18,10 +18,11 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["attempt_span", "enabled", "node_span", "operation_span", "run_span", "trace_id_of"]
+__all__ = ["attempt_span", "enabled", "node_span", "operation_span", "run_span", "trace_id_of", "traceparent"]
 
 _STATE: dict[str, Any] = {}
 _LOCK = threading.Lock()
+_NEXT = threading.local()  # the span id the next span of this thread gets (a call's span, known in advance)
 FLUSH_SECONDS = 4.0  # at most this long spent exporting when the process ends
 
 
@@ -32,6 +33,15 @@ def trace_id_of(run_id: str) -> int:
 
 def _span_id(*parts: str) -> int:
     return int(hashlib.sha256("/".join(parts).encode()).hexdigest()[:16], 16) or 1
+
+
+def traceparent(run_id: str | None, key: str) -> str | None:
+    """The W3C ``traceparent`` of a call's span (``key``: its operation id, or ``COMPENSATION_ID.N`` of an attempt),
+    known before the call starts: passed to its App process as ``TRACEPARENT`` and to its HTTP request as the
+    ``traceparent`` header (R-F5). None when traces are off or the call belongs to no run."""
+    if not run_id or not enabled():
+        return None
+    return f"00-{trace_id_of(run_id):032x}-{_span_id(run_id, key):016x}-01"
 
 
 def enabled() -> bool:
@@ -58,11 +68,22 @@ def _setup() -> Any:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     except ImportError:  # the otel extra is not installed: no traces, nothing else changes
         return None
     import atexit
 
-    provider = TracerProvider(resource=Resource.create({"service.name": "workrun"}))
+    class Known(RandomIdGenerator):
+        """A call's span gets the id its ``traceparent`` promised (:func:`traceparent`)."""
+
+        def generate_span_id(self) -> int:
+            given = getattr(_NEXT, "span_id", None)
+            if given is not None:
+                _NEXT.span_id = None
+                return int(given)
+            return int(super().generate_span_id())
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "workrun"}), id_generator=Known())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=2), schedule_delay_millis=500,
                                                    export_timeout_millis=2000))
     _STATE["provider"] = provider
@@ -87,12 +108,14 @@ def _parent(trace_id: int, span_id: int) -> Any:
 
 
 def _record(name: str, trace_id: int, parent_span: int, start: float | None, end: float | None,
-            attributes: dict[str, Any]) -> None:
-    """Record one ended span (times in epoch seconds) under ``parent_span`` of ``trace_id``."""
+            attributes: dict[str, Any], span_id: int | None = None) -> None:
+    """Record one ended span (times in epoch seconds) under ``parent_span`` of ``trace_id`` (with ``span_id`` when
+    its id was promised ahead, :func:`traceparent`)."""
     if not enabled():
         return
     try:
         tracer = _STATE["tracer"]
+        _NEXT.span_id = span_id
         now = time.time()
         begin = int((start if start is not None else now) * 1e9)
         finish = int((end if end is not None else now) * 1e9)
@@ -124,7 +147,8 @@ def operation_span(op: dict[str, Any]) -> None:
     attrs = {"workrun.run_id": rid, "workrun.node_key": op.get("node_key"), "workrun.operation_id":
              op.get("operation_id"), "workrun.status": op.get("status"), "workrun.kind": op.get("kind")}
     begin = op.get("started_at") or op.get("created_at")
-    _record("operation", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"), attrs)
+    _record("operation", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"), attrs,
+            span_id=_span_id(rid, str(op.get("operation_id"))))
     if op.get("kind") == "http":
         _record("http.request", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"),
                 {**attrs, "http.request.method": (op.get("input") or {}).get("method")})
@@ -139,7 +163,8 @@ def attempt_span(comp: dict[str, Any], attempt: dict[str, Any] | None) -> None:
              "workrun.compensation_id": comp.get("compensation_id"), "workrun.operation_id": comp.get("operation_id")}
     if attempt is not None:
         _record("attempt", trace_id_of(rid), _span_id(rid, "root"), attempt.get("started_at"), attempt.get("ended_at"),
-                {**attrs, "workrun.status": attempt.get("status"), "workrun.attempt": attempt.get("number")})
+                {**attrs, "workrun.status": attempt.get("status"), "workrun.attempt": attempt.get("number")},
+                span_id=_span_id(rid, f"{comp.get('compensation_id')}.{attempt.get('number')}"))
     if comp.get("status") in ("succeeded", "failed", "unknown", "skipped", "resolved"):
         _record("compensation", trace_id_of(rid), _span_id(rid, "root"), comp.get("created_at"),
                 comp.get("updated_at"), {**attrs, "workrun.status": comp.get("status")})

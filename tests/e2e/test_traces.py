@@ -39,6 +39,7 @@ class Receiver:
                     for ss in rs.scope_spans:
                         for span in ss.spans:
                             attrs = {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
+                            attrs["_span_id"] = int.from_bytes(span.span_id, "big")
                             receiver.spans.append((span.name, int.from_bytes(span.trace_id, "big"), attrs))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -121,3 +122,50 @@ def test_disabled_or_unreachable_never_fails_or_blocks_a_run(shop, write_workflo
     unreachable = time.monotonic() - t0
     assert base.returncode == off.returncode == gone.returncode == 1, gone.stderr
     assert unreachable < plain + 5.5, (plain, unreachable)
+
+
+TRACED_APP = """
+[tool.workrun.apps.traced]
+kind = "process"
+entry = "main.py"
+"""
+TRACED_MAIN = """
+import os
+from workrun_sdk import process
+process.result({"traceparent": os.environ.get("TRACEPARENT")})
+"""
+
+
+def test_calls_carry_the_traceparent_of_their_span(shop, write_workflow, make_project):
+    """R-F5: an App process gets TRACEPARENT, an HTTP request the traceparent header, of the call's own span."""
+    import json
+
+    project = make_project("traced", TRACED_APP, {"main.py": TRACED_MAIN})
+    receiver = Receiver()
+    try:
+        wf = write_workflow("parents", FLOW.format(port=shop.port, url=shop.url) + f"""
+[nodes.app]
+project = "{project}"
+app = "traced"
+""")
+        res = _run(wf, {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}"})
+        assert res.returncode == 1, res.stderr
+        view = json.loads(res.stdout)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(s[0] == "run" for s in receiver.spans):
+            time.sleep(0.1)
+    finally:
+        receiver.close()
+    trace = trace_id_of(view["run_id"])
+    ops = {s[2]["workrun.operation_id"]: s[2]["_span_id"] for s in receiver.spans if s[0] == "operation"}
+    app_op = next(o for o in view["operations"] if o["node_key"] == "app")
+    version, trace_hex, span_hex, flags = app_op["result"]["traceparent"].split("-")
+    assert (version, int(trace_hex, 16), flags) == ("00", trace, "01")
+    assert int(span_hex, 16) == ops[app_op["operation_id"]]
+    [order] = shop.requests("POST", "/orders")
+    order_op = next(o for o in view["operations"] if o["node_key"] == "order")
+    _, trace_hex, span_hex, _ = order.headers["traceparent"].split("-")
+    assert int(trace_hex, 16) == trace and int(span_hex, 16) == ops[order_op["operation_id"]]
+    [undo] = shop.requests("DELETE", "/orders/1")
+    attempts = {s[2]["_span_id"] for s in receiver.spans if s[0] == "attempt"}
+    assert int(undo.headers["traceparent"].split("-")[2], 16) in attempts

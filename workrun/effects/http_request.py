@@ -212,7 +212,10 @@ def _prepare_action(svc: Services, action: HttpRequestSpec, comp: dict[str, Any]
         url = UrlTemplate.reference(action.url)
     else:
         url = connector.url(action.url) if connector is not None else parse_url(action.url)
-    return prepare(method=action.method, url=url, headers=action.headers, body=action.body,
+    number = len(svc.journal.attempts(comp["compensation_id"]))  # the attempt being made (its intent is journaled)
+    parent = tracing.traceparent(comp["run_id"], f"{comp['compensation_id']}.{number}")
+    headers = {**action.headers, "traceparent": parent} if parent else action.headers
+    return prepare(method=action.method, url=url, headers=headers, body=action.body,
                    timeout=float(comp["timeout"]), lookup=_action_lookup(svc, comp, op),
                    idempotency_key=comp["compensation_id"], environ=svc.runner.request_environ,
                    connector=connector, origin=origin)

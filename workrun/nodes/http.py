@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from workrun import tracing
 from workrun.backoff import backoff_delay
 from workrun.effects.http_request import KIND, finish_request_operation
 from workrun.errors import ConfigError
@@ -189,7 +190,9 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
             return NodeOutcome("stopped", error="stopped by the user")
         op_id = new_id("op")
         try:
-            request = prepare(method=node.method, url=url, headers=node.headers, body=node.body, timeout=node.timeout,
+            parent = tracing.traceparent(run_id, op_id)
+            headers = {**node.headers, "traceparent": parent} if parent else node.headers
+            request = prepare(method=node.method, url=url, headers=headers, body=node.body, timeout=node.timeout,
                               lookup=_node_lookup(job.context), idempotency_key=resend_key or op_id,
                               connector=connector,
                               environ=svc.runner.request_environ)

@@ -70,6 +70,8 @@ class LocalRunner:
         calldir.write_input(call_dir, {"grace": self.grace, **envelope})
         sdk = self.sdk_dir
         env = app_environment(python, sdk, call_dir)
+        if envelope.get("traceparent"):  # the call's span, for the App's own tracing (R-F5)
+            env = {**env, "TRACEPARENT": str(envelope["traceparent"])}
         if self.launch == "fork":
             with self._mutex:
                 if self._servers is None:
