@@ -17,16 +17,51 @@ scheduler holds the data directory). A run that ends failed, waiting or stopped 
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from workrun.app import runs as _runs
-from workrun.errors import WorkrunError
+from workrun.errors import UsageError, WorkrunError
 
 __all__ = ["WorkrunError", "check", "compensate", "rerun", "resume", "run", "runs", "show", "stop"]
 
 Home = Path | str | None
+
+
+def _path(value: Any, field: str) -> Path:
+    """A path argument, or exit 2 naming it."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value) or "\0" in str(value):
+        raise UsageError(f"must be a path (str or os.PathLike), not {value!r}", field=field)
+    return Path(value)
+
+
+def _home(home: Any) -> Path | None:
+    return None if home is None else _path(home, "home")
+
+
+def _id(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"must be a run id (a non-empty str), not {value!r}", field="run_id")
+    return value
+
+
+def _inputs(inputs: Any) -> dict[str, Any]:
+    """``{name: value}``: names are strings, values strings or JSON values (passed as their JSON text)."""
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, Mapping):
+        raise UsageError(f"must be a mapping {{name: value}}, not {type(inputs).__name__}", field="inputs")
+    for key, value in inputs.items():
+        if not isinstance(key, str) or not key:
+            raise UsageError(f"input names are non-empty strings, not {key!r}", field="inputs")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise UsageError(f"the value of {key!r} is not a JSON value", field="inputs") from None
+    return dict(inputs)
 
 
 def run(workflow: Path | str, inputs: Mapping[str, Any] | None = None, *, home: Home = None,
@@ -46,7 +81,7 @@ def run(workflow: Path | str, inputs: Mapping[str, Any] | None = None, *, home: 
     Raises:
         WorkrunError: exit code 2 (a bad workflow or input; ``.message`` names file and field) or 3 (busy).
     """
-    return dict(_runs.run(workflow, dict(inputs or {}), home=home, wait=wait).data)
+    return dict(_runs.run(_path(workflow, "workflow"), _inputs(inputs), home=_home(home), wait=wait).data)
 
 
 def rerun(run_id: str, *, home: Home = None, wait: bool = False) -> dict[str, Any]:
@@ -55,7 +90,7 @@ def rerun(run_id: str, *, home: Home = None, wait: bool = False) -> dict[str, An
     Raises:
         WorkrunError: exit code 2 (unknown run, a workflow that no longer loads) or 3 (busy).
     """
-    return dict(_runs.rerun(run_id, home=home, wait=wait).data)
+    return dict(_runs.rerun(_id(run_id), home=_home(home), wait=wait).data)
 
 
 def resume(*, home: Home = None, wait: bool = False) -> dict[str, Any]:
@@ -67,7 +102,7 @@ def resume(*, home: Home = None, wait: bool = False) -> dict[str, Any]:
     Raises:
         WorkrunError: exit code 3 (busy).
     """
-    return dict(_runs.resume(home=home, wait=wait).data)
+    return dict(_runs.resume(home=_home(home), wait=wait).data)
 
 
 def compensate(run_id: str, dry_run: bool = False, *, home: Home = None, wait: bool = False) -> dict[str, Any]:
@@ -77,7 +112,7 @@ def compensate(run_id: str, dry_run: bool = False, *, home: Home = None, wait: b
     Raises:
         WorkrunError: exit code 2 (unknown run; a run that cannot be compensated) or 3 (busy).
     """
-    return dict(_runs.compensate(run_id, dry_run=dry_run, home=home, wait=wait).data)
+    return dict(_runs.compensate(_id(run_id), dry_run=bool(dry_run), home=_home(home), wait=wait).data)
 
 
 def stop(run_id: str, *, home: Home = None, timeout: float = 60.0) -> dict[str, Any]:
@@ -90,7 +125,9 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0) -> dict[str, 
     Raises:
         WorkrunError: exit code 2 (unknown run).
     """
-    return dict(_runs.stop(run_id, home=home, timeout=timeout).data)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+        raise UsageError(f"must be seconds (0 to 86400), not {timeout!r}", field="timeout")
+    return dict(_runs.stop(_id(run_id), home=_home(home), timeout=float(timeout)).data)
 
 
 def runs(limit: int | None = None, *, home: Home = None) -> list[dict[str, Any]]:
@@ -99,7 +136,9 @@ def runs(limit: int | None = None, *, home: Home = None) -> list[dict[str, Any]]
     Raises:
         WorkrunError: exit code 2 (``limit`` below 1).
     """
-    return list(_runs.runs(limit, home=home).data)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise UsageError(f"must be a whole number, not {limit!r}", field="limit")
+    return list(_runs.runs(limit, home=_home(home)).data)
 
 
 def show(run_id: str, *, home: Home = None) -> dict[str, Any]:
@@ -108,7 +147,7 @@ def show(run_id: str, *, home: Home = None) -> dict[str, Any]:
     Raises:
         WorkrunError: exit code 2 (unknown run).
     """
-    return dict(_runs.show(run_id, home=home).data)
+    return dict(_runs.show(_id(run_id), home=_home(home)).data)
 
 
 def check(workflow: Path | str, inputs: Mapping[str, Any] | None = None, *, home: Home = None) -> dict[str, Any]:
@@ -124,4 +163,4 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | None = None, *, home
         WorkrunError: exit code 2 with every error found (``.message``: one per line).
     """
     del home
-    return dict(_runs.check(workflow, dict(inputs or {})).data)
+    return dict(_runs.check(_path(workflow, "workflow"), _inputs(inputs)).data)

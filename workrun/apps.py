@@ -75,6 +75,8 @@ def parse_toml(text: str, file: str) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    except RecursionError:  # the standard library's parser recurses once per level of nesting
+        raise ConfigError("nested too deep to read", file=file) from None
     todo: list[tuple[str, Any]] = [("", data)]
     while todo:
         where, value = todo.pop()

@@ -61,10 +61,13 @@ def check_smtp(smtp: Any, *, file: str | None, check_env: bool = True) -> None:
     Raises:
         ConfigError: naming the field.
     """
-    for name in ("host", "sender"):
-        if "{{" in getattr(smtp, name):
-            raise ConfigError("must be literal, not a template", file=file,
-                              field=f"smtp.{'from' if name == 'sender' else name}")
+    for name in ("host", "sender", "username", "password"):
+        value = getattr(smtp, name)
+        field = f"smtp.{'from' if name == 'sender' else name}"
+        if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ConfigError("holds a control character (a line break, NUL, …)", file=file, field=field)
+        if name in ("host", "sender") and "{{" in value:
+            raise ConfigError("must be literal, not a template", file=file, field=field)
     for name in ("username", "password"):
         value = getattr(smtp, name)
         if value is None:
@@ -171,9 +174,12 @@ def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
     if not checked:
         return SendResult(False, failure=Failure.REFUSED,
                           error=verdicts[0][1] if verdicts else f"cannot resolve {smtp.host}")
+    try:
+        data = _message(smtp, mail)
+    except (ValueError, TypeError) as exc:  # a header the email library refuses: nothing is sent
+        return SendResult(False, failure=Failure.NOT_SENT, error=f"not sent: the message cannot be built: {exc}")
     if before_send is not None:
         before_send()
-    data = _message(smtp, mail)
     recipients = [*mail["to"], *(mail.get("cc") or [])]
     where = f"{smtp.host}:{smtp.port}"
 

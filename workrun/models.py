@@ -133,6 +133,12 @@ def _action_sugar(value: Any) -> Any:
     as the HTTP request it is: ``POST /sms`` through the connector with that JSON body."""
     if not isinstance(value, dict) or value.get("kind") not in (None, "http"):  # a stored request: as it is
         return value
+    kinds = [k for k in ("sms", "email", "update_data") if value.get(k) is not None]
+    if "method" in value or "url" in value:
+        kinds.insert(0, "http (method, url)")
+    if len(kinds) > 1:  # R-K5: an action is one of the kinds
+        raise ValueError(f"an action is one kind: give one of http (method, url), sms, email and update_data, "
+                         f"not {' and '.join(kinds)}")
     if value.get("update_data") is not None and "method" not in value:
         rest = {k: v for k, v in value.items() if k != "update_data"}
         return {**rest, "kind": "update_data", "method": "POST", "url": "", "update_data": value["update_data"]}

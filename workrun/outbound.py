@@ -293,8 +293,9 @@ def connector_of(connectors: Mapping[str, Any] | None, name: str | None, *, file
         raise ConfigError(f"unknown connector {name!r} (declared: {known})", file=file, field=field)
     data = spec.model_dump() if hasattr(spec, "model_dump") else dict(spec)
     base = parse_url(data["base_url"], file=file, field=f"connectors.{name}.base_url")
-    if "{{" in base.rest or "?" in base.rest or "#" in base.rest:
-        raise ConfigError("a connector's base_url is literal, with no query or fragment", file=file,
+    if "{{" in base.rest or "?" in base.rest or "#" in base.rest \
+            or any(_decoded(seg).strip() in (".", "..") for seg in base.rest.split("/")):
+        raise ConfigError("a connector's base_url is literal, with no query, fragment or dot segment", file=file,
                           field=f"connectors.{name}.base_url")
     rate, breaker = data.get("rate_limit"), data.get("circuit_breaker")
     limits = ConnectorLimits(name, (int(rate["requests"]), float(rate["per"])) if rate else None,
@@ -319,9 +320,9 @@ def check_relative(written: str, *, file: str | None, field: str) -> None:
     if written.startswith("//") or "//" in path or "\\" in written:
         raise ConfigError("'//' and '\\' are not allowed in a connector's url (same origin, R-K1)", file=file,
                           field=field)
-    if any(seg in (".", "..") for seg in path.split("/")):
-        raise ConfigError("'.' and '..' segments are not allowed in a connector's url (same origin, R-K1)",
-                          file=file, field=field)
+    if any(_decoded(seg).strip() in (".", "..") for seg in path.split("/")):
+        raise ConfigError("'.' and '..' segments (in any spelling) are not allowed in a connector's url (same "
+                          "origin, R-K1)", file=file, field=field)
     first = path.split("/")[1] if "/" in path[1:] or len(path) > 1 else ""
     if "{{" in first:
         raise ConfigError("the first path segment of a connector's url must be literal (R-K1)", file=file,
@@ -471,7 +472,8 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
     if getattr(spec, "kind", "http") == "email":  # an email action (R-K2): literal addresses, a body template
         email = spec.email
         for i, address in enumerate([*email.to, *email.cc]):
-            if "{{" in address or "@" not in address or any(c in address for c in "\r\n<>,"):
+            if "{{" in address or "@" not in address or any(c in address for c in "<>,") \
+                    or any(ord(c) < 32 or ord(c) == 127 for c in address):
                 raise ConfigError(f"{address!r} is not one literal email address", file=file,
                                   field=f"{field}.email.{'to' if i < len(email.to) else 'cc'}")
         check_templates(email.body, file=file, field=f"{field}.email.body", allow_env=False, check_ref=check_ref)

@@ -222,12 +222,16 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     base = path.resolve().parent
     http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
     allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
-    connectors = _parse_connectors(data.get("connectors"), file)  # R-K1
-    smtp = _parse_smtp(data.get("smtp"), file)  # R-K2
+    errors: list[ConfigError] = []  # each table's or node's first error (R-L1: all are reported)
+    connectors = _parse_connectors(data.get("connectors"), file, errors)  # R-K1
+    smtp = None
+    try:
+        smtp = _parse_smtp(data.get("smtp"), file)  # R-K2
+    except ConfigError as exc:
+        errors.append(exc)
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
-    errors: list[ConfigError] = []  # each node's first error, then the workflow's (R-L1: all are reported)
     action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
@@ -285,7 +289,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         notify = _parse_notify(data.get("notify"), file, inputs, connectors)
     except ConfigError as exc:
         errors.append(exc)
-    if smtp is None:  # an email action needs [smtp] (R-K5)
+    if smtp is None and "smtp" not in data:  # an email action needs [smtp] (R-K5)
         errors += _emails_without_smtp(nodes, notify, file)
     if errors:
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
@@ -530,37 +534,50 @@ def _emails_without_smtp(nodes: Mapping[str, NodeSpec], notify: HttpAction | Non
             for f, w in found]
 
 
-def _parse_connectors(value: Any, file: str) -> dict[str, ConnectorSpec]:
+def _parse_connectors(value: Any, file: str, errors: list[ConfigError]) -> dict[str, ConnectorSpec]:
     """``[connectors.NAME]`` (R-K1): a literal ``base_url``, ``headers`` (``{{ env.NAME }}`` allowed and set now),
-    ``timeout``, ``rate_limit`` and ``circuit_breaker``.
-
-    Raises:
-        ConfigError: naming the field.
+    ``timeout``, ``rate_limit`` and ``circuit_breaker``. Each connector's first error is added to ``errors``
+    (a connector with an error is left out).
     """
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError("must be a table of [connectors.NAME] tables", file=file, field="connectors")
+        errors.append(ConfigError("must be a table of [connectors.NAME] tables", file=file, field="connectors"))
+        return {}
     out: dict[str, ConnectorSpec] = {}
     for name, table in value.items():
-        field = f"connectors.{name}"
-        if not _KEY.match(name):
-            raise ConfigError("connector names use letters, digits, '_' and '-'", file=file, field=field)
-        if not isinstance(table, dict):
-            raise ConfigError("must be a table", file=file, field=field)
         try:
-            spec = ConnectorSpec.model_validate(table)
-        except ValidationError as exc:
-            raise pydantic_error(exc, file, field) from None
-        out[name] = spec
-        connector_of(out, name, file=file, field=field)  # a literal http(s) base_url, no query
-        headers = HttpRequestSpec(method="GET", url="http://127.0.0.1/", headers=spec.headers)
-
-        def no_refs(where: str, ref: str) -> None:
-            raise ConfigError(f"{{{{ {ref} }}}}: a connector's headers may use env.NAME only", file=file, field=where)
-
-        check_request(headers, file=file, field=field, check_ref=no_refs)
+            out[name] = _parse_connector(name, table, file, out)
+        except ConfigError as exc:
+            out.pop(name, None)
+            errors.append(exc)
     return out
+
+
+def _parse_connector(name: str, table: Any, file: str, out: dict[str, ConnectorSpec]) -> ConnectorSpec:
+    """One ``[connectors.NAME]`` table (see :func:`_parse_connectors`).
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    field = f"connectors.{name}"
+    if not _KEY.match(name):
+        raise ConfigError("connector names use letters, digits, '_' and '-'", file=file, field=field)
+    if not isinstance(table, dict):
+        raise ConfigError("must be a table", file=file, field=field)
+    try:
+        spec = ConnectorSpec.model_validate(table)
+    except ValidationError as exc:
+        raise pydantic_error(exc, file, field) from None
+    out[name] = spec
+    connector_of(out, name, file=file, field=field)  # a literal http(s) base_url, no query
+    headers = HttpRequestSpec(method="GET", url="http://127.0.0.1/", headers=spec.headers)
+
+    def no_refs(where: str, ref: str) -> None:
+        raise ConfigError(f"{{{{ {ref} }}}}: a connector's headers may use env.NAME only", file=file, field=where)
+
+    check_request(headers, file=file, field=field, check_ref=no_refs)
+    return spec
 
 
 def _with_connector_timeouts(spec: Any, connectors: Mapping[str, ConnectorSpec]) -> Any:

@@ -216,3 +216,30 @@ needs = ["order", "other"]
     assert comps["other"]["status"] == "failed"
     assert f"is not on {server.url}" in json.dumps(comps["other"]), comps["other"]
     assert [r.method for r in server.requests() if r.method == "DELETE"] == ["DELETE"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[connectors.s]\nbase_url = "http://127.0.0.1:9/api"\n[nodes.a]\nkind = "http"\nconnector = "s"\nmethod = "GET"\n'
+     'url = "/%2e%2e/admin"\n', "'.' and '..' segments"),
+    ('[connectors.s]\nbase_url = "http://127.0.0.1:9/a/../b"\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+     'url = "http://127.0.0.1:9/"\n', "dot segment"),
+    ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\ncompensation = { method = "DELETE", '
+     'url = "http://127.0.0.1:9/x", email = { to = ["a@b.co"], body = "x" } }\n', "an action is one kind"),
+    ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\non_failure = { compensate = { '
+     'update_data = { fields = ["a"] }, sms = { connector = "s", template_id = "T", recipients = ["1"] } } }\n',
+     "an action is one kind"),
+])
+def test_break_it_findings_are_exit_2(cli, write_workflow, text, says):
+    res = cli("check", write_workflow("bad", text))
+    assert res.code == 2 and says in res.err, res
+
+
+def test_every_bad_connector_and_smtp_table_is_reported(cli, write_workflow):
+    """R-L1 for the new tables: each connector's error and [smtp]'s, not just the first."""
+    res = cli("check", write_workflow("bad", '[connectors.a]\nbase_url = "http://127.0.0.1:9/"\nfoo = 1\n'
+                                      '[connectors.b]\nbase_url = "http://127.0.0.1:9/"\nbar = 1\n'
+                                      '[smtp]\nhost = "127.0.0.1"\nport = 99999\nfrom = "w@x.y"\n'
+                                      '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'))
+    lines = res.err.strip().splitlines()
+    assert res.code == 2 and len(lines) == 3, res
+    assert [ln.split(": ")[2] for ln in lines] == ["connectors.a.foo", "connectors.b.bar", "smtp.port"]

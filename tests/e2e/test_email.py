@@ -146,3 +146,16 @@ def test_the_smtp_password_is_never_stored(smtp, shop, write_workflow, workrun, 
     files = [p for p in isolated_env.rglob("*") if p.is_file()]
     assert all(secret.encode() not in p.read_bytes() for p in files)
     assert json.dumps(res.json()).count(secret) == 0
+
+
+@pytest.mark.parametrize("text, field", [
+    ('[smtp]\nhost = "127.0.0.1"\nfrom = "w@x.y\\r\\nBcc: evil@example.net"\n', "smtp.from"),
+    ('[smtp]\nhost = "127.0.0.1"\nfrom = "w@x.y"\n[nodes.b]\nkind = "http"\nmethod = "GET"\n'
+     'url = "http://127.0.0.1:9/"\non_failure = { compensate = { email = { to = ["a@example.com\\u0000"], '
+     'body = "x" } } }\n', "nodes.b.on_failure.compensate.email.to"),
+])
+def test_control_characters_in_addresses_are_exit_2(cli, write_workflow, text, field):
+    """Break-it findings: a CR/LF in [smtp] from (header injection) or a NUL in a recipient never reaches send."""
+    wf = write_workflow("ctl", text + '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n')
+    res = cli("check", wf)
+    assert res.code == 2 and f": {field}: " in res.err, res

@@ -192,3 +192,24 @@ url = "{server.url}/orders/{{{{ nodes.order.result.body.id }}}}"
     assert by_key["order"]["compensation_places"] == [1] and "compensation_places" not in by_key["boom"]
     assert "succeeded" in workrun("graph", rid).out and "failed" in workrun("graph", rid, "--format", "dot").out
     assert workrun("graph", wf, "--format", "png").code == 2
+
+
+def test_bad_arguments_raise_workrun_error_exit_2(write_workflow, server):
+    """Break-it finding: the API refuses a wrong argument type as the CLI refuses bad usage (exit 2)."""
+    wf = _order_flow(write_workflow, server)
+    for call in (lambda: api.run(None), lambda: api.run(5), lambda: api.check(None), lambda: api.run(wf, ["x"]),
+                 lambda: api.run(wf, {"who": object()}), lambda: api.show(123), lambda: api.rerun(5),
+                 lambda: api.runs(limit="x"), lambda: api.runs(limit=1.5), lambda: api.runs(home=5),
+                 lambda: api.runs(home="/tmp/a\0b"), lambda: api.stop("run_x", timeout="soon")):
+        with pytest.raises(api.WorkrunError) as err:
+            call()
+        assert err.value.exit_code == 2, err.value.message
+    assert server.requests() == []
+
+
+def test_deeply_nested_toml_is_exit_2(cli, tmp_path):
+    path = tmp_path / "deep.toml"
+    path.write_text('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\nbody = '
+                    + "[" * 5000 + "]" * 5000 + "\n")
+    res = cli("check", path)
+    assert res.code == 2 and "nested too deep" in res.err, res

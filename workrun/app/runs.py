@@ -341,7 +341,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
                                 "compensation_id": c["compensation_id"]}
         action = (c.get("context") or {}).get("reverse_action")
         if action:
-            step["action"] = f"{action.get('method', '')} {action.get('url', '')}".strip()
+            step["action"] = _describe_action(action)
         else:
             step["app"] = op["app"]
         step["status"] = c["status"]
@@ -356,9 +356,30 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     elif all(s["status"] in COMPENSATION_DONE for s in steps):
         would = "nothing: every compensation is done"
     else:
-        left = sum(1 for s in steps if s["status"] not in COMPENSATION_DONE)
-        would = f"run {left} compensation(s) in the order shown"
+        runnable = sum(1 for s in steps if s["status"] in ("pending", "running")
+                       or s["status"] == "blocked" and s["held_back_by"])
+        stuck = [s for s in steps if s["status"] in ("failed", "unknown") or s["status"] == "blocked"
+                 and not s["held_back_by"]]
+        would = (f"run {runnable} compensation(s) in the order shown" if runnable else "nothing by itself")
+        if stuck:
+            would += (f"; {len(stuck)} need(s) an operator first ({', '.join(s['compensation_id'] for s in stuck)}: "
+                      "`workrun compensations retry|confirm|resolve`)")
     return {"run_id": rid, "status": run_row["status"], "would": would, "plan": steps}
+
+
+def _describe_action(action: dict[str, Any]) -> str:
+    """A reverse action for people, by its kind: ``DELETE URL``, ``sms TEMPLATE to …``, ``email to …``,
+    ``update_data FIELDS``."""
+    kind = action.get("kind") or "http"
+    if kind == "email":
+        return "email to " + ", ".join((action.get("email") or {}).get("to") or [])
+    if kind == "update_data":
+        return "update_data " + ", ".join((action.get("update_data") or {}).get("fields") or [])
+    if kind == "sms":
+        body = action.get("body") or {}
+        return f"sms {body.get('template_id', '')} via {action.get('connector', '')}".strip()
+    via = f" via {action['connector']}" if action.get("connector") else ""
+    return f"{action.get('method', '')} {action.get('url', '')}{via}".strip()
 
 
 def _reverse_order(ops: list[dict[str, Any]]) -> list[str]:
