@@ -3,7 +3,7 @@
 
     python3 scripts/dev.py tutorial     # the tutorial workflow; exits 1 because the run fails on purpose
     python3 scripts/dev.py test [ARGS]  # the whole test suite (extra ARGS go to pytest)
-    python3 scripts/dev.py check        # ruff, mypy and the import-linter contracts (pyproject.toml)
+    python3 scripts/dev.py check        # ruff, mypy, import-linter, mkdocs build --strict, the CLI reference
 
 Needs only Python 3.11+ with pip; everything else comes from PyPI.
 """
@@ -48,9 +48,11 @@ def main(argv: list[str]) -> int:
     ensure("test")
     if argv[0] == "check":
         failed = 0
-        for tool in (["ruff", "check", "workrun", "workrun_sdk"], ["mypy", "workrun", "workrun_sdk"], ["lint-imports"]):
+        for tool in (["ruff", "check", "workrun", "workrun_sdk"], ["mypy", "workrun", "workrun_sdk"], ["lint-imports"],
+                     ["mkdocs", "build", "--strict", "--quiet"], ["python", "scripts/cli_reference.py", "--check"]):
             print(f"$ {' '.join(tool)}", flush=True)
-            failed |= subprocess.run([str(VENV / "bin" / tool[0]), *tool[1:]], cwd=ROOT, env=env).returncode != 0
+            failed |= subprocess.run([str(VENV / "bin" / tool[0]), *tool[1:]], cwd=ROOT,
+                                     env={**env, "NO_MKDOCS_2_WARNING": "1"}).returncode != 0
         return 1 if failed else 0
     return subprocess.run([str(PY), "-m", "pytest", "-q", *_workers(argv[1:]), *argv[1:]], cwd=ROOT,
                           env=env).returncode

@@ -217,7 +217,8 @@ def test_every_documented_setting_is_checked_and_tested():
 
     from workrun.settings import VARIABLES
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text() + "".join(p.read_text() for p in (root / "docs").rglob("*.md"))
     # WORKRUN_CALL_DIR is set by the runner for Apps; WORKRUN_SCREENSHOTS is read by the browser tests only,
     # WORKRUN_TEST_WORKERS by scripts/dev.py test
     documented = set(re.findall(r"WORKRUN_[A-Z_]+[A-Z]", readme)) - {"WORKRUN_CALL_DIR", "WORKRUN_SCREENSHOTS",
