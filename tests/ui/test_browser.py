@@ -211,3 +211,28 @@ def test_retry_with_fixed_code_releases_held_back(browser, ui_server, make_proje
     assert [a["trigger"] for a in shown["attempts"]] == ["auto", "operator"]
     assert shown["events"][0]["action"] == "retry" and shown["events"][0]["actor"].startswith("ui:")
     assert shown["events"][0]["args"] == {"accept_code_change": True}
+
+
+def test_run_page_history_and_disconnected(browser, ui_server, workrun) -> None:
+    """R-D3: inputs, data, stdout and a chronological timeline with local times and their UTC offsets; R-D5: the
+    page says "disconnected" within 3 s of its server stopping, and a form being typed in stays as typed."""
+    import re
+
+    from _kit.processes import wait_for  # noqa: F401  (the same polling helper the e2e tests use)
+    from conftest import stop_server  # type: ignore[import-not-found]
+
+    r = workrun("run", TUTORIAL, "--json")
+    assert r.code == 1, r
+    run_id = r.json()["run_id"]
+    server = ui_server()
+    browser.get(server.url.replace("/?", f"/runs/{run_id}?"))
+    until(lambda: browser.find_elements("css selector", "#timeline"), "the timeline")
+    data = browser.find_element("css selector", "#run-data").text
+    assert "Hello, Workrun!" in data  # the tutorial's input, and its data (which starts as its inputs)
+    rows = browser.find_elements("css selector", "#timeline tr")[1:]
+    kinds = [row.find_elements("css selector", "td")[0].text for row in rows]
+    assert kinds.count("call") == 2 and kinds.count("attempt") == 1, kinds
+    starts = [row.find_elements("css selector", "td")[3].text for row in rows]
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d[+-]\d\d:\d\d", s) for s in starts), starts
+    stop_server(server)
+    until(lambda: browser.find_elements("css selector", "#disconnected"), "the disconnected notice", timeout=3.5)

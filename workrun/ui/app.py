@@ -229,7 +229,42 @@ def run_page(request: Request) -> Response:
         ops_by_node.setdefault(op["node_key"] or "", []).append(op)
     events = [{**e, "at": views.iso(e["at"])} for e in d.journal.events_of_run(view["run_id"])]
     return d.render(request, "run.html", nav="runs", run=view, graph=layout, ops_by_node=ops_by_node,
-                    order=graph.compensation_order(view), events=events, tickets=view.get("tickets"))
+                    order=graph.compensation_order(view), events=events, tickets=view.get("tickets"),
+                    timeline=timeline(view))
+
+
+def local_time(value: str | None) -> str:
+    """An ISO time in the server's local time zone with its UTC offset, e.g. ``17:25:16+05:30`` (R-D3); "-"."""
+    if not value:
+        return "-"
+    when = datetime.fromisoformat(value).astimezone()
+    offset = when.strftime("%z")
+    return when.strftime("%H:%M:%S") + (f"{offset[:3]}:{offset[3:]}" if offset else "")
+
+
+def timeline(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per call, compensation attempt and ticket action attempt of a run, in chronological order (R-D3):
+    ``{what, label, status, start, end, duration}`` (times as :func:`local_time`)."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for op in view["operations"]:
+        rows.append((op["started_at"] or "", {"what": "call", "label": f"{op['node_key']} · {op['operation_id']} · "
+                                                                        f"{op['app']}", "status": op["status"],
+                                               "start": op["started_at"], "end": op["ended_at"]}))
+        comp = op.get("compensation")
+        for a in (comp or {}).get("attempts") or []:
+            rows.append((a["started_at"] or "", {"what": "attempt", "label": f"{op['node_key']} · "
+                                                 f"{comp['compensation_id']} #{a['number']}", "status": a["status"],
+                                                 "start": a["started_at"], "end": a["ended_at"]}))
+    for t in view.get("tickets") or []:
+        for a in (t.get("action") or {}).get("attempts") or []:
+            rows.append((a["started_at"] or "", {"what": "ticket action", "label": f"{t['node_key']} · "
+                                                 f"{t['ticket_id']} #{a['number']}", "status": a["status"],
+                                                 "start": a["started_at"], "end": a["ended_at"]}))
+    out = []
+    for _, row in sorted(rows, key=lambda r: r[0]):
+        out.append({**row, "duration": duration(row["start"], row["end"]), "start": local_time(row["start"]),
+                    "end": local_time(row["end"])})
+    return out
 
 
 def compensations_page(request: Request) -> Response:

@@ -16,8 +16,10 @@
     var url = new URL(window.location.href);
     url.searchParams.set("fragment", "1");
     url.hash = "";
-    fetch(url.toString(), { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.text() : null; })
+    var ctrl = window.AbortController ? new AbortController() : null;
+    var timer = window.setTimeout(function () { if (ctrl) { ctrl.abort(); } }, 2000);
+    fetch(url.toString(), { credentials: "same-origin", cache: "no-store", signal: ctrl ? ctrl.signal : undefined })
+      .then(function (r) { connected(r.ok || r.status < 500); return r.ok ? r.text() : null; })
       .then(function (html) {
         if (html === null || html === last || editing()) { return; }
         var open = [];
@@ -27,8 +29,22 @@
         last = html;
         live.setAttribute("data-updated", String(Date.now()));
       })
-      .catch(function () {})
-      .then(function () { busy = false; });
+      .catch(function () { connected(false); })
+      .then(function () { window.clearTimeout(timer); busy = false; });
+  }
+  // R-D5: say "disconnected" when the server stops answering (a poll fails or takes over 2 s), and take it
+  // back when it answers again; the page's content and any form being filled in stay as they are.
+  var notice = null;
+  function connected(ok) {
+    if (ok && notice) { notice.remove(); notice = null; }
+    if (!ok && !notice) {
+      notice = document.createElement("p");
+      notice.id = "disconnected";
+      notice.className = "flash flash-warn";
+      notice.setAttribute("role", "status");
+      notice.textContent = "disconnected: the dashboard's server does not answer; this page shows what it last knew";
+      document.body.insertBefore(notice, live);
+    }
   }
   window.setInterval(tick, 500);
 })();
