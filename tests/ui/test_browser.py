@@ -227,12 +227,14 @@ def test_run_page_history_and_disconnected(browser, ui_server, workrun) -> None:
     server = ui_server()
     browser.get(server.url.replace("/?", f"/runs/{run_id}?"))
     until(lambda: browser.find_elements("css selector", "#timeline"), "the timeline")
-    data = browser.find_element("css selector", "#run-data").text
+    # read in one script: the page's live update may swap its content between two element look-ups
+    data, cells = browser.execute_script(
+        "return [document.getElementById('run-data').innerText, Array.from(document.querySelectorAll("
+        "'#timeline tr')).slice(1).map(r => Array.from(r.querySelectorAll('td')).map(c => c.innerText))];")
     assert "Hello, Workrun!" in data  # the tutorial's input, and its data (which starts as its inputs)
-    rows = browser.find_elements("css selector", "#timeline tr")[1:]
-    kinds = [row.find_elements("css selector", "td")[0].text for row in rows]
+    kinds = [row[0] for row in cells]
     assert kinds.count("call") == 2 and kinds.count("attempt") == 1, kinds
-    starts = [row.find_elements("css selector", "td")[3].text for row in rows]
+    starts = [row[3] for row in cells]
     assert all(re.fullmatch(r"\d\d:\d\d:\d\d[+-]\d\d:\d\d", s) for s in starts), starts
     stop_server(server)
     until(lambda: browser.find_elements("css selector", "#disconnected"), "the disconnected notice", timeout=3.5)
