@@ -197,7 +197,8 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True, reason:
     tid, run_id, key = t["ticket_id"], t["run_id"], t["node_key"]
     who = actor()
     now = svc.now()
-    event = event_row(tid, run_id, who, "terminate", {"compensate": compensate, "reason": reason}, now, reason)
+    args: dict[str, Any] = {"compensate": compensate, **({"reason": reason} if reason else {})}
+    event = event_row(tid, run_id, who, "terminate", args, now, reason)
     engine = Engine(svc, default_executors())
     svc.say(run_id, key, "error", f"{key}: failed: ticket {tid} terminated by {who}"
             + ("" if compensate else " without compensation"))

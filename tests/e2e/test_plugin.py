@@ -78,3 +78,23 @@ def test_an_app_author_proves_the_tutorials_compensation_with_the_plugin(tmp_pat
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "7 passed" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_wrong_assertion_in_an_authors_test_fails(tmp_path):
+    """The plugin's fixtures really run workflows: a test expecting the wrong outcome fails."""
+    (tmp_path / "test_wrong.py").write_text(textwrap.dedent('''
+        import os
+        from workrun.testing import fail_after
+
+        def test_expects_the_wrong_status(workrun_api):
+            with fail_after("create"):
+                view = workrun_api.run(os.environ["TUTORIAL"])
+            assert view["status"] == "succeeded"   # wrong: the run failed and was compensated
+    '''))
+    env = {"TUTORIAL": str(ROOT / "demo_apps" / "workflows" / "tutorial.toml"), "PATH": "/usr/bin:/bin",
+           "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           str(tmp_path / "test_wrong.py")], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout[-2000:]
+    assert "'failed' == 'succeeded'" in proc.stdout

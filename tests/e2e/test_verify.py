@@ -94,3 +94,51 @@ def test_crash_at_every_compensation_point_then_resume(workrun, tmp_path):
 def test_bad_arguments_exit_2(cli, args, field):
     res = cli("verify", TUTORIAL, *args)
     assert res.code == 2 and res.err.startswith(f"error: {field}: "), res
+
+
+FORGETFUL_APP = """
+[tool.workrun.apps.make]
+kind = "process"
+entry = "main.py"
+compensation = { entry = "undo.py", max_retries = 0 }
+"""
+MAKE = """
+import os, uuid
+from workrun_sdk import process
+path = os.path.join(os.environ["CHECK_DIR"], process.input()["name"] + "-" + uuid.uuid4().hex[:6] + ".txt")
+open(path, "w").write("x")
+process.result({"file_path": path})
+"""
+FORGETFUL_UNDO = """
+import os
+from pathlib import Path
+from workrun_sdk import compensation
+ctx = compensation.context()
+if ctx.original_input["name"] != "b":   # forgets b's file
+    Path(ctx.original_result["file_path"]).unlink(missing_ok=True)
+"""
+
+
+def test_a_three_node_chain_holds_and_a_forgotten_file_is_caught(workrun, make_project, write_workflow, tmp_path):
+    """A correct chain: every scenario ok, exit 0; a compensation that forgets a file: FAILED by the check App."""
+    careful_undo = FORGETFUL_UNDO.replace('if ctx.original_input["name"] != "b":   # forgets b\'s file\n    ', "")
+    good = make_project("good", FORGETFUL_APP, {"main.py": MAKE, "undo.py": careful_undo})
+    bad = make_project("bad", FORGETFUL_APP, {"main.py": MAKE, "undo.py": FORGETFUL_UNDO})
+    env = {"CHECK_DIR": str(tmp_path)}
+    for project, want in ((good, 0), (bad, 1)):
+        wf = write_workflow(f"chain-{project.name}", "".join(
+            f'[nodes.{n}]\nproject = "{project}"\napp = "make"\ninput = {{ name = "{n}" }}\n'
+            + (f'needs = ["{p}"]\n' if p else "") for n, p in (("a", None), ("b", "a"), ("c", "b"))))
+        res = workrun("verify", wf, "--check", f"{ROOT / 'demo_apps' / 'leftovers_check'}:leftovers", "--json",
+                      env=env)
+        assert res.code == want, res
+        by_node = {s["node"]: s for s in res.json()}
+        assert sorted(by_node) == ["a", "b", "c"]
+        if want == 0:
+            assert all(s["status"] == "ok" for s in by_node.values())
+        else:  # failed after a: only a's file, which is removed; after b or c, b's file is left behind
+            assert by_node["a"]["status"] == "ok"
+            for node in ("b", "c"):
+                assert by_node[node]["status"] == "failed"
+                assert "check App leftovers says the world is not clean" in by_node[node]["failures"][0]
+                assert "left behind" in by_node[node]["failures"][0]

@@ -57,16 +57,18 @@ def test_tutorial_graph_then_rerun_keeps_old_record(browser, ui_server, workrun)
     old = r.json()["run_id"]
     server = ui_server()
     browser.get(server.url)
-    row = until(lambda: browser.find_elements("css selector", f'tr.run-row[data-run="{old}"]'), "the run in the list")
-    assert "cleanup-tutorial" in row[0].text and "compensated: 1 of 1" in row[0].text
-    row[0].find_element("css selector", "a").click()
+    css = f'tr.run-row[data-run="{old}"]'
+    # the live update may swap the list between a look-up and a read: each check looks the row up afresh
+    until(lambda: "cleanup-tutorial" in browser.find_element("css selector", css).text
+          and "compensated: 1 of 1" in browser.find_element("css selector", css).text, "the run in the list")
+    until(lambda: browser.find_element("css selector", f"{css} a").click() or True, "the run's link clicked")
     until(lambda: attr(browser, 'g.node[data-node="create"]') == "succeeded", "create succeeded")
     assert attr(browser, 'g.node[data-node="boom"]') == "failed"
-    create_badge = browser.find_element("css selector", 'g.node[data-node="create"] g.cbadge')
-    assert create_badge.get_attribute("data-status") == "succeeded"
-    assert "#1 compensation succeeded" in create_badge.text
+    badge = 'g.node[data-node="create"] g.cbadge'
+    until(lambda: browser.find_element("css selector", badge).get_attribute("data-status") == "succeeded"
+          and "#1 compensation succeeded" in browser.find_element("css selector", badge).text, "create's badge")
     assert browser.find_elements("css selector", 'g.node[data-node="boom"] g.cbadge') == []  # failed: not owed
-    assert browser.find_element("css selector", "#rollup").text == "compensated: 1 of 1"
+    until(lambda: browser.find_element("css selector", "#rollup").text == "compensated: 1 of 1", "the roll-up")
     screenshot(browser, "dashboard-compensated.png")
 
     browser.find_element("css selector", "#rerun").click()
