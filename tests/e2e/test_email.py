@@ -82,6 +82,8 @@ def test_4xx_after_data_is_retried_and_5xx_is_a_dead_letter_at_once(smtp, shop, 
     smtp.mode = "defer"
     deferred = _comp(workrun("run", write_workflow("defer", _reverse(smtp, shop, retries=1)), "--json").json())
     assert deferred["status"] == "failed" and [a["smtp_code"] for a in deferred["attempts"]] == [451, 451]
+    ids = [m["Message-ID"] for m in smtp.messages()]  # the same Message-ID for every attempt (de-duplication)
+    assert ids == [f"<{deferred['compensation_id']}@workrun>"] * 2
     smtp.mode = "reject"
     before = smtp.datas
     rejected = _comp(workrun("run", write_workflow("reject", _reverse(smtp, shop, retries=3)), "--json").json())
