@@ -212,6 +212,21 @@ def marker_project(make_project: Callable[..., Path]) -> Path:
     return make_project("marker", MARKER_APP, {"main.py": MARKER_MAIN, "compensate.py": MARKER_COMPENSATE})
 
 
+@pytest.fixture
+def demo_shop() -> Any:
+    """``demo_apps/shop_service.py`` as a subprocess on a free port: yields the port (a string)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "demo_apps" / "shop_service.py"), "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "shop service listening on http://127.0.0.1:PORT"
+        assert line.startswith("shop service listening on http://127.0.0.1:"), line
+        yield line.rsplit(":", 1)[1].strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 # A real PostgreSQL server (R-S5) ----------------------------------------------------------------
 
 

@@ -15,16 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def shop():
-    proc = subprocess.Popen([sys.executable, str(ROOT / "demo_apps" / "shop_service.py"), "0"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()  # "shop service listening on http://127.0.0.1:PORT"
-        assert line.startswith("shop service listening on http://127.0.0.1:"), line
-        yield line.rsplit(":", 1)[1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def shop(demo_shop):
+    return demo_shop
 
 
 def test_http_order_demo_deletes_the_order_it_created(shop, tmp_path, workrun):

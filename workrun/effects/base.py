@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from workrun.operations import Attempted
     from workrun.services import Services
 
-__all__ = ["Effect", "Planned"]
+__all__ = ["ActionOnly", "Effect", "Planned"]
 
 
 @dataclass(frozen=True)
@@ -77,3 +77,25 @@ class Effect(Protocol):
     def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
         """Make a succeeded compensation's attempt once more with the same context and key, outside the journal
         (``workrun verify``'s idempotency check, R-V1); None when it succeeded again, else why not."""
+
+
+class ActionOnly:
+    """The part of :class:`Effect` a kind that is only ever a compensation's action (an email, a data update)
+    has: it makes no node operation and is planned by the kind whose written form it shares (an ACTION)."""
+
+    name = "action"
+
+    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.name} is never a node's operation")
+
+    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"{self.name} is never a node's operation")
+
+    def describe(self, op: dict[str, Any]) -> str:
+        return self.name
+
+    def plan(self, op: dict[str, Any]) -> Planned | None:
+        return None  # planned as a reverse action by the HTTP kind (its record names the action's kind)
+
+    def no_compensation(self, op: dict[str, Any]) -> str:
+        return f"no {self.name}"

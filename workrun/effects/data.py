@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workrun.effects.base import Planned
+from workrun.effects.base import ActionOnly
 from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
 from workrun.errors import StaleStatusError
 from workrun.models import HttpRequestSpec
@@ -22,25 +22,10 @@ from workrun.ticket_records import run_data
 __all__ = ["DataUpdate"]
 
 
-class DataUpdate:
+class DataUpdate(ActionOnly):
     """``update_data`` reverse actions (see :class:`~workrun.effects.base.Effect`)."""
 
     name = "data"
-
-    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
-        raise NotImplementedError("a data update is never a node's operation")
-
-    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError("a data update is never a node's operation")
-
-    def describe(self, op: dict[str, Any]) -> str:
-        return "data update"
-
-    def plan(self, op: dict[str, Any]) -> Planned | None:
-        return None  # planned as a reverse action by the HTTP kind (its record names kind = "update_data")
-
-    def no_compensation(self, op: dict[str, Any]) -> str:
-        return "no data update"
 
     def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
         """Intent; then the write and the attempt's success in one transaction (the receipt)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workrun.effects.base import Planned
+from workrun.effects.base import ActionOnly
 from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
 from workrun.errors import StaleStatusError
 from workrun.mail import prepare_mail, send_mail
@@ -41,25 +41,10 @@ def message_of(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> tuple
     return mail, smtp, allow
 
 
-class Email:
+class Email(ActionOnly):
     """Email reverse actions (see :class:`~workrun.effects.base.Effect`)."""
 
     name = "email"
-
-    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
-        raise NotImplementedError("an email is never a node's operation")
-
-    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError("an email is never a node's operation")
-
-    def describe(self, op: dict[str, Any]) -> str:
-        return "email"
-
-    def plan(self, op: dict[str, Any]) -> Planned | None:
-        return None  # planned as a reverse action by the HTTP kind (its record names kind = "email")
-
-    def no_compensation(self, op: dict[str, Any]) -> str:
-        return "no email action"
 
     def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
         """One attempt: intent, then "about to send" once the guard let the SMTP host through, then the outcome."""

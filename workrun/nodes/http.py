@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from workrun import tracing
 from workrun.backoff import backoff_delay
-from workrun.effects.http_request import KIND, finish_request_operation
+from workrun.effects.http_request import KIND, _walk, finish_request_operation
 from workrun.errors import ConfigError
 from workrun.models import HttpNode, NodeSpec, OutputField
 from workrun.nodes.base import NodeJob, Where
@@ -55,14 +55,6 @@ __all__ = [
 RESULT_FIELDS: dict[str, OutputField] = {"status": OutputField(type="integer", required=True),
                                          "headers": OutputField(type="object", required=True),
                                          "body": OutputField(type="object")}
-
-
-def _walk(value: Any, parts: list[str], ref: str) -> Any:
-    for part in parts:
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(ref)
-        value = value[part]
-    return value
 
 
 # -- http nodes -------------------------------------------------------------------------------------------------------
