@@ -134,9 +134,20 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
     """Remove snapshots no unfinished compensation needs; return (removed, kept).
 
     Needed: snapshots of operations in runs still ``running``, and of operations whose
-    compensation is not ``succeeded``/``skipped``.
+    compensation is not ``succeeded``/``skipped``. On a shared journal the database's copies are pruned too,
+    under its gc lock: a second ``gc`` at once waits for the first (R-F3).
     """
-    data_dir: Path = svc.data_dir
+    shared = _shared(svc.journal)
+    if shared is None or not hasattr(shared, "gc_lock"):
+        return _gc(svc, dry_run=dry_run)
+    with shared.gc_lock():
+        removed, kept = _gc(svc, dry_run=dry_run)
+        db_removed, db_kept = shared.prune_snapshots(_needed(svc), dry_run=dry_run)
+    return removed + db_removed, max(kept, db_kept)
+
+
+def _needed(svc: Any) -> set[str]:
+    """The snapshots an unfinished run or compensation may still need."""
     needed: set[str] = set()
     for run in svc.journal.runs():
         comps = {c["operation_id"]: c for c in svc.journal.compensations(run["run_id"])}
@@ -149,6 +160,13 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
                                                and op["status"] == "succeeded" and not run["eval"]) \
                     or (c is not None and c["status"] not in COMPENSATION_DONE):
                 needed.add(op["snapshot"])
+    return needed
+
+
+def _gc(svc: Any, *, dry_run: bool) -> tuple[int, int]:
+    """This data directory's part of :func:`gc`."""
+    data_dir: Path = svc.data_dir
+    needed = _needed(svc)
     removed = kept = 0
     live_objects: set[str] = set()
     for manifest in sorted((data_dir / "snapshots").glob("*.json")) if (data_dir / "snapshots").is_dir() else []:

@@ -408,3 +408,32 @@ def test_a_scheduler_without_executors_says_why_the_run_waits(shared, tmp_path):
     assert "executor" in said[0] and "--executors 0" in said[0], said
     assert fleet.markers(shared["log"]) == []
     assert shown.returncode == 0 and "waited" in shown.stdout, shown
+
+
+def test_gc_prunes_the_databases_snapshots_and_two_at_once_are_safe(shared, tmp_path, make_project, write_workflow):
+    """R-F3: `workrun gc` on PostgreSQL prunes the code snapshots stored in the database that no unfinished
+    compensation needs (and their files); a second gc at once waits for the first, both exit 0."""
+    journal = shared["journal"]
+    project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
+    wf = write_workflow("snapgc", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "a" }}
+        [nodes.boom]
+        project = "{project}"
+        app = "snap"
+        needs = ["a"]
+        input = {{ name = "boom", fail = true }}
+    """)
+    ran = _cli("run", wf, "--json", env={"WORKRUN_HOME": str(tmp_path / "home")})
+    assert ran.returncode == 1, ran.stderr
+    assert journal._query("SELECT COUNT(*) AS n FROM snapshots")[0]["n"] == 1  # stored for other machines
+    gcs = [subprocess.Popen([sys.executable, "-m", "workrun", "gc"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "WORKRUN_HOME": str(tmp_path / f"gc{i}")})
+           for i in range(2)]
+    outs = [g.communicate(timeout=120) for g in gcs]
+    assert [g.returncode for g in gcs] == [0, 0], outs
+    assert journal._query("SELECT COUNT(*) AS n FROM snapshots")[0]["n"] == 0
+    assert journal._query("SELECT COUNT(*) AS n FROM snapshot_objects")[0]["n"] == 0
+    assert sum("removed 1 snapshot" in out for out, _ in outs) == 1  # one of them pruned it, the other found none

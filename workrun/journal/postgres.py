@@ -57,6 +57,7 @@ from workrun.states import check
 __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
 
 _MIGRATION_LOCK = 0x776F726B72756E  # advisory lock key ("workrun"): one migrator at a time
+_GC_LOCK = 0x776F726B72756E67  # 'workrung': one `workrun gc` at a time on a database (R-F3)
 
 
 @lru_cache(maxsize=512)
@@ -568,6 +569,42 @@ class PostgresJournal(SqliteJournal):
                                              "ON CONFLICT DO NOTHING", (digest, read(digest)))
                     self._pg.execute("INSERT INTO snapshots (snapshot, manifest, created_at) VALUES (%s, %s, %s) "
                                      "ON CONFLICT DO NOTHING", (snapshot, json.dumps(manifest), now))
+            except psycopg.Error as exc:
+                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+
+    def gc_lock(self) -> Any:
+        """A context manager holding the database's gc lock (a session advisory lock): a second ``workrun gc`` on
+        the same database waits for the first (R-F3)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def held() -> Any:
+            with self._lock:
+                self._pg.execute("SELECT pg_advisory_lock(%s)", (_GC_LOCK,))
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._pg.execute("SELECT pg_advisory_unlock(%s)", (_GC_LOCK,))
+
+        return held()
+
+    def prune_snapshots(self, needed: set[str], *, dry_run: bool = False) -> tuple[int, int]:
+        """Delete the database's snapshots not in ``needed`` and the stored files no remaining snapshot names, in
+        one transaction (R-F3). Returns ``(removed, kept)`` snapshots."""
+        psycopg = self._psycopg
+        with self._lock:
+            try:
+                with self._pg.transaction():
+                    rows = self._pg.execute("SELECT snapshot, manifest FROM snapshots").fetchall()
+                    gone = [r["snapshot"] for r in rows if r["snapshot"] not in needed]
+                    if dry_run or not gone:
+                        return len(gone), len(rows) - len(gone)
+                    self._pg.execute("DELETE FROM snapshots WHERE snapshot = ANY(%s)", (gone,))
+                    live = {d for r in rows if r["snapshot"] in needed
+                            for d in json.loads(r["manifest"])["files"].values()}
+                    self._pg.execute("DELETE FROM snapshot_objects WHERE NOT (digest = ANY(%s))", (list(live),))
+                    return len(gone), len(rows) - len(gone)
             except psycopg.Error as exc:
                 raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
 
