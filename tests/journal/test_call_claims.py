@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -153,13 +154,14 @@ def test_scheduler_decides_an_expired_claim_by_r_r3(pg, tmp_path, case):
     if case == "same-host-never-started":
         again = []
         for _ in range(200):
-            again = a.claim_calls("wkr_c", "h", 3.0, 60.0, 1, exec_root)
+            # a live claim by the scheduler's clock (real time), so its recovery does not take it over again
+            again = a.claim_calls("wkr_c", "h", time.time(), 600.0, 1, exec_root)
             if again:
                 break
             waiter.join(0.05)
         assert again and again[0]["exec_dir"] == exec_root + "op_1.2"  # a fresh directory for a fresh claim
         assert (exec_dir / "claim").read_text().startswith("abandoned")  # it can never start in the old one
-        assert a.finish_call("op_1", "wkr_c", {"exit_code": 0}, {"result": {"by": "c"}}, 4.0)
+        assert a.finish_call("op_1", "wkr_c", {"exit_code": 0}, {"result": {"by": "c"}}, time.time())
     waiter.join(30)
     expected = {"same-host-exit-record": Outcome(exit_code=0), "same-host-never-started": Outcome(exit_code=0),
                 "other-host": Outcome(unknown=True)}[case]

@@ -56,3 +56,33 @@ document.addEventListener("submit", function (event) {
   var question = form && form.getAttribute && form.getAttribute("data-confirm");
   if (question && !window.confirm(question)) { event.preventDefault(); }
 }, true);
+
+// R-D6: zoom the run's graph with its buttons; a click on a node goes to its section.
+document.addEventListener("click", function (event) {
+  "use strict";
+  var target = event.target;
+  var zoom = target && target.getAttribute && target.getAttribute("data-zoom");
+  var svg = document.querySelector("svg.graph");
+  if (zoom !== null && zoom !== undefined && svg) {
+    var base = Number(svg.getAttribute("data-width") || svg.getAttribute("width"));
+    if (!svg.getAttribute("data-width")) { svg.setAttribute("data-width", String(base)); }
+    var now = Number(svg.getAttribute("width"));
+    var next = Number(zoom) === 0 ? base : Math.max(base * 0.25, Math.min(base * 4, now * Number(zoom)));
+    var ratio = Number(svg.getAttribute("height")) / now;
+    svg.setAttribute("width", String(Math.round(next)));
+    svg.setAttribute("height", String(Math.round(next * ratio)));
+    return;
+  }
+  var node = target && target.closest && target.closest("svg.graph g.node");
+  if (node) {
+    var sections = document.querySelectorAll("details.node-detail summary strong");
+    for (var i = 0; i < sections.length; i += 1) {
+      if (sections[i].textContent === node.getAttribute("data-node")) {
+        var details = sections[i].closest("details");
+        details.open = true;
+        details.scrollIntoView({ block: "start" });
+        break;
+      }
+    }
+  }
+});
