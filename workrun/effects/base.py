@@ -99,3 +99,16 @@ class ActionOnly:
 
     def no_compensation(self, op: dict[str, Any]) -> str:
         return f"no {self.name}"
+
+    def begin_attempt(self, svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
+        """Journal the next attempt's intent (R-C3); returns ``{"compensation_id", "number", "trigger"}``, or
+        None when another process moved the compensation on first (its status is no longer ``comp["status"]``)."""
+        from workrun.errors import StaleStatusError
+
+        cid = comp["compensation_id"]
+        number = len(svc.journal.attempts(cid)) + 1
+        try:
+            svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
+        except StaleStatusError:
+            return None
+        return {"compensation_id": cid, "number": number, "trigger": trigger}

@@ -11,7 +11,6 @@ from typing import Any
 
 from workrun.effects.base import ActionOnly
 from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
-from workrun.errors import StaleStatusError
 from workrun.models import HttpRequestSpec
 from workrun.operations import Attempted
 from workrun.outbound import SendResult, fill_value
@@ -30,12 +29,9 @@ class DataUpdate(ActionOnly):
     def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
         """Intent; then the write and the attempt's success in one transaction (the receipt)."""
         cid = comp["compensation_id"]
-        number = len(svc.journal.attempts(cid)) + 1
-        try:
-            svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
-        except StaleStatusError:
+        attempt = self.begin_attempt(svc, comp, trigger)
+        if attempt is None:
             return Attempted(svc.journal.compensation(cid), None)
-        attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
         action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
         spec = action.update_data
         assert spec is not None

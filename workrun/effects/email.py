@@ -12,7 +12,6 @@ from typing import Any
 
 from workrun.effects.base import ActionOnly
 from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
-from workrun.errors import StaleStatusError
 from workrun.mail import prepare_mail, send_mail
 from workrun.models import HttpRequestSpec, SmtpSpec
 from workrun.operations import Attempted
@@ -49,12 +48,10 @@ class Email(ActionOnly):
     def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
         """One attempt: intent, then "about to send" once the guard let the SMTP host through, then the outcome."""
         cid = comp["compensation_id"]
-        number = len(svc.journal.attempts(cid)) + 1
-        try:
-            svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
-        except StaleStatusError:
+        attempt = self.begin_attempt(svc, comp, trigger)
+        if attempt is None:
             return Attempted(svc.journal.compensation(cid), None)
-        attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
+        number = attempt["number"]
         try:
             mail, smtp, allow = message_of(svc, comp, op)
         except KeyError as exc:
