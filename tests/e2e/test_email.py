@@ -161,3 +161,19 @@ def test_control_characters_in_addresses_are_exit_2(cli, write_workflow, text, f
     wf = write_workflow("ctl", text + '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n')
     res = cli("check", wf)
     assert res.code == 2 and f": {field}: " in res.err, res
+
+
+@pytest.mark.parametrize("point, status, sent", [
+    ("attempt.intent", "succeeded", 1),  # killed before "about to send": never sent, sent once on resume
+    ("attempt.started", "unknown", 0),  # killed after "about to send": it may have gone out, so never re-sent
+    ("attempt.finished", "succeeded", 1),  # killed after the outcome was journaled: nothing to do again
+])
+def test_an_email_is_sent_at_most_once_across_kill_9(smtp, shop, write_workflow, workrun, point, status, sent):
+    killed = workrun("run", write_workflow("mail", _reverse(smtp, shop)), "--json", env={"WORKRUN_FAULT": point})
+    assert killed.code == -9, killed
+    workrun("resume", "--json")
+    [run] = workrun("runs", "list", "--json").json()
+    comp = _comp(workrun("runs", "show", run["run_id"], "--json").json())
+    assert comp["status"] == status, comp
+    assert len(smtp.received) == sent
+    assert [a["status"] for a in comp["attempts"]].count("succeeded") == (1 if status == "succeeded" else 0)
