@@ -4,7 +4,6 @@ journal; and the SPEC §16 roll-up is in both."""
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest
@@ -305,7 +304,8 @@ def test_tickets_from_the_dashboard_note_resume_and_terminate(ui_server, workrun
     order = next(op for op in view["operations"] if op["node_key"] == "order")
     assert order["compensation"]["status"] == "succeeded" and view["compensation"] == "complete"
     me = f"ui:{getpass.getuser()}"
-    history = {t["ticket_id"]: [(h["actor"], h["action"]) for h in t["history"]] for t in client.get("/api/tickets").json()}
+    tickets = client.get("/api/tickets").json()
+    history = {t["ticket_id"]: [(h["actor"], h["action"]) for h in t["history"]] for t in tickets}
     assert history[resumed][1:] == [(me, "note"), (me, "resume")], history
     assert history[ended][1:] == [(me, "terminate")], history
     assert [line for line in client.get("/tickets").text.splitlines() if "data-history" in line]
@@ -315,8 +315,8 @@ def test_a_refused_action_shows_the_use_cases_error_read_as_data(ui_server, work
                                                                    isolated_env: Path) -> None:
     """Issue 27: a dashboard action's outcome comes from the child's structured result (exit code and error lines
     as data, from workrun.app), never from its stderr: a refused compensate shows the use case's exact line."""
-    from workrun.errors import ActionRefusedError
     from workrun.cli import detached
+    from workrun.errors import ActionRefusedError
     from workrun.ui import actions
 
     wf = write_workflow("fine", 'http_allow = ["127.0.0.1:9"]\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'

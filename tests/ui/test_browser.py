@@ -242,3 +242,36 @@ def test_run_page_history_and_disconnected(browser, ui_server, workrun) -> None:
     assert all(re.fullmatch(r"\d\d:\d\d:\d\d[+-]\d\d:\d\d", s) for s in starts), starts
     stop_server(server)
     until(lambda: browser.find_elements("css selector", "#disconnected"), "the disconnected notice", timeout=3.5)
+
+
+def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) -> None:
+    """R-D8: at 390 px every action and graph button is on screen, and a system dark setting gives the dark theme;
+    R-D6: the zoom buttons grow the graph and "fit" brings it back."""
+    r = workrun("run", TUTORIAL, "--json")
+    assert r.code == 1, r
+    server = ui_server()
+    page = server.url.replace("/?", f"/runs/{r.json()['run_id']}?")
+    try:
+        browser.set_window_size(390, 844)
+        browser.get(page)
+        until(lambda: browser.find_elements("css selector", "#rerun"), "the run page")
+        off = browser.execute_script(
+            "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll("
+            "'.actions button, .graph-tools button')).filter(b => { var r = b.getBoundingClientRect();"
+            " return r.left < 0 || r.right > w; }).map(b => b.outerHTML);")
+        assert off == [], off
+        widths = browser.execute_script(
+            "var svg = document.querySelector('svg.graph'); var w0 = Number(svg.getAttribute('width'));"
+            "document.querySelector('[data-zoom=\"1.25\"]').click(); var w1 = Number(svg.getAttribute('width'));"
+            "document.querySelector('[data-zoom=\"0\"]').click(); return [w0, w1, Number(svg.getAttribute('width'))];")
+        assert widths[1] > widths[0] == widths[2], widths
+        light = browser.execute_script("return getComputedStyle(document.body).backgroundColor;")
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                                {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        browser.get(page)
+        until(lambda: browser.find_elements("css selector", "#rerun"), "the run page, dark")
+        dark = browser.execute_script("return getComputedStyle(document.body).backgroundColor;")
+        assert dark == "rgb(13, 17, 23)" and light != dark, (light, dark)
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        browser.set_window_size(1280, 900)
