@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workrun.errors import StaleStatusError
+
 if TYPE_CHECKING:
     from workrun.operations import Attempted
     from workrun.services import Services
@@ -103,8 +105,6 @@ class ActionOnly:
     def begin_attempt(self, svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
         """Journal the next attempt's intent (R-C3); returns ``{"compensation_id", "number", "trigger"}``, or
         None when another process moved the compensation on first (its status is no longer ``comp["status"]``)."""
-        from workrun.errors import StaleStatusError
-
         cid = comp["compensation_id"]
         number = len(svc.journal.attempts(cid)) + 1
         try:
