@@ -202,8 +202,7 @@ def test_a_server_whose_request_pipe_broke_is_not_asked_again(env_of):
         r, w = os.pipe()
         os.close(r)
         os.dup2(w, old._req)  # its request pipe now has no reader, the process still runs
-        os.close(w)
-        assert old.proc.poll() is None
+        os.close(w)  # (the server may see its old pipe close and exit at once, or still run: both must work)
         assert _call(servers, env_of, "c2", None)["i"] == 1
         (new,) = [s for _, s in servers._servers.values()]
         assert new is not old and old.proc.poll() is not None  # the old one was ended

@@ -71,7 +71,8 @@ def test_tutorial_graph_then_rerun_keeps_old_record(browser, ui_server, workrun)
     until(lambda: browser.find_element("css selector", "#rollup").text == "compensated: 1 of 1", "the roll-up")
     screenshot(browser, "dashboard-compensated.png")
 
-    browser.find_element("css selector", "#rerun").click()
+    # a live update may swap the button between finding and clicking it (stale): find it again
+    until(lambda: browser.find_element("css selector", "#rerun").click() or True, "a click on Re-run")
     until(lambda: "/runs/" in browser.current_url and old not in browser.current_url, "the new run's page")
     new = browser.current_url.split("/runs/", 1)[1].split("?", 1)[0]
     assert until(lambda: attr(browser, "#run-status") == "failed", "the re-run to fail like the first")
