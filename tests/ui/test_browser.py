@@ -200,9 +200,11 @@ def test_retry_with_fixed_code_releases_held_back(browser, ui_server, make_proje
     browser.get(f"{server.base}/runs/{run_id}")
     until(lambda: attr(browser, f'g.cbadge[data-compensation="{book}"]') == "failed", "book's compensation failed")
     assert attr(browser, f'g.cbadge[data-compensation="{reserve}"]') == "blocked"
-    assert "needs attention: 1 failed, 1 blocked" == browser.find_element("css selector", "#rollup").text
-    first = browser.find_element("css selector", "#first-attention")  # R-D2: the first that needs a person
-    assert first.get_attribute("href").endswith("#c-" + comps["book"]["compensation_id"]), first.get_attribute("href")
+    # read through until(): a live update may swap the elements between finding and reading them (stale)
+    until(lambda: browser.find_element("css selector", "#rollup").text == "needs attention: 1 failed, 1 blocked",
+          "the roll-up")
+    until(lambda: browser.find_element("css selector", "#first-attention").get_attribute("href")  # R-D2
+          .endswith("#c-" + comps["book"]["compensation_id"]), "the link to the first that needs a person")
     screenshot(browser, "dashboard-held-back.png")
 
     (fragile / "compensate.py").write_text(textwrap.dedent(FRAGILE_FIXED))  # the developer fixes the code
