@@ -11,10 +11,10 @@ import pytest
 
 from _kit.fakes import Call, Exit, FakeExecutor, FakeRunner, failing, hold, services, workflow, write_app_project
 from workrun.compensation import compensate_run, refresh_holds
+from workrun.effects import settle_operations
 from workrun.engine import Engine, create_run
 from workrun.nodes.base import NodeJob
 from workrun.nodes.process import ProcessExecutor
-from workrun.effects import settle_operations
 from workrun.outcomes import Failure, NodeOutcome
 from workrun.runner.base import Outcome
 

@@ -13,8 +13,8 @@ from workrun.engine import Engine, create_run
 from workrun.errors import ConfigError, InvalidTransitionError, StaleStatusError
 from workrun.journal.sqlite import SqliteJournal
 from workrun.models import HttpAction
-from workrun.states import allowed, check
 from workrun.outbound import from_queued
+from workrun.states import allowed, check
 from workrun.ticket_records import event_row, render_request, ticket_message, ticket_row
 from workrun.workflow import parse_policy
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActionRefusedError",
+    "ClaimLostError",
     "ConfigError",
     "ConfigErrors",
     "EnvironmentUnavailableError",
@@ -114,6 +115,16 @@ class SchedulerBusyError(WorkrunError):
 
 class JournalError(WorkrunError):
     """Raised when the journal cannot be opened, checked or written."""
+
+
+class ClaimLostError(JournalError):
+    """Raised when a write for a run is refused because another worker has claimed the run since this one
+    did (its claim epoch moved on, R-F2): nothing was written, and this process must stop driving the run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id}: another worker has claimed this run since (this worker's lease passed); "
+                         "nothing was written and this worker stops driving it")
 
 
 class JournalVersionError(JournalError):

@@ -47,6 +47,8 @@ class Settings:
         actor: ``WORKRUN_ACTOR``, who operator actions are recorded as (the dashboard sets ``ui:<OS user>``).
         metrics_port: ``WORKRUN_METRICS_PORT``, where ``run``/``resume`` serve Prometheus metrics on
             127.0.0.1 (R-F4), or None.
+        db_retry: ``WORKRUN_DB_RETRY``, seconds a process keeps reconnecting to a shared journal's database
+            after losing its connection before it gives up (default 300, R-F1).
     """
 
     home: Path | None = None
@@ -62,6 +64,7 @@ class Settings:
     http_allow: tuple[str, ...] = ()
     metrics_port: int | None = None
     actor: str | None = None
+    db_retry: float = 300.0
 
 
 def _integer(lo: int, hi: int) -> tuple[Callable[[str], int], str]:
@@ -192,6 +195,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any], str]] = {
                            "comma-separated addresses, ADDRESS:PORT, [IPv6]:PORT or networks like 10.1.2.0/24"),
     "WORKRUN_ACTOR": ("actor", _actor, "1-200 printable characters (who operator actions are recorded as)"),
     "WORKRUN_METRICS_PORT": ("metrics_port", *_integer(1, 65535)),
+    "WORKRUN_DB_RETRY": ("db_retry", *_seconds(0, 86400)),
 }
 
 

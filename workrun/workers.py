@@ -36,10 +36,15 @@ blindly, and never claimed and run again by another executor. A compensation
 whose success was saved is never run again (R-R2): only ``pending`` ones start,
 and a start is a conditional write on the status it saw.
 
-A worker whose heartbeat finds that it lost a run claim (it was frozen past its
-lease and another worker took the run) ends itself at once (fail-stop), so two
-schedulers never keep driving one run. An executor that lost a call claim stores
-nothing (its write is conditional on the claim).
+Fencing (R-F2): each claim of a run has an epoch one above the last, and a
+scheduler drives its run inside the journal's ``fenced`` (run, worker, epoch): every
+write it makes for the run is conditional on the claim still being that one. A
+worker frozen past its lease whose run another worker took writes nothing more to
+it: its scheduler stops at its first refused write
+(:class:`~workrun.errors.ClaimLostError`), says so on its own stderr (never in the
+journal) and the worker goes on with other runs; its heartbeat, finding the claim
+gone, says so too. An executor that lost a call claim stores nothing (its write is
+conditional on the claim).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from typing import Any, cast
 
 from workrun import logs, metrics, settings
 from workrun.dispatch import DispatchRunner, Executors
-from workrun.errors import ConfigError, SchedulerBusyError
+from workrun.errors import ClaimLostError, ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
 from workrun.recovery import drive
@@ -66,7 +71,7 @@ from workrun.runner.process import alive
 from workrun.services import Reporter, Services, new_id
 
 __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "dispatching", "drive_claimed", "holding", "lease_seconds",
-           "needs_workers", "resume_shared", "shared"]
+           "claim_lost", "fenced", "needs_workers", "resume_shared", "say_claim_lost", "shared"]
 
 DEFAULT_LEASE = settings.Settings.lease  # seconds
 IDLE_POLL = 0.5  # seconds between claim attempts when nothing is claimable
@@ -105,7 +110,8 @@ class Heartbeat:
     Args:
         data_dir: for the heartbeat's own journal connection.
         lease: seconds a claim stays valid without renewal.
-        on_lost: called with the run ids this worker lost (default: end the process, fail-stop).
+        on_lost: called with the run ids this worker lost (default: say so on stderr; the run's scheduler
+            stops at its first write, refused by the claim's epoch, R-F2).
     """
 
     def __init__(self, data_dir: Path, lease: float, on_lost: Callable[[set[str]], None] | None = None) -> None:
@@ -120,7 +126,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._journal: Any = None
         self._thread: threading.Thread | None = None
-        self.on_lost = on_lost or _fail_stop
+        self.on_lost = on_lost or self._say_lost
 
     def start(self) -> Heartbeat:
         """Register the worker and start renewing."""
@@ -147,8 +153,13 @@ class Heartbeat:
                 self.executors.stop_calls(stop)
             with self._mutex:
                 lost = (held & self.held) - renewed
+                self.held -= lost
             if lost:
                 self.on_lost(lost)
+
+    def _say_lost(self, lost: set[str]) -> None:
+        for run_id in sorted(lost):
+            say_claim_lost(run_id, self.worker_id)
 
     def held_runs(self) -> list[str]:
         """The runs this worker holds now."""
@@ -191,16 +202,15 @@ class Heartbeat:
                 self._journal.close()
 
 
-def _fail_stop(lost: set[str]) -> None:
-    text = (f"this worker lost its claim on {', '.join(sorted(lost))} (its lease passed and another worker took "
-            "over); ending at once so two schedulers never drive one run")
+def say_claim_lost(run_id: str, worker_id: str) -> None:
+    """Say on this process's stderr (or its JSON log) that it lost ``run_id``'s claim — never in the journal,
+    which this worker may no longer write for that run (R-F2)."""
+    text = (f"worker {worker_id} lost its claim on run {run_id} (its lease passed and another worker took the run "
+            "over); it makes no more writes for that run")
     if logs.enabled():
-        for run_id in sorted(lost):
-            logs.emit("claim_lost", "error", run_id=run_id, message=text)
+        logs.emit("claim_lost", "warning", run_id=run_id, message=text)
     else:
-        print(f"error: WORKRUN_LEASE: {text}", file=sys.stderr)
-    sys.stderr.flush()
-    os._exit(75)
+        print(f"workrun: {text}", file=sys.stderr, flush=True)
 
 
 @contextmanager
@@ -226,8 +236,21 @@ def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
                 "taking the run over: its in-flight calls are settled from their exit records"
                 + ("" if same else " where reachable from this machine, else marked unknown")
                 + "; calls that other workers execute are waited for")
-    with dispatching(svc, run_id):
+    with fenced(svc, claim), dispatching(svc, run_id):
         return drive(svc, run_id)
+
+
+def claim_lost(journal: SharedJournal, claim: dict[str, Any]) -> bool:
+    """True when ``claim`` is no longer the run's claim (another claim, a higher epoch, was taken since)."""
+    now = journal.run_claim(claim["run_id"]) or {}
+    return (now.get("worker_id"), now.get("epoch")) != (claim["worker_id"], claim["epoch"])
+
+
+@contextmanager
+def fenced(svc: Services, claim: dict[str, Any]) -> Iterator[None]:
+    """While inside, every write of ``svc``'s journal is conditional on ``claim`` (its worker and epoch, R-F2)."""
+    with shared(svc).fenced(claim["run_id"], claim["worker_id"], claim["epoch"]):
+        yield
 
 
 @contextmanager
@@ -255,7 +278,7 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
                 asked_stop = True
             time.sleep(IDLE_POLL)
         executors = _own_executors(svc, beat, lambda: [run_id])
-        with dispatching(svc, run_id):
+        with fenced(svc, claim), dispatching(svc, run_id):
             yield claim
         beat.release(svc.journal, run_id)
     finally:
@@ -304,7 +327,15 @@ class Worker:
     def _slot(self, claim: dict[str, Any]) -> str:
         svc = Services(self.data_dir, self.reporter, check=False)
         try:
-            status = drive_claimed(svc, claim)
+            try:
+                status = drive_claimed(svc, claim)
+            except Exception as exc:
+                # another worker drives it now (R-F2): a refused write, or anything a scheduler that woke up
+                # behind the journal runs into; nothing more to do or write here
+                if isinstance(exc, ClaimLostError) or claim_lost(shared(svc), claim):
+                    say_claim_lost(claim["run_id"], self.worker_id)
+                    return "lost"
+                raise
             again = shared(svc).run_needs_work(claim["run_id"])  # e.g. environment unavailable: back off a little
             self.beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             return status

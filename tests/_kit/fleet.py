@@ -122,7 +122,7 @@ def start_worker(home: Path, log_dir: Path, name: str, *, concurrency: int = 2, 
     ``executors=0`` starts a worker that only schedules runs (their calls run on other workers).
     """
     home.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "workrun", "worker", "--concurrency", str(concurrency)]
+    args = [sys.executable, "-m", "workrun", "--debug", "worker", "--concurrency", str(concurrency)]
     if executors is not None:
         args += ["--executors", str(executors)]
     if idle_exit is not None:

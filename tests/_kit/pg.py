@@ -120,6 +120,26 @@ class PgServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def restart(self) -> None:
+        """Restart the server as an upgrade or a failover would (``-m fast``: every connection is ended), on the
+        same port and options."""
+        # -l: the new server must not inherit this call's pipes (reading them would wait for it to end)
+        proc = subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-m",
+                                        "fast", "-w", "-t", "60", "restart"),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"PostgreSQL did not restart: {proc.stderr.strip()}")
+
+    def terminate_backends(self, url: str) -> int:
+        """End every connection to ``url``'s database but this one (``pg_terminate_backend``); return how many."""
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                                "AND pid <> pg_backend_pid()", (name,)).fetchall()
+        return len(rows)
+
     def stop(self) -> None:
         """Stop the server and remove its directory."""
         if self.port:

@@ -4,8 +4,6 @@ as a subprocess (R-H1, R-H6): the order is created, the payment is declined, the
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 

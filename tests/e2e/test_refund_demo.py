@@ -5,8 +5,6 @@ shop (a subprocess) and a real SMTP server."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 

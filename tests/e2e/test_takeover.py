@@ -1,11 +1,13 @@
-"""A frozen worker's run taken over on PostgreSQL: no call is ever started twice (R-R3, SPEC §20 R-F2).
+"""A frozen worker's run taken over on PostgreSQL: no call is ever started twice, and the frozen worker, once
+woken, writes nothing more to the run (R-R3, SPEC §20 R-F2 fencing).
 
 Worker A alone (``--concurrency 1``) claims a submitted run ``slow -> mid -> boom`` and
 gets SIGSTOP while one of its calls runs (a node call, or a compensation attempt).
 Worker B, on the same machine and the same data directory, takes the run over once
 A's lease passes. The frozen worker's process is alive, so its calls must be decided
 from their call directory and exit record (the App's supervisor lives on), never
-started again; the run ends with no operation or attempt left in flight.
+started again; the run ends with no operation or attempt left in flight. Then A
+is woken (SIGCONT): every row of the run is byte-identical before and after.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -115,6 +118,13 @@ def test_a_frozen_workers_call_is_decided_not_started_again(pg_url, tmp_path, mo
         os.kill(a.pid, signal.SIGSTOP)
         b = fleet.start_worker(home, tmp_path, "B", concurrency=1, idle_exit=8)
         b.wait(timeout=180)
+        before = _rows_of(pg_url, run_id)
+        os.kill(a.pid, signal.SIGCONT)  # A wakes up mid-call with a claim that is no longer its own
+        wait_for(lambda: "lost its claim on run " + run_id in a.log_path.read_text(), 60,
+                 "the woken worker to find out it lost the run")
+        time.sleep(1.0)  # anything it would still write lands by now
+        after = _rows_of(pg_url, run_id)
+        assert a.poll() is None, a.log_path.read_text()[-2000:]  # it says so and goes on (no fail-stop)
     finally:
         for p in (a, b):
             if p is not None and p.poll() is None:
@@ -134,3 +144,22 @@ def test_a_frozen_workers_call_is_decided_not_started_again(pg_url, tmp_path, mo
     assert len(journal.attempts(comps["slow"]["compensation_id"])) == 1
     assert journal.run_claim(run_id)["takeovers"] == 1
     journal.close()
+    assert after == before, a.log_path.read_text()[-3000:]  # R-F2: not one row written or changed by A
+
+
+def _rows_of(url: str, run_id: str) -> dict[str, list[tuple]]:
+    """Every row of the run, table by table (every table with a ``run_id`` column, and the run's attempts), as
+    the database holds them."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id' "
+            "AND table_schema = 'public' ORDER BY table_name")]
+        rows = {t: conn.execute(f"SELECT * FROM {t} WHERE run_id = %s ORDER BY rowid", (run_id,)).fetchall()
+                for t in tables}
+        rows["attempts"] = conn.execute(
+            "SELECT a.* FROM attempts a JOIN compensations c USING (compensation_id) WHERE c.run_id = %s "
+            "ORDER BY a.rowid", (run_id,)).fetchall()
+    assert rows["runs"] and rows["operations"] and rows["messages"]
+    return rows

@@ -3,7 +3,11 @@ conditional writes, lookups and ordering on SQLite and on a real PostgreSQL serv
 
 from __future__ import annotations
 
+import time
+
 import pytest
+
+from workrun.errors import JournalError
 
 
 @pytest.fixture
@@ -278,7 +282,8 @@ def test_a_live_claim_is_exclusive_even_for_its_holder(pg):
     _run(a, "run_1", 1.0)
     _run(a, "run_2", 2.0)
     first = a.claim_run("wkr_a", 100.0, 10.0)
-    assert first == {"run_id": "run_1", "previous_worker": None, "previous_host": None, "takeover": False}
+    assert first == {"run_id": "run_1", "worker_id": "wkr_a", "epoch": 1, "previous_worker": None,
+                     "previous_host": None, "takeover": False}
     assert b.claim_run("wkr_b", 101.0, 10.0)["run_id"] == "run_2"  # oldest unclaimed
     assert a.claim_run("wkr_a", 102.0, 10.0) is None  # its own live claim is not claimable again
     assert b.claim_run("wkr_b", 102.0, 10.0, "run_1") is None  # a live claim holds against a named claim
@@ -291,9 +296,95 @@ def test_expired_lease_is_taken_over_and_the_loser_finds_out(pg):
     assert a.heartbeat("wkr_a", 105.0, 10.0, ["run_1"]) == {"run_1"}  # renewed until 115
     assert b.claim_run("wkr_b", 114.0, 10.0) is None
     got = b.claim_run("wkr_b", 116.0, 10.0)
-    assert got == {"run_id": "run_1", "previous_worker": "wkr_a", "previous_host": "host-1", "takeover": True}
+    assert got == {"run_id": "run_1", "worker_id": "wkr_b", "epoch": 2, "previous_worker": "wkr_a",
+                   "previous_host": "host-1", "takeover": True}
     assert a.heartbeat("wkr_a", 117.0, 10.0, ["run_1"]) == set()  # lost: the worker must stop driving it
     assert b.run_claim("run_1")["takeovers"] == 1
+
+
+def test_a_scheduler_whose_claim_was_taken_over_writes_nothing(pg):
+    """R-F2: A drives run_1 fenced by epoch 1; B takes it over (epoch 2): every write A tries for the run — a
+    message, a status — is refused with ClaimLostError and leaves no row; B's fenced writes go through."""
+    from workrun.errors import ClaimLostError
+
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    claim_a = a.claim_run("wkr_a", 100.0, 10.0)
+    with a.fenced("run_1", "wkr_a", claim_a["epoch"]):
+        a.add_message("run_1", None, "info", "A before the takeover")
+        claim_b = b.claim_run("wkr_b", 200.0, 10.0)
+        assert claim_b["epoch"] == claim_a["epoch"] + 1
+        before = b.messages("run_1")
+        with pytest.raises(ClaimLostError, match="run_1"):
+            a.add_message("run_1", None, "info", "A after the takeover")
+        with pytest.raises(ClaimLostError):
+            a.request_stop("run_1")
+        assert b.messages("run_1") == before and not b.run("run_1")["stop_requested"]
+    with b.fenced("run_1", "wkr_b", claim_b["epoch"]):
+        b.add_message("run_1", None, "info", "B drives it")
+    assert [m["text"] for m in b.messages("run_1")] == ["A before the takeover", "B drives it"]
+    b.release_run("run_1", "wkr_b", 300.0)
+    again = b.claim_run("wkr_b", 301.0, 10.0, "run_1")  # a new claim by the same worker is a new epoch
+    assert again["epoch"] == 3
+    with b.fenced("run_1", "wkr_b", claim_b["epoch"]), pytest.raises(ClaimLostError):
+        b.add_message("run_1", None, "info", "the old claim of the same worker")
+
+
+def test_a_lost_connection_is_reopened_and_the_write_is_not_repeated(pg, capfd):
+    """R-F1: the journal's backend is terminated (as a server restart or a failover would): the next read and
+    the next write reconnect and go on; "reconnected" is said on stderr; a write whose COMMIT was cut off is
+    settled by txid_status, never applied twice."""
+    import psycopg
+
+    a, b = pg
+    _run(a, "run_1", 1.0)
+
+    def kill(journal):
+        pid = journal._pg.info.backend_pid
+        with psycopg.connect(b.url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    kill(a)
+    assert a.run("run_1")["run_id"] == "run_1"  # a read reconnects
+    kill(a)
+    a.add_message("run_1", None, "info", "after a reconnect")  # a write reconnects
+    assert [m["text"] for m in b.messages("run_1")] == ["after a reconnect"]
+    assert capfd.readouterr().err.count("reconnected to the journal's database") == 2
+
+    # the connection goes inside a write transaction: the server aborts it, so it is run again, once
+    tries = []
+
+    def body(pg_conn):
+        tries.append(1)
+        pg_conn.execute("INSERT INTO messages (run_id, node_key, at, level, text) VALUES "
+                        "('run_1', NULL, 1, 'info', 'once')")
+        if len(tries) == 1:
+            kill(a)
+
+    a._attempt(body, write=True)
+    assert len(tries) == 2 and [m["text"] for m in b.messages("run_1")].count("once") == 1
+
+    # a COMMIT whose answer was lost is settled by reading back: committed is committed, aborted is not
+    with a._lock, a._pg.transaction():
+        committed = a._pg.execute("SELECT txid_current() AS tx").fetchone()["tx"]
+    kill(a)
+    assert a._committed(committed, time.monotonic() + 30) is True
+    with a._lock:
+        with pytest.raises(psycopg.Error), a._pg.transaction():
+            aborted = a._pg.execute("SELECT txid_current() AS tx").fetchone()["tx"]
+            a._pg.execute("SELECT 1/0")
+    assert a._committed(aborted, time.monotonic() + 30) is False
+
+
+def test_the_journal_gives_up_after_workrun_db_retry(pg, monkeypatch):
+    """R-F1: when the database stays away longer than WORKRUN_DB_RETRY, the statement fails with one line
+    naming it (the process then exits 1)."""
+    a, _ = pg
+    a._retry = 0.5
+    a.url = a.url.rsplit(":", 1)[0] + ":1/x"  # nothing listens on port 1: every reconnect is refused
+    a._pg.close()
+    with pytest.raises(JournalError, match="could not reconnect within WORKRUN_DB_RETRY=0.5 s"):
+        a.run("run_1")
 
 
 def test_released_run_is_not_a_takeover_and_waits_for_not_before(pg):

@@ -23,6 +23,7 @@ Column sets of the rows are those of ``workrun/journal/migrations.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 __all__ = ["FAULT_POINTS", "Journal", "Row", "SharedJournal"]
@@ -461,6 +462,10 @@ class SharedJournal(Journal, Protocol):
 
     def release_run(self, run_id: str, worker_id: str, not_before: float) -> None:
         """Give a run back; nobody claims it before ``not_before``."""
+
+    def fenced(self, run_id: str, worker_id: str, epoch: int) -> AbstractContextManager[None]:
+        """While inside, every write is conditional on ``worker_id`` holding ``run_id``'s claim at ``epoch``;
+        a refused write raises :class:`~workrun.errors.ClaimLostError` (R-F2)."""
 
     def run_claim(self, run_id: str) -> Row | None:
         """The run's claim (``worker_id``, ``lease_until``, ``takeovers``, the worker's ``host`` and ``pid``)."""

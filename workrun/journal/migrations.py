@@ -338,4 +338,9 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN data TEXT;
     """,
+    # 13: fencing (R-F2): each claim of a run has an epoch one above the last; a scheduler's writes for the run
+    # are conditional on it
+    """
+    ALTER TABLE run_claims ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+    """,
 ]

@@ -35,21 +35,40 @@ executors claim the same way (:meth:`PostgresJournal.claim_calls`); every write
 on it is conditional on the status and claimant it expects, so a call is
 claimed once, fenced calls never start, and an executor that lost its claim
 stores nothing (see :mod:`workrun.dispatch`).
+
+Two things hold for every statement, in one place (:meth:`PostgresJournal._attempt`):
+
+- **Reconnect (R-F1).** A lost connection (server restarted, backend terminated,
+  network) is reopened with backoff (0.1 s doubling, at most 5 s) for up to
+  ``WORKRUN_DB_RETRY`` seconds, then the statement or transaction is run again. A
+  write transaction first reads its ``txid_current()``; when the connection is
+  lost after its last statement (during ``COMMIT``, outcome unknown) the new
+  connection asks ``txid_status``: a committed write is not run again, an
+  aborted one is. Each reconnect is said on stderr ("reconnected", or the JSON
+  log event ``db_reconnected``) and counted (``workrun_db_reconnects_total``).
+- **Fencing (R-F2).** Each run claim has an ``epoch`` that grows with every
+  claim. A scheduler drives a run inside :meth:`PostgresJournal.fenced`; every
+  write transaction on that journal then first locks the claim row (``FOR KEY
+  SHARE``: a takeover's ``FOR UPDATE`` waits for it, and it for the takeover) and
+  checks that the epoch is still its own; if not, nothing is written and
+  :class:`~workrun.errors.ClaimLostError` stops the scheduler.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from workrun import faults
-from workrun.errors import JournalError, JournalVersionError, StaleStatusError
+from workrun import faults, logs, metrics, settings
+from workrun.errors import ClaimLostError, JournalError, JournalVersionError, StaleStatusError
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal, _insert, _update
 from workrun.states import check
@@ -58,6 +77,12 @@ __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
 
 _MIGRATION_LOCK = 0x776F726B72756E  # advisory lock key ("workrun"): one migrator at a time
 _GC_LOCK = 0x776F726B72756E67  # 'workrung': one `workrun gc` at a time on a database (R-F3)
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.1, 5.0  # seconds between reconnect tries: 0.1 s doubling, at most 5 s (R-F1)
+_T = TypeVar("_T")
+
+
+class _Refused(Exception):
+    """Raised inside a write transaction's body to roll it back and answer "not written" (no error)."""
 
 
 @lru_cache(maxsize=512)
@@ -104,6 +129,7 @@ class PostgresJournal(SqliteJournal):
     """
 
     supports_workers = True
+    _reached = False  # set once this process has connected: a later failed connect waits for the database (R-F1)
 
     def __init__(self, url: str) -> None:  # noqa: D107 - documented on the class
         import psycopg
@@ -114,13 +140,134 @@ class PostgresJournal(SqliteJournal):
         self._lock = threading.RLock()
         self._pending: list[tuple[str, tuple[Any, ...]]] = []  # stays empty: messages are written at once here
         self._pg: Any = None  # psycopg.Connection; the SQLite parent's ``_db`` is never used here
+        self._fence: tuple[str, str, int] | None = None  # (run_id, worker_id, epoch) while driving a run (R-F2)
+        self._retry = settings.current().db_retry  # seconds of reconnecting before giving up (R-F1)
+        self._listening = False
         try:
-            self._pg = psycopg.connect(url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+            try:
+                self._pg = self._connect()
+            except psycopg.OperationalError as exc:
+                if not PostgresJournal._reached:  # a first connection fails at once (a wrong URL says so now)
+                    raise
+                # this process has reached the database before: it is away (restarting), so wait for it (R-F1)
+                self._reconnect(time.monotonic() + self._retry, exc)
+            PostgresJournal._reached = True
             self._migrate()
         except psycopg.Error as exc:
             raise JournalError(f"cannot open the journal: {_first_line(exc)}", file=_redact(url)) from None
 
-    # -- plumbing ---------------------------------------------------------
+    # -- plumbing: one place for reconnects (R-F1) and fencing (R-F2) -------------
+
+    def _connect(self) -> Any:
+        return self._psycopg.connect(self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+
+    @contextlib.contextmanager
+    def fenced(self, run_id: str, worker_id: str, epoch: int) -> Iterator[None]:
+        """While inside, every write transaction on this journal is conditional on ``worker_id`` still holding
+        ``run_id``'s claim at ``epoch`` (R-F2); a refused one raises :class:`~workrun.errors.ClaimLostError` and
+        writes nothing. Use one journal per driven run (each scheduler has its own)."""
+        before = self._fence
+        self._fence = (run_id, worker_id, int(epoch))
+        try:
+            yield
+        finally:
+            self._fence = before
+
+    def _lost(self, exc: BaseException) -> bool:
+        """True when ``exc`` means the connection is gone (not a refused statement)."""
+        pg = self._pg
+        return isinstance(exc, self._psycopg.OperationalError) and (pg is None or pg.closed or pg.broken)
+
+    def _reconnect(self, give_up: float, exc: BaseException) -> None:
+        """Reopen the connection with backoff until ``give_up`` (monotonic seconds); say so once done (R-F1).
+
+        Raises:
+            JournalError: not reconnected within ``WORKRUN_DB_RETRY`` seconds (the process exits 1).
+        """
+        psycopg = self._psycopg
+        began, delay, tries, last = time.monotonic(), _BACKOFF_FIRST, 0, _first_line(exc)
+        with contextlib.suppress(Exception):
+            self._pg.close()
+        while True:
+            tries += 1
+            try:
+                self._pg = self._connect()
+                break
+            except psycopg.Error as again:
+                last = _first_line(again)
+            if time.monotonic() + delay > give_up:
+                raise JournalError(f"lost the connection to the journal's database and could not reconnect within "
+                                   f"WORKRUN_DB_RETRY={self._retry:g} s: {last}", file=str(self.path))
+            time.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX)
+        self._listening = False
+        metrics.count_reconnect()
+        took = time.monotonic() - began
+        text = (f"reconnected to the journal's database after {tries} attempt(s) in {took:.1f} s "
+                f"(the connection was lost: {_first_line(exc)})")
+        if logs.enabled():
+            logs.emit("db_reconnected", "warning", message=text)
+        else:
+            print(f"workrun: {text}", file=sys.stderr, flush=True)
+
+    def _attempt(self, body: Callable[[Any], _T], *, write: bool, unfenced: bool = False) -> _T:
+        """Run ``body(connection)`` under the lock — in one transaction when ``write`` — reconnecting and running it
+        again when the connection is lost (R-F1); a write is first fenced by the run claim when :meth:`fenced`.
+
+        A write whose connection was lost after its body ran (its ``COMMIT`` outcome unknown) is settled by
+        ``txid_status`` on the new connection: committed -> ``body``'s result is returned, never run again.
+        ``unfenced``: a write that is not the driven run's (taking a claim).
+
+        Raises:
+            ClaimLostError: fenced, and another worker claimed the run since (nothing written).
+            JournalError: a statement failed, or the connection could not be reopened in time.
+            whatever ``body`` raises (the transaction is rolled back).
+        """
+        psycopg = self._psycopg
+        give_up: float | None = None
+        with self._lock:
+            while True:
+                txid: int | None = None
+                ran, result = False, None
+                try:
+                    if not write:
+                        return body(self._pg)
+                    with self._pg.transaction():
+                        fence = None if unfenced else self._fence
+                        if fence is None:
+                            txid = self._pg.execute("SELECT txid_current() AS tx").fetchone()["tx"]
+                        else:
+                            row = self._pg.execute(
+                                "SELECT txid_current() AS tx, (SELECT epoch FROM run_claims WHERE run_id = %s "
+                                "AND worker_id = %s FOR KEY SHARE) AS epoch", fence[:2]).fetchone()
+                            txid = row["tx"]
+                            if row["epoch"] != fence[2]:
+                                raise ClaimLostError(fence[0])
+                        result = body(self._pg)
+                        ran = True
+                    return result
+                except psycopg.Error as exc:
+                    if not self._lost(exc):
+                        raise
+                    if give_up is None:
+                        give_up = time.monotonic() + self._retry
+                    self._reconnect(give_up, exc)
+                    if ran and txid is not None and self._committed(txid, give_up):
+                        return result  # type: ignore[return-value]  # the body ran and its COMMIT landed
+
+    def _committed(self, txid: int, give_up: float) -> bool:
+        """Whether a transaction whose ``COMMIT`` outcome is unknown committed (``txid_status``), after a reconnect."""
+        while True:
+            try:
+                status = self._pg.execute("SELECT txid_status(%s) AS s", (txid,)).fetchone()["s"]
+            except self._psycopg.Error as exc:
+                if not self._lost(exc):
+                    raise
+                self._reconnect(give_up, exc)
+                continue
+            if status != "in progress":  # the old backend has not noticed yet: wait for its abort
+                return bool(status == "committed")
+            time.sleep(0.05)
 
     def _version(self) -> int:
         self._pg.execute("CREATE TABLE IF NOT EXISTS workrun_schema (version INTEGER NOT NULL)")
@@ -167,49 +314,48 @@ class PostgresJournal(SqliteJournal):
             checks: Iterable[tuple[str, tuple[Any, ...], str, str | None]] = ()) -> None:
         """One transaction: the state-machine checks on ``SELECT … FOR UPDATE``-locked rows, then the
         statements; then the fault point (as :meth:`SqliteJournal._tx`)."""
-        psycopg = self._psycopg
-        with self._lock:
-            try:
-                with self._pg.transaction():
-                    for table, key, new, seen in checks:  # the state machine, on the locked row
-                        where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
-                        row = self._pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE",
-                                               key).fetchone()
-                        if row is None:
-                            continue
-                        if seen is not None and row["status"] != seen:
-                            raise StaleStatusError(
-                                f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
-                                "nothing was written: look again and retry the action", file=str(self.path))
-                        check(table, key, row["status"], new)
-                    for sql, params in statements:
-                        self._pg.execute(to_pg(sql), _flags(params))
-            except psycopg.Error as exc:
-                raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
-                                   "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        statements, checks = list(statements), list(checks)
+
+        def body(pg: Any) -> None:
+            for table, key, new, seen in checks:  # the state machine, on the locked row
+                where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
+                row = pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE", key).fetchone()
+                if row is None:
+                    continue
+                if seen is not None and row["status"] != seen:
+                    raise StaleStatusError(
+                        f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
+                        "nothing was written: look again and retry the action", file=str(self.path))
+                check(table, key, row["status"], new)
+            for sql, params in statements:
+                pg.execute(to_pg(sql), _flags(params))
+
+        try:
+            self._attempt(body, write=True)
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
+                               "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
         faults.hit_all(fault)
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        psycopg = self._psycopg
-        with self._lock:
-            try:
-                return self._pg.execute(to_pg(sql), _flags(params)).fetchall()
-            except psycopg.Error as exc:
-                raise JournalError(f"journal read failed: {_first_line(exc)}", file=str(self.path)) from None
-            except ValueError as exc:  # a JSON column that does not hold JSON (see _row_factory)
-                raise JournalError(f"journal read failed: a column does not hold JSON ({exc}); restore a backup "
-                                   "or repair that row", file=str(self.path)) from None
+        try:
+            return self._attempt(lambda pg: pg.execute(to_pg(sql), _flags(params)).fetchall(), write=False)
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal read failed: {_first_line(exc)}", file=str(self.path)) from None
+        except ValueError as exc:  # a JSON column that does not hold JSON (see _row_factory)
+            raise JournalError(f"journal read failed: a column does not hold JSON ({exc}); restore a backup "
+                               "or repair that row", file=str(self.path)) from None
 
     def _exec(self, sql: str, params: dict[str, Any] | tuple[Any, ...]) -> list[dict[str, Any]]:
         """Run one native statement (``%s`` / ``%(name)s``) in its own transaction; return its rows."""
-        psycopg = self._psycopg
-        with self._lock:
-            try:
-                with self._pg.transaction():
-                    cur = self._pg.execute(sql, params)
-                    return cur.fetchall() if cur.description else []
-            except psycopg.Error as exc:
-                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+        def body(pg: Any) -> list[dict[str, Any]]:
+            cur = pg.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+        try:
+            return self._attempt(body, write=True)
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
 
     # -- the few inherited statements that are not portable -----------------
 
@@ -306,43 +452,49 @@ class PostgresJournal(SqliteJournal):
         claimed whatever work it needs (an operator's command), unless a live claim holds it.
 
         Returns:
-            ``{run_id, previous_worker, previous_host, takeover}`` — ``takeover`` is True when an
+            ``{run_id, worker_id, epoch, previous_worker, previous_host, takeover}`` — ``epoch`` grows with
+            every claim of the run (drive it inside :meth:`fenced` with it, R-F2); ``takeover`` is True when an
             expired claim of another worker was taken (its in-flight calls must be settled, R-R3).
         """
-        psycopg = self._psycopg
         cond = "r.run_id = %(run_id)s" if run_id else self._NEEDS_WORK
-        with self._lock:
-            try:
-                with self._pg.transaction():
-                    rows = self._pg.execute(
-                        f"SELECT r.run_id FROM runs r WHERE {cond} AND NOT EXISTS (SELECT 1 FROM run_claims k "
-                        "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) "
-                        "ORDER BY r.created_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
-                        {"run_id": run_id, "now": now, "me": worker_id}).fetchall()
-                    if not rows:
-                        return None
-                    rid = rows[0]["run_id"]
-                    before = self._pg.execute(
-                        "SELECT k.worker_id, k.lease_until, k.claimed_at, w.host FROM run_claims k LEFT JOIN workers w "
-                        "USING (worker_id) WHERE k.run_id = %s FOR UPDATE OF k", (rid,)).fetchone()
-                    got = self._pg.execute(
-                        "INSERT INTO run_claims (run_id, worker_id, lease_until, claimed_at) "
-                        "VALUES (%(rid)s, %(me)s, %(until)s, %(now)s) ON CONFLICT (run_id) DO UPDATE SET "
-                        "worker_id = EXCLUDED.worker_id, lease_until = EXCLUDED.lease_until, "
-                        "claimed_at = EXCLUDED.claimed_at, takeovers = run_claims.takeovers + "
-                        "CASE WHEN run_claims.worker_id <> EXCLUDED.worker_id "
-                        "AND run_claims.lease_until > run_claims.claimed_at THEN 1 ELSE 0 END "
-                        "WHERE run_claims.lease_until < %(now)s RETURNING run_id",
-                        {"rid": rid, "me": worker_id, "until": now + lease, "now": now}).fetchall()
-                    if not got:
-                        return None
-            except psycopg.Error as exc:
-                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+
+        def body(pg: Any) -> tuple[str, dict[str, Any] | None, int] | None:
+            rows = pg.execute(
+                f"SELECT r.run_id FROM runs r WHERE {cond} AND NOT EXISTS (SELECT 1 FROM run_claims k "
+                "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) "
+                "ORDER BY r.created_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
+                {"run_id": run_id, "now": now, "me": worker_id}).fetchall()
+            if not rows:
+                return None
+            rid = rows[0]["run_id"]
+            before = pg.execute(
+                "SELECT k.worker_id, k.lease_until, k.claimed_at, w.host FROM run_claims k LEFT JOIN workers w "
+                "USING (worker_id) WHERE k.run_id = %s FOR UPDATE OF k", (rid,)).fetchone()
+            got = pg.execute(
+                "INSERT INTO run_claims (run_id, worker_id, lease_until, claimed_at, epoch) "
+                "VALUES (%(rid)s, %(me)s, %(until)s, %(now)s, 1) ON CONFLICT (run_id) DO UPDATE SET "
+                "worker_id = EXCLUDED.worker_id, lease_until = EXCLUDED.lease_until, "
+                "claimed_at = EXCLUDED.claimed_at, epoch = run_claims.epoch + 1, takeovers = run_claims.takeovers + "
+                "CASE WHEN run_claims.worker_id <> EXCLUDED.worker_id "
+                "AND run_claims.lease_until > run_claims.claimed_at THEN 1 ELSE 0 END "
+                "WHERE run_claims.lease_until < %(now)s RETURNING run_id, epoch",
+                {"rid": rid, "me": worker_id, "until": now + lease, "now": now}).fetchall()
+            return (rid, before, int(got[0]["epoch"])) if got else None
+
+        try:
+            # a claim commits or not: a lost COMMIT is settled by txid_status, so a claim is never taken twice
+            claimed = self._attempt(body, write=True, unfenced=True)
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+        if claimed is None:
+            return None
+        rid, before, epoch = claimed
         faults.hit("run.claimed")
         # a released claim has lease_until == claimed_at; one whose holder never released it (killed, or
         # alive but too slow to renew) is taken over: its in-flight calls must be settled (R-R3)
         takeover = bool(before and before["worker_id"] != worker_id and before["lease_until"] > before["claimed_at"])
-        return {"run_id": rid, "previous_worker": before["worker_id"] if before else None,
+        return {"run_id": rid, "worker_id": worker_id, "epoch": epoch,
+                "previous_worker": before["worker_id"] if before else None,
                 "previous_host": before["host"] if before else None, "takeover": takeover}
 
     def run_needs_work(self, run_id: str) -> bool:
@@ -479,24 +631,25 @@ class PostgresJournal(SqliteJournal):
         else:
             table, key, fault = "attempts", (mark["compensation_id"], int(mark["number"])), "attempt.started"
             fields = {"status": "running", "pid": None, "proc_start": None, "deadline": deadline}
-        psycopg = self._psycopg
-        wrote = False
-        with self._lock:
-            try:
-                with self._pg.transaction() as tx:
-                    held = self._pg.execute("UPDATE dispatched_calls SET pid = 0, deadline = %s WHERE call_id = %s "
-                                            "AND status = 'claimed' AND worker_id = %s RETURNING call_id",
-                                            (deadline, call_id, worker_id)).fetchall()
-                    where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
-                    row = self._pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE", key).fetchone()
-                    if not held or row is None or row["status"] != "starting":
-                        raise psycopg.Rollback(tx)
-                    sql, params = _update(table, key, fields)
-                    self._pg.execute(to_pg(sql), _flags(params))
-                    wrote = True
-            except psycopg.Error as exc:
-                raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
-                                   "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        def body(pg: Any) -> None:
+            held = pg.execute("UPDATE dispatched_calls SET pid = 0, deadline = %s WHERE call_id = %s "
+                              "AND status = 'claimed' AND worker_id = %s RETURNING call_id",
+                              (deadline, call_id, worker_id)).fetchall()
+            where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
+            row = pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE", key).fetchone()
+            if not held or row is None or row["status"] != "starting":
+                raise _Refused
+            sql, params = _update(table, key, fields)
+            pg.execute(to_pg(sql), _flags(params))
+
+        wrote = True
+        try:
+            self._attempt(body, write=True)
+        except _Refused:
+            wrote = False
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
+                               "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
         if not wrote:  # rolled back: nothing written, the request must not leave
             return False
         faults.hit(fault)
@@ -545,32 +698,34 @@ class PostgresJournal(SqliteJournal):
     def wait_for_calls(self, timeout: float) -> None:
         """Block up to ``timeout`` seconds until a call is queued (``LISTEN workrun_calls``) on this connection,
         which must be used for nothing else meanwhile."""
-        with self._lock:
-            if not getattr(self, "_listening", False):
-                self._pg.execute("LISTEN workrun_calls")
+        def body(pg: Any) -> None:
+            if not self._listening:  # again after a reconnect: LISTEN belongs to the connection
+                pg.execute("LISTEN workrun_calls")
                 self._listening = True
-            for _ in self._pg.notifies(timeout=timeout, stop_after=1):
+            for _ in pg.notifies(timeout=timeout, stop_after=1):
                 pass
+
+        self._attempt(body, write=False)
 
     # -- code snapshots in the database (R-S4) -------------------------------
 
     def put_snapshot(self, snapshot: str, manifest: dict[str, Any], read: Any, now: float) -> None:
         """Store a snapshot's manifest and each missing object (``read(digest) -> bytes``), in one transaction."""
-        psycopg = self._psycopg
-        with self._lock:
-            try:
-                with self._pg.transaction():
-                    have = {r["digest"] for r in self._pg.execute(
-                        "SELECT digest FROM snapshot_objects WHERE digest = ANY(%s)",
-                        (list(manifest["files"].values()),)).fetchall()}
-                    for digest in dict.fromkeys(manifest["files"].values()):
-                        if digest not in have:
-                            self._pg.execute("INSERT INTO snapshot_objects (digest, data) VALUES (%s, %s) "
-                                             "ON CONFLICT DO NOTHING", (digest, read(digest)))
-                    self._pg.execute("INSERT INTO snapshots (snapshot, manifest, created_at) VALUES (%s, %s, %s) "
-                                     "ON CONFLICT DO NOTHING", (snapshot, json.dumps(manifest), now))
-            except psycopg.Error as exc:
-                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+        def body(pg: Any) -> None:
+            have = {r["digest"] for r in pg.execute(
+                "SELECT digest FROM snapshot_objects WHERE digest = ANY(%s)",
+                (list(manifest["files"].values()),)).fetchall()}
+            for digest in dict.fromkeys(manifest["files"].values()):
+                if digest not in have:
+                    pg.execute("INSERT INTO snapshot_objects (digest, data) VALUES (%s, %s) "
+                               "ON CONFLICT DO NOTHING", (digest, read(digest)))
+            pg.execute("INSERT INTO snapshots (snapshot, manifest, created_at) VALUES (%s, %s, %s) "
+                       "ON CONFLICT DO NOTHING", (snapshot, json.dumps(manifest), now))
+
+        try:
+            self._attempt(body, write=True)
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
 
     def gc_lock(self) -> Any:
         """A context manager holding the database's gc lock (a session advisory lock): a second ``workrun gc`` on
@@ -579,34 +734,31 @@ class PostgresJournal(SqliteJournal):
 
         @contextlib.contextmanager
         def held() -> Any:
-            with self._lock:
-                self._pg.execute("SELECT pg_advisory_lock(%s)", (_GC_LOCK,))
+            self._attempt(lambda pg: pg.execute("SELECT pg_advisory_lock(%s)", (_GC_LOCK,)), write=False)
             try:
                 yield
-            finally:
-                with self._lock:
-                    self._pg.execute("SELECT pg_advisory_unlock(%s)", (_GC_LOCK,))
+            finally:  # a session lock: a reconnect meanwhile has already let it go
+                self._attempt(lambda pg: pg.execute("SELECT pg_advisory_unlock(%s)", (_GC_LOCK,)), write=False)
 
         return held()
 
     def prune_snapshots(self, needed: set[str], *, dry_run: bool = False) -> tuple[int, int]:
         """Delete the database's snapshots not in ``needed`` and the stored files no remaining snapshot names, in
         one transaction (R-F3). Returns ``(removed, kept)`` snapshots."""
-        psycopg = self._psycopg
-        with self._lock:
-            try:
-                with self._pg.transaction():
-                    rows = self._pg.execute("SELECT snapshot, manifest FROM snapshots").fetchall()
-                    gone = [r["snapshot"] for r in rows if r["snapshot"] not in needed]
-                    if dry_run or not gone:
-                        return len(gone), len(rows) - len(gone)
-                    self._pg.execute("DELETE FROM snapshots WHERE snapshot = ANY(%s)", (gone,))
-                    live = {d for r in rows if r["snapshot"] in needed
-                            for d in json.loads(r["manifest"])["files"].values()}
-                    self._pg.execute("DELETE FROM snapshot_objects WHERE NOT (digest = ANY(%s))", (list(live),))
-                    return len(gone), len(rows) - len(gone)
-            except psycopg.Error as exc:
-                raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
+        def body(pg: Any) -> tuple[int, int]:
+            rows = pg.execute("SELECT snapshot, manifest FROM snapshots").fetchall()
+            gone = [r["snapshot"] for r in rows if r["snapshot"] not in needed]
+            if dry_run or not gone:
+                return len(gone), len(rows) - len(gone)
+            pg.execute("DELETE FROM snapshots WHERE snapshot = ANY(%s)", (gone,))
+            live = {d for r in rows if r["snapshot"] in needed for d in json.loads(r["manifest"])["files"].values()}
+            pg.execute("DELETE FROM snapshot_objects WHERE NOT (digest = ANY(%s))", (list(live),))
+            return len(gone), len(rows) - len(gone)
+
+        try:
+            return self._attempt(body, write=True)
+        except self._psycopg.Error as exc:
+            raise JournalError(f"journal write failed: {_first_line(exc)}", file=str(self.path)) from None
 
     def has_snapshot(self, snapshot: str) -> bool:
         """True when the database holds the snapshot's manifest."""

@@ -1,0 +1,65 @@
+"""A fleet that outlives its database going away (SPEC §20 R-F1).
+
+Two real ``workrun worker`` processes drive 20 finally-failing runs on a PostgreSQL
+server of this test's own. The server is restarted twice while they work (as a
+minor-version upgrade or a failover would), then every worker connection is
+terminated: the same two worker processes finish every run, each compensation
+runs exactly once (its marker line), no call or attempt is made twice, and each
+worker said "reconnected".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from _kit import fleet
+from _kit.pg import PgServer, unavailable_reason
+from _kit.processes import wait_for
+
+
+@pytest.fixture
+def own_server():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    server = PgServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_workers_reconnect_after_restarts_and_terminated_backends(own_server, tmp_path, monkeypatch):
+    from workrun.journal import open_journal
+
+    url = own_server.new_database()
+    monkeypatch.setenv("WORKRUN_JOURNAL", url)
+    monkeypatch.setenv("WORKRUN_LEASE", "10")
+    log = tmp_path / "markers.log"
+    monkeypatch.setenv("TEST_LOG", str(log))
+    project = fleet.make_project(tmp_path)
+    slow = {"a": 0.3, "top": 0.3, "bottom": 0.3}  # the runs take a while: the database goes away mid-work
+    workflows = {shape: fleet.write_workflow(tmp_path, shape, project, comp_sleep=slow)
+                 for shape in ("chain", "diamond")}
+    run_ids = fleet.submit(workflows, 20)
+    journal = open_journal(tmp_path)
+    workers = [fleet.start_worker(tmp_path / f"home-{n}", tmp_path, n, concurrency=3) for n in ("A", "B")]
+    try:
+        for goal in (3, 12):  # restart while compensations run
+            wait_for(lambda g=goal: len(fleet.markers(log)) >= g, 240, f"{goal} compensations to have run")
+            own_server.restart()
+        wait_for(lambda: len(fleet.markers(log)) >= 24, 240, "24 compensations to have run")
+        assert own_server.terminate_backends(url) >= 2  # every worker connection (and this test's) ends
+        fleet.wait_all_ended(journal, run_ids, 300, workers)
+        assert [w.poll() for w in workers] == [None, None]  # the same processes did all of it
+        outs = {w.log_path.name: w.log_path.read_text(errors="replace") for w in workers}
+        for name, out in outs.items():
+            assert "reconnected to the journal's database" in out, (name, out[-3000:])
+        counts = fleet.check_runs(journal, run_ids, log)  # each compensation once, one attempt, in order
+        assert counts["runs"] == 20
+        ops = journal._query("SELECT run_id, node_key, status FROM operations")
+        assert len(ops) == len({(o["run_id"], o["node_key"]) for o in ops})  # no node called twice
+        assert {o["status"] for o in ops} == {"succeeded", "failed"}  # nothing unknown
+    finally:
+        fleet.stop_workers(workers)
+        journal.close()
