@@ -278,3 +278,59 @@ def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) ->
     finally:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
         browser.set_window_size(1280, 900)
+
+
+# WCAG 2.1 contrast in the page as the browser draws it: text 4.5:1 (3:1 when large, SC 1.4.3) against the
+# nearest background behind it; the borders of form fields 3:1 against theirs (SC 1.4.11)
+CONTRAST_JS = """
+function rgb(s) { var m = s.match(/[\\d.]+/g); return m ? m.map(Number) : [0, 0, 0, 0]; }
+function lum(c) { var v = c.slice(0, 3).map(function (x) { x /= 255;
+  return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+  return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; }
+function ratio(a, b) { var x = lum(a), y = lum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); }
+function bg(el) { for (; el; el = el.parentElement) { var c = rgb(getComputedStyle(el).backgroundColor);
+  if (c.length < 4 || c[3] > 0) return c; }
+  return matchMedia('(prefers-color-scheme: dark)').matches ? [13, 17, 23] : [255, 255, 255]; }
+function visible(el) { var r = el.getBoundingClientRect(); var s = getComputedStyle(el);
+  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; }
+var bad = [];
+document.querySelectorAll('svg text').forEach(function (t) {  // the graph: text on its box or badge
+  var box = t.closest('g') && t.closest('g').querySelector('rect'); if (!box || !visible(t)) return;
+  var r = ratio(rgb(getComputedStyle(t).fill), rgb(getComputedStyle(box).fill));
+  if (r < 4.5) bad.push('svg text "' + t.textContent.trim().slice(0, 30) + '" ' + getComputedStyle(t).fill +
+    ' on ' + getComputedStyle(box).fill + ': ' + r.toFixed(2)); });
+document.querySelectorAll('body *').forEach(function (el) {
+  if (el.closest('svg') || !visible(el)) return;
+  var own = Array.from(el.childNodes).some(function (n) { return n.nodeType === 3 && n.textContent.trim(); });
+  var s = getComputedStyle(el);
+  if (own) { var size = parseFloat(s.fontSize), large = size >= 24 || (size >= 18.66 && Number(s.fontWeight) >= 700);
+    var r = ratio(rgb(s.color), bg(el)); var op = Number(s.opacity);
+    if (r < (large ? 3 : 4.5) && op > 0) bad.push(el.tagName + '.' + el.className + ' "' +
+      el.textContent.trim().slice(0, 30) + '" ' + s.color + ' on ' + bg(el) + ': ' + r.toFixed(2)); }
+  if (/^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName) && el.type !== 'hidden' && el.type !== 'checkbox') {
+    var r2 = ratio(rgb(s.borderTopColor), bg(el.parentElement));
+    if (r2 < 3) bad.push(el.tagName + '[' + el.name + '] border ' + s.borderTopColor + ': ' + r2.toFixed(2)); }
+});
+return bad;
+"""
+
+
+def test_every_page_meets_wcag_contrast_light_and_dark(browser, ui_server, workrun) -> None:
+    """R-D8: on the Runs, run, Compensations and Tickets pages, in the light and the dark theme, all text has
+    WCAG AA contrast with what is behind it and every form field's border 3:1."""
+    r = workrun("run", TUTORIAL, "--json")
+    assert r.code == 1, r
+    server = ui_server()
+    pages = [server.url, server.url.replace("/?", f"/runs/{r.json()['run_id']}?"),
+             server.url.replace("/?", "/compensations?"), server.url.replace("/?", "/tickets?")]
+    try:
+        for scheme in ("light", "dark"):
+            browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                                    {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+            for page in pages:
+                browser.get(page)
+                until(lambda: browser.find_elements("css selector", "main"), f"{page} ({scheme})")
+                bad = browser.execute_script(CONTRAST_JS)
+                assert bad == [], (scheme, page, bad)
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})

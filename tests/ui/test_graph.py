@@ -81,3 +81,81 @@ def test_rollup(counts: dict[str, int], state: str | None, line: str) -> None:
     assert set(rollup["compensation_counts"]) == {"pending", "running", "succeeded", "failed", "blocked", "unknown",
                                                   "skipped"}
     assert rollup_line(rollup) == line
+
+
+def _points(d: str, steps: int = 24) -> list[tuple[float, float]]:
+    """Points along an SVG path of M, C and L commands (what the layout draws)."""
+    import re
+
+    tokens = re.findall(r"[MCL]|-?\d+(?:\.\d+)?", d)
+    out: list[tuple[float, float]] = []
+    cur = (0.0, 0.0)
+    i = 0
+    while i < len(tokens):
+        cmd = tokens[i]
+        if cmd == "M":
+            cur = (float(tokens[i + 1]), float(tokens[i + 2]))
+            out.append(cur)
+            i += 3
+        elif cmd == "L":
+            end = (float(tokens[i + 1]), float(tokens[i + 2]))
+            out += [(cur[0] + (end[0] - cur[0]) * t / steps, cur[1] + (end[1] - cur[1]) * t / steps)
+                    for t in range(1, steps + 1)]
+            cur = end
+            i += 3
+        else:  # C x1,y1 x2,y2 x,y
+            p = [float(v) for v in tokens[i + 1:i + 7]]
+            c1, c2, end = (p[0], p[1]), (p[2], p[3]), (p[4], p[5])
+            for t in (k / steps for k in range(1, steps + 1)):
+                u = 1 - t
+                out.append((u ** 3 * cur[0] + 3 * u * u * t * c1[0] + 3 * u * t * t * c2[0] + t ** 3 * end[0],
+                            u ** 3 * cur[1] + 3 * u * u * t * c1[1] + 3 * u * t * t * c2[1] + t ** 3 * end[1]))
+            cur = end
+            i += 7
+    return out
+
+
+def _dag(n: int, seed: int) -> dict[str, Any]:
+    import random
+
+    rnd = random.Random(seed)
+    nodes: dict[str, Any] = {}
+    for i in range(n):
+        key = f"step-{i:02d}" if i % 7 else f"a-rather-long-node-name-for-step-number-{i:02d}"
+        ups = sorted({rnd.randrange(i) for _ in range(rnd.randint(0, 3))}) if i else []
+        nodes[key] = {"key": key, "needs": [k for j, k in enumerate(nodes) if j in ups]}
+    return {"nodes": nodes}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fifty_nodes_no_edge_runs_under_a_box_and_names_are_whole(seed: int) -> None:
+    """R-D6: at 50 nodes with edges that skip columns, every edge stays out of every box (sampled along its
+    curves and lanes), boxes do not overlap, and every name is shown whole."""
+    from workrun.ui.graph import NAME_CHARS
+
+    spec = _dag(50, seed)
+    view = {"nodes": [{"node_key": k, "status": "succeeded"} for k in spec["nodes"]], "operations": []}
+    g = layout(spec, view)
+    assert sorted(b.key for b in g.boxes) == sorted(spec["nodes"])
+    long_skips = 0
+    for b in g.boxes:
+        assert "".join(b.lines) == b.key and all(len(line) <= NAME_CHARS for line in b.lines)
+    for e in g.edges:
+        pts = _points(e.d)
+        long_skips += pts[-1][0] - pts[0][0] > 300
+        for b in g.boxes:
+            inside = [(x, y) for x, y in pts if b.x + 1 < x < b.x + b.w - 1 and b.y + 1 < y < b.y + b.h - 1]
+            assert not inside, (e.src, e.dst, b.key, inside[:2])
+    assert long_skips > 5  # the graph does have edges that pass other columns
+    for i, a in enumerate(g.boxes):
+        for b in g.boxes[i + 1:]:
+            assert a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y or b.y + b.h <= a.y, (a.key, b.key)
+        assert a.x + a.w <= g.width and a.y + a.h <= g.height
+
+
+def test_a_long_name_wraps_at_separators() -> None:
+    from workrun.ui.graph import wrap_name
+
+    assert wrap_name("short") == ("short",)
+    assert wrap_name("charge-the-customer-card-then-notify") == ("charge-the-customer-", "card-then-notify")
+    assert "".join(wrap_name("x" * 50)) == "x" * 50

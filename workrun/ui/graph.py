@@ -12,16 +12,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Badge", "Box", "Edge", "Graph", "compensation_order", "dependencies", "layers", "layout"]
+__all__ = ["Badge", "Box", "Edge", "Graph", "compensation_order", "dependencies", "layers", "layout", "wrap_name"]
 
 _REF = re.compile(r"\{\{\s*nodes\.([A-Za-z0-9_\-]+)\.")
 
 BOX_W = 190  # pixels
-LABEL_H = 42
+LABEL_H = 42  # a box's label with one line of name (and its status line)
+LINE_H = 16  # each further line of a long name
+NAME_CHARS = 22  # characters of a name per line (12 px monospace: about 160 px of the box's 170)
 BADGE_H = 20
 COL_GAP = 70
 ROW_GAP = 26
+LANE_H = 14  # the slot a long edge takes in each column it passes (so no box sits on it)
 MARGIN = 16
+SWEEPS = 4  # barycentre sweeps (down and up) to reduce crossings
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class Box:
     w: int
     h: int
     badges: tuple[Badge, ...] = ()
+    lines: tuple[str, ...] = ()  # the whole name, wrapped (never cut)
+
+    @property
+    def label_h(self) -> int:
+        """Height of the name and status part (pixels): badges start below it."""
+        return LABEL_H + LINE_H * (max(1, len(self.lines)) - 1)
 
 
 @dataclass(frozen=True)
@@ -145,9 +155,57 @@ def compensation_order(view: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def wrap_name(key: str, width: int = NAME_CHARS) -> tuple[str, ...]:
+    """A node name in lines of at most ``width`` characters, broken after ``-``, ``_``, ``.`` or ``/`` where
+    possible, else hard: the whole name, never cut (R-D6)."""
+    lines: list[str] = []
+    rest = key
+    while len(rest) > width:
+        cut = max(rest.rfind(ch, 0, width) for ch in "-_./ ")
+        cut = cut + 1 if cut >= width // 3 else width
+        lines.append(rest[:cut])
+        rest = rest[cut:]
+    lines.append(rest)
+    return tuple(lines)
+
+
+def _order_columns(columns: dict[int, list[str]], ups: dict[str, list[str]], downs: dict[str, list[str]],
+                   first: list[str]) -> None:
+    """Order each column by the mean position of its neighbours, sweeping down then up (barycentre heuristic,
+    fewer crossings); ties keep the workflow's order. Changes ``columns`` in place."""
+    index = {k: i for i, k in enumerate(first)}
+    pos: dict[str, float] = {}
+    for col in sorted(columns):
+        for i, k in enumerate(columns[col]):
+            pos[k] = float(i)
+
+    def sweep(cols: list[int], near: dict[str, list[str]]) -> None:
+        for col in cols:
+            members = columns[col]
+
+            def centre(k: str, members: list[str] = members) -> float:
+                seen = [pos[d] for d in near.get(k, []) if d in pos]
+                return sum(seen) / len(seen) if seen else pos[k]
+
+            members.sort(key=lambda k: (centre(k), index.get(k, 0)))
+            for i, k in enumerate(members):
+                pos[k] = float(i)
+
+    order = sorted(columns)
+    for n in range(SWEEPS):
+        if n % 2 == 0:
+            sweep(order[1:], ups)
+        else:
+            sweep(list(reversed(order[:-1])), downs)
+
+
 def layout(spec: dict[str, Any] | None, view: dict[str, Any]) -> Graph:
-    """Lay out the run's nodes in columns by dependency depth (left to right), ordered within a column by the
-    mean row of their upstream nodes (fewer crossings), and route edges as curves.
+    """Lay out the run's nodes in columns by dependency depth (left to right), ordered within a column to reduce
+    crossings, with every name whole, and route edges so none runs under a box (R-U2, R-D6).
+
+    An edge that spans several columns gets a slot of its own (a *lane*, ``LANE_H`` pixels) in each column it
+    passes, ordered with the boxes, and runs straight through it: curves only in the gaps between columns, where
+    no box is, so no edge crosses a box.
 
     Args:
         spec: the run's recorded workflow spec (``{"nodes": {...}}``), or None when unavailable.
@@ -168,39 +226,71 @@ def layout(spec: dict[str, Any] | None, view: dict[str, Any]) -> Graph:
                       bool(c.get("held_back_by"))))
     status = {n["node_key"]: n for n in view["nodes"]}
 
+    # the columns, with a lane (a virtual node "\0src\0dst\0col") where a long edge passes a column
     columns: dict[int, list[str]] = {}
-    row_of: dict[str, float] = {}
     for k in sorted(keys, key=lambda k: (layer[k], keys.index(k))):
         columns.setdefault(layer[k], []).append(k)
-    for col in sorted(columns):
-        members = columns[col]
-        if col:
-            def centre(k: str) -> float:
-                ups = [row_of[d] for d, _ in deps[k] if d in row_of]
-                return sum(ups) / len(ups) if ups else float(keys.index(k))
-            members.sort(key=lambda k: (centre(k), keys.index(k)))
-        for i, k in enumerate(members):
-            row_of[k] = float(i)
+    ups: dict[str, list[str]] = {k: [] for k in keys}
+    downs: dict[str, list[str]] = {k: [] for k in keys}
+    chains: dict[tuple[str, str], list[str]] = {}
+    for k in keys:
+        for d, _ in deps[k]:
+            chain = [d]
+            for col in range(layer[d] + 1, layer[k]):
+                lane = f"\0{d}\0{k}\0{col}"
+                columns.setdefault(col, []).append(lane)
+                chain.append(lane)
+            chain.append(k)
+            chains[(d, k)] = chain
+            for left, right in zip(chain, chain[1:], strict=False):
+                ups.setdefault(right, []).append(left)
+                downs.setdefault(left, []).append(right)
+    _order_columns(columns, ups, downs, keys)
 
     graph = Graph(width=0, height=0)
     placed: dict[str, Box] = {}
+    lane_y: dict[str, int] = {}
     for col in sorted(columns):
         y = MARGIN
+        x = MARGIN + col * (BOX_W + COL_GAP)
         for k in columns[col]:
+            if k.startswith("\0"):
+                lane_y[k] = y + LANE_H // 2
+                y += LANE_H + ROW_GAP // 2
+                continue
             n = status.get(k, {})
-            h = LABEL_H + BADGE_H * len(badges.get(k, []))
-            box = Box(k, n.get("status", "pending"), bool(n.get("handled")), MARGIN + col * (BOX_W + COL_GAP), y,
-                      BOX_W, h, tuple(badges.get(k, [])))
+            lines = wrap_name(k)
+            h = LABEL_H + LINE_H * (len(lines) - 1) + BADGE_H * len(badges.get(k, []))
+            box = Box(k, n.get("status", "pending"), bool(n.get("handled")), x, y, BOX_W, h,
+                      tuple(badges.get(k, [])), lines)
             placed[k] = box
             graph.boxes.append(box)
             y += h + ROW_GAP
-            graph.height = max(graph.height, y - ROW_GAP + MARGIN)
-        graph.width = max(graph.width, MARGIN + (col + 1) * (BOX_W + COL_GAP) - COL_GAP + MARGIN)
+        graph.height = max(graph.height, y - ROW_GAP + MARGIN)
+        graph.width = max(graph.width, x + BOX_W + MARGIN)
+    graph.boxes.sort(key=lambda b: keys.index(b.key))
     for k in keys:
         for d, kind in deps[k]:
             a, b = placed[d], placed[k]
-            x1, y1 = a.x + a.w, a.y + LABEL_H // 2
-            x2, y2 = b.x, b.y + LABEL_H // 2
-            bend = max(30, (x2 - x1) // 2)
-            graph.edges.append(Edge(d, k, kind, f"M{x1},{y1} C{x1 + bend},{y1} {x2 - bend},{y2} {x2 - 6},{y2}"))
+            points = [(a.x + a.w, a.y + a.label_h // 2)]
+            for lane in chains[(d, k)][1:-1]:
+                col = int(lane.rsplit("\0", 1)[1])
+                x = MARGIN + col * (BOX_W + COL_GAP)
+                points += [(x, lane_y[lane]), (x + BOX_W, lane_y[lane])]
+            points.append((b.x - 6, b.y + b.label_h // 2))
+            graph.edges.append(Edge(d, k, kind, _path(points)))
     return graph
+
+
+def _path(points: list[tuple[int, int]]) -> str:
+    """An SVG path through ``points``: pairs (gap start, gap end) joined by S-curves, lanes by straight lines."""
+    (x0, y0), rest = points[0], points[1:]
+    d = [f"M{x0},{y0}"]
+    for i, (x, y) in enumerate(rest):
+        if i % 2 == 0:  # across a gap between columns: a curve that stays inside the gap
+            bend = max(12, (x - x0) // 2)
+            d.append(f"C{x0 + bend},{y0} {x - bend},{y} {x},{y}")
+        else:  # through a lane: straight
+            d.append(f"L{x},{y}")
+        x0, y0 = x, y
+    return " ".join(d)
