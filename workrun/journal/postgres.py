@@ -6,11 +6,12 @@ needs psycopg 3 (the ``postgres`` extra: ``.venv/bin/pip install -e '.[postgres]
 
 What it shares with the SQLite journal, and how:
 
-- **Statements.** The SQLite journal's intent-named methods are written in
-  portable SQL with ``?`` placeholders; this class inherits them and runs each
-  statement through :func:`to_pg` (``?`` -> ``%s``). Only what is not portable
-  is written here: connecting, transactions, migrations, and the worker claims
-  and snapshot store that only a shared journal has
+- **Statements.** The journal's intent-named methods are written once, in
+  portable SQL with ``?`` placeholders (:class:`workrun.journal.portable.SqlJournal`,
+  which the SQLite journal also extends; neither dialect inherits the other);
+  this class runs each statement through :func:`to_pg` (``?`` -> ``%s``). Only
+  what is not portable is written here: connecting, transactions, migrations,
+  and the worker claims and snapshot store that only a shared journal has
   (:class:`workrun.journal.base.SharedJournal`).
 - **Schema.** One migration list (``migrations.py``) for both backends, one
   version number; :func:`to_postgres` translates the DDL (``REAL`` -> ``DOUBLE
@@ -70,7 +71,7 @@ from typing import Any, TypeVar
 from workrun import faults, logs, metrics, settings
 from workrun.errors import ClaimLostError, JournalError, JournalVersionError, StaleStatusError
 from workrun.journal.migrations import MIGRATIONS
-from workrun.journal.sqlite import _JSON_COLUMNS, _KEYS, SqliteJournal, _insert, _update
+from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _insert, _update
 from workrun.states import check
 
 __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
@@ -116,7 +117,7 @@ def _row_factory(cursor: Any) -> Any:
     return make
 
 
-class PostgresJournal(SqliteJournal):
+class PostgresJournal(SqlJournal):
     """The journal on PostgreSQL (see module doc). Thread-safe: one connection, one lock.
 
     Args:
@@ -138,8 +139,7 @@ class PostgresJournal(SqliteJournal):
         self.url = url
         self.path = Path(_redact(url))  # for messages: never the password
         self._lock = threading.RLock()
-        self._pending: list[tuple[str, tuple[Any, ...]]] = []  # stays empty: messages are written at once here
-        self._pg: Any = None  # psycopg.Connection; the SQLite parent's ``_db`` is never used here
+        self._pg: Any = None  # psycopg.Connection
         self._fence: tuple[str, str, int] | None = None  # (run_id, worker_id, epoch) while driving a run (R-F2)
         self._retry = settings.current().db_retry  # seconds of reconnecting before giving up (R-F1)
         self._listening = False
@@ -384,6 +384,9 @@ class PostgresJournal(SqliteJournal):
         """Close the connection."""
         with self._lock:
             self._pg.close()
+
+    def flush_messages(self) -> None:
+        """Nothing to do: messages are written at once here (see :meth:`add_message`)."""
 
     def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
         """Append a message at once: a shared journal's readers (other workers, dashboards) see it now."""
