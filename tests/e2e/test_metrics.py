@@ -127,3 +127,31 @@ def test_a_worker_logs_json_lines(pg_url, tmp_path, monkeypatch):
     assert any("operation_id" in line and line["operation_id"] in line["message"] for line in about_run)
     assert any("compensation_id" in line and line["compensation_id"] in line["message"] for line in about_run)
     assert any(line.get("node_key") == "boom" for line in about_run)
+
+
+def test_run_and_resume_log_json_lines(tmp_path):
+    """R-F6 for CI use: ``workrun run --log-format json`` (and ``resume``) write their progress as JSON lines on
+    stderr with the run's, operation's and compensation's ids; a bad value exits 2 naming the option."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tutorial = Path(__file__).resolve().parents[2] / "demo_apps" / "workflows" / "tutorial.toml"
+    env = {**os.environ, "WORKRUN_HOME": str(tmp_path / "home")}
+    env.pop("WORKRUN_JOURNAL", None)
+    proc = subprocess.run([sys.executable, "-m", "workrun", "run", str(tutorial), "--log-format", "json", "--json"],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    run_id = json.loads(proc.stdout)["run_id"]
+    lines = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert lines and all(line["event"] == "message" and line["run_id"] == run_id for line in lines)
+    assert any(line.get("compensation_id") and line.get("node_key") == "create" for line in lines)
+    again = subprocess.run([sys.executable, "-m", "workrun", "resume", "--log-format", "json"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert all(json.loads(line) for line in again.stderr.splitlines())
+    bad = subprocess.run([sys.executable, "-m", "workrun", "run", str(tutorial), "--log-format", "xml"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --log-format: must be text or json, not 'xml'"

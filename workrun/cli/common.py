@@ -12,6 +12,8 @@ __all__ = ["EXIT", "JsonOpt", "WaitOpt", "ask", "finish_run", "reading", "run_cl
 
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of tables.")
 WaitOpt = typer.Option(False, "--wait", help="Wait for another scheduler to finish instead of exiting 3.")
+LogFormatOpt = typer.Option("text", "--log-format", metavar="text|json",
+                            help="json: progress as one JSON object per line on stderr (R-F6).")
 
 
 def ask(question: str) -> bool:

@@ -19,7 +19,7 @@ from workrun.cli import compensations as comp_cli
 from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
-from workrun.cli.common import JsonOpt, WaitOpt, reading, scheduling
+from workrun.cli.common import JsonOpt, LogFormatOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, raise_broken_pipes, run_table
 from workrun.cli.running import rerun_run, run_workflow
 
@@ -83,6 +83,7 @@ def run(
                                 "print its id (needs WORKRUN_JOURNAL=postgresql://…)."),
     json_mode: bool = JsonOpt,
     wait: bool = WaitOpt,
+    log_format: str = LogFormatOpt,
 ) -> None:
     """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130 (0 with --submit)."""
     if submit:
@@ -92,7 +93,8 @@ def run(
 
         spec, inputs = load_workflow(workflow, parse_inputs(input), default_executors())
         _submit(spec, inputs, eval_run, json_mode)
-    raise typer.Exit(run_workflow(workflow, input, eval_run=eval_run, yes=yes, json_mode=json_mode, wait=wait))
+    raise typer.Exit(run_workflow(workflow, input, eval_run=eval_run, yes=yes, json_mode=json_mode, wait=wait,
+                                  log_format=log_format))
 
 
 @app.command()
@@ -133,16 +135,16 @@ def stop(
 
 
 @app.command()
-def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
+def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt, log_format: str = LogFormatOpt) -> None:
     """Continue every unfinished run and compensation in the data directory; exit 0 if all ended well.
 
     \f
     Implements R-R1.
     """
     from workrun.app import runs
-    from workrun.cli.output import CliReporter
+    from workrun.cli.running import reporter_for
 
-    done = runs.resume(wait=wait, reporter=CliReporter(quiet=json_mode))
+    done = runs.resume(wait=wait, reporter=reporter_for(log_format, json_mode))
     if json_mode:
         print_json(done.data)
     else:
@@ -334,8 +336,7 @@ def worker(
     metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=1, max=65535,
                                                help="Serve Prometheus metrics on this port (/metrics)."),
     metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help="Address the metrics are served on."),
-    log_format: str = typer.Option("text", "--log-format", metavar="text|json",
-                                   help="json: one JSON object per line on stderr."),
+    log_format: str = LogFormatOpt,
 ) -> None:
     """Claim and drive runs, and run their App calls, from a shared journal (WORKRUN_JOURNAL=postgresql://…)
     until stopped.

@@ -8,7 +8,26 @@ from pathlib import Path
 
 from workrun.cli.session import print_run
 
-__all__ = ["rerun_run", "run_workflow"]
+__all__ = ["reporter_for", "rerun_run", "run_workflow"]
+
+
+def reporter_for(log_format: str, json_mode: bool):  # noqa: ANN201 - a Reporter
+    """The progress reporter of ``--log-format``: ``text`` (the terminal's lines, none with ``--json``) or
+    ``json`` (one JSON object per line on stderr, R-F6; JSON logs switched on for the whole process).
+
+    Raises:
+        UsageError: another value (exit 2).
+    """
+    from workrun import logs
+    from workrun.cli.output import CliReporter
+    from workrun.errors import UsageError
+
+    if log_format not in ("text", "json"):
+        raise UsageError(f"must be text or json, not {log_format!r}", field="--log-format")
+    if log_format == "json":
+        logs.enable(None)
+        return logs.JsonReporter()
+    return CliReporter(quiet=json_mode)
 
 
 def _confirm(json_mode: bool):  # noqa: ANN202 - a Confirm or None
@@ -21,22 +40,23 @@ def _confirm(json_mode: bool):  # noqa: ANN202 - a Confirm or None
 
 
 def run_workflow(workflow: Path, inputs: list[str], *, eval_run: bool, yes: bool, json_mode: bool,
-                 wait: bool) -> int:
+                 wait: bool, log_format: str = "text") -> int:
     """``workrun run WORKFLOW`` (without ``--submit``): :func:`workrun.app.runs.run`, printed; return the exit
     code (SPEC §16). Called by the typer command and, for a plain command line, by :mod:`workrun.cli.quick`
     without typer (issue 14).
 
     Args:
         inputs: ``KEY=VALUE`` strings of ``--input``.
+        log_format: ``text`` or ``json`` (:func:`reporter_for`).
 
     Raises:
         WorkrunError: a bad workflow or input (exit 2), a busy scheduler (exit 3), a journal failure.
     """
     from workrun.app import runs
-    from workrun.cli.output import CliReporter
 
-    done = runs.run(workflow, list(inputs), wait=wait, eval_run=eval_run, yes=yes,
-                    reporter=CliReporter(quiet=json_mode), confirm=_confirm(json_mode))
+    reporter = reporter_for(log_format, json_mode)
+    done = runs.run(workflow, list(inputs), wait=wait, eval_run=eval_run, yes=yes, reporter=reporter,
+                    confirm=_confirm(json_mode))
     print_run(done.data, json_mode)
     return done.code
 
