@@ -85,8 +85,9 @@ class ConfigErrors(ConfigError):
         super().__init__(first.detail, file=first.file, field=first.field)
 
     def lines(self) -> list[str]:
-        """One ``FILE: FIELD: message`` line per error."""
-        return [line for e in self.errors for line in e.lines()]
+        """One ``FILE: FIELD: message`` line per error; an error found twice (two nodes using one bad App
+        project) is said once."""
+        return list(dict.fromkeys(line for e in self.errors for line in e.lines()))
 
 
 class UsageError(WorkrunError, ValueError):

@@ -291,7 +291,11 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         errors.append(exc)
     if smtp is None and "smtp" not in data:  # an email action needs [smtp] (R-K5)
         errors += _emails_without_smtp(nodes, notify, file)
-    if errors:
+    if errors:  # one line per error: two nodes using one bad App project report its error once
+        firsts: dict[tuple[str | None, str | None, str], ConfigError] = {}
+        for e in errors:
+            firsts.setdefault((e.file, e.field, e.detail), e)
+        errors = list(firsts.values())
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     spec = WorkflowSpec(name=name, path=str(path.resolve()), inputs=defaults, nodes=nodes, http_allow=http_allow,
                         notify=notify, connectors=connectors, smtp=smtp)
