@@ -213,3 +213,32 @@ def test_deeply_nested_toml_is_exit_2(cli, tmp_path):
                     + "[" * 5000 + "]" * 5000 + "\n")
     res = cli("check", path)
     assert res.code == 2 and "nested too deep" in res.err, res
+
+
+def test_a_plan_held_back_by_a_failed_compensation_runs_nothing_by_itself(marker_project, write_workflow, workrun):
+    """Newcomer finding (R-L3): `first` is held back by `second`, whose compensation failed: the plan says
+    "nothing by itself" and names the one that needs an operator; `compensate` then says what is not finished."""
+    wf = write_workflow("held", f"""
+[nodes.first]
+project = "{marker_project}"
+app = "mark"
+input = {{ name = "first" }}
+[nodes.second]
+project = "{marker_project}"
+app = "mark"
+needs = ["first"]
+input = {{ name = "second", comp_fail = true }}
+[nodes.boom]
+project = "{marker_project}"
+app = "mark"
+needs = ["second"]
+input = {{ name = "boom", fail = true }}
+""")
+    ran = workrun("run", wf, "--json")
+    assert ran.code == 1, ran
+    rid = ran.json()["run_id"]
+    plan = workrun("compensate", rid, "--dry-run", "--json").json()
+    assert {s["node_key"]: s["status"] for s in plan["plan"]} == {"second": "failed", "first": "blocked"}
+    assert plan["would"].startswith("nothing by itself; 1 need(s) an operator first"), plan["would"]
+    done = workrun("compensate", rid)
+    assert done.code == 1 and "2 compensation(s) not finished" in done.out, done

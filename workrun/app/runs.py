@@ -356,10 +356,20 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     elif all(s["status"] in COMPENSATION_DONE for s in steps):
         would = "nothing: every compensation is done"
     else:
-        runnable = sum(1 for s in steps if s["status"] in ("pending", "running")
-                       or s["status"] == "blocked" and s["held_back_by"])
         stuck = [s for s in steps if s["status"] in ("failed", "unknown") or s["status"] == "blocked"
                  and not s["held_back_by"]]
+        # a held-back one runs by itself only when nothing that holds it back (transitively) needs an operator
+        waits = {s["compensation_id"] for s in stuck}
+        grew = True
+        while grew:
+            grew = False
+            for s in steps:
+                if s["compensation_id"] not in waits and s["status"] == "blocked" \
+                        and waits & set(s["held_back_by"]):
+                    waits.add(s["compensation_id"])
+                    grew = True
+        runnable = sum(1 for s in steps if s["compensation_id"] not in waits
+                       and (s["status"] in ("pending", "running") or s["status"] == "blocked"))
         would = (f"run {runnable} compensation(s) in the order shown" if runnable else "nothing by itself")
         if stuck:
             would += (f"; {len(stuck)} need(s) an operator first ({', '.join(s['compensation_id'] for s in stuck)}: "

@@ -22,6 +22,7 @@ from workrun.cli import ui as ui_cli
 from workrun.cli.common import JsonOpt, LogFormatOpt, WaitOpt, reading, scheduling
 from workrun.cli.output import console, print_error, print_json, raise_broken_pipes, run_table
 from workrun.cli.running import rerun_run, run_workflow
+from workrun.cli.session import print_run
 
 __all__ = ["app"]
 
@@ -172,12 +173,12 @@ def compensate(
     from workrun.cli.output import CliReporter
 
     done = runs.compensate(run_id, dry_run=dry_run, wait=wait, reporter=CliReporter(quiet=json_mode), reason=reason)
-    if json_mode:
+    if dry_run and json_mode:
         print_json(done.data)
     elif dry_run:
         _print_plan(done.data)
-    else:
-        console.print(run_table(done.data))
+    else:  # as `run` prints it: the table, then what is left and where to look (a person's compensations)
+        print_run(done.data, json_mode)
     raise typer.Exit(done.code)
 
 
