@@ -30,7 +30,7 @@ def _holders_text(by_id: dict[str, dict[str, Any]], holders: list[str]) -> str:
     for h in holders:
         c = by_id.get(h)
         parts.append(f"{c['node_key']} ({h}, {c['status']})" if c else h)
-    return "held back by " + ", ".join(parts) + ": it depends on their calls, so it waits until they are cleared"
+    return "held back by " + ", ".join(parts) + ": their calls depend on its call, so it waits until they are cleared"
 
 
 def _announce(svc: Services, comp: dict[str, Any], old: str | None) -> None:
