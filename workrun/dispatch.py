@@ -75,6 +75,7 @@ from typing import Any
 from workrun import settings
 from workrun.errors import EnvironmentUnavailableError
 from workrun.journal import open_journal
+from workrun.journal.base import SharedJournal
 from workrun.outbound import (
     EnvLater,
     PreparedRequest,
@@ -129,7 +130,7 @@ class DispatchRunner:
     decides_by_claim = True  # the run's claim holder settles every call of the run (R-R3, R-F2)
     request_environ: Mapping[str, str] = EnvLater()  # the executor that sends a request reads env.NAME (R-H5)
 
-    def __init__(self, journal: Any, local: AppRunner, run_id: str | None) -> None:
+    def __init__(self, journal: SharedJournal, local: AppRunner, run_id: str | None) -> None:
         self.journal = journal
         self.local = local
         self.run_id = run_id
@@ -368,8 +369,8 @@ class Executors:
         tunables = settings.current()
         self.runner = LocalRunner(data_dir, grace=tunables.grace, launch=launch_mode())
         self.executed = 0
-        self._journal: Any = None
-        self._listen: Any = None
+        self._journal: Any = None  # a SharedJournal once started: claims calls and stores their outcomes
+        self._listen: Any = None  # a SharedJournal once started: LISTENs for queued calls, nothing else
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None

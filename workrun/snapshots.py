@@ -19,14 +19,16 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from workrun import settings
 from workrun.apps import Fingerprint
 from workrun.states import COMPENSATION_DONE
 
-__all__ = ["gc", "materialize", "max_bytes", "take"]
+__all__ = ["Store", "gc", "materialize", "max_bytes", "take"]
 
 
 def max_bytes() -> int:
@@ -34,9 +36,34 @@ def max_bytes() -> int:
     return settings.current().snapshot_max_bytes
 
 
-def _shared(journal: Any) -> Any:
-    """The journal when it stores snapshots for other machines (R-S4), else None."""
-    return journal if journal is not None and hasattr(journal, "put_snapshot") else None
+@runtime_checkable
+class Store(Protocol):
+    """Where snapshots are shared between machines (R-S4): the port this module types against. A shared
+    journal plays this role (:class:`workrun.journal.base.SnapshotStore`); the SQLite journal does not."""
+
+    def put_snapshot(self, snapshot: str, manifest: dict[str, Any], read: Callable[[str], bytes],
+                     now: float) -> None:
+        """Store a snapshot's manifest and its missing objects (``read(digest) -> bytes``) at once."""
+
+    def has_snapshot(self, snapshot: str) -> bool:
+        """True when the store holds the snapshot."""
+
+    def snapshot_manifest(self, snapshot: str) -> dict[str, Any] | None:
+        """The snapshot's manifest ``{files: {path: sha256}, project}``, or None."""
+
+    def snapshot_object(self, digest: str) -> bytes:
+        """One stored file's bytes; raises KeyError when missing."""
+
+    def gc_lock(self) -> AbstractContextManager[None]:
+        """Held by one ``workrun gc`` at a time on the store (R-F3)."""
+
+    def prune_snapshots(self, needed: set[str], *, dry_run: bool = False) -> tuple[int, int]:
+        """Delete the stored snapshots not in ``needed``; ``(removed, kept)``."""
+
+
+def _shared(journal: object) -> Store | None:
+    """The journal when it plays the snapshot store's role (a shared journal, R-S4), else None."""
+    return journal if isinstance(journal, Store) else None
 
 
 def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) -> str:
@@ -73,7 +100,7 @@ def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) ->
     return fp.digest
 
 
-def _publish(data_dir: Path, snapshot: str, journal: Any) -> None:
+def _publish(data_dir: Path, snapshot: str, journal: Store | None) -> None:
     """Copy a local snapshot into the shared journal's database, once (R-S4)."""
     if journal is None or journal.has_snapshot(snapshot):
         return
@@ -82,7 +109,7 @@ def _publish(data_dir: Path, snapshot: str, journal: Any) -> None:
                          time.time())
 
 
-def _fetch(data_dir: Path, snapshot: str, journal: Any) -> None:
+def _fetch(data_dir: Path, snapshot: str, journal: Store) -> None:
     """Bring a snapshot from the shared journal's database into this data dir (R-S4)."""
     manifest = journal.snapshot_manifest(snapshot)
     if manifest is None:
@@ -114,8 +141,9 @@ def materialize(data_dir: Path, snapshot: str, journal: Any = None) -> Path:
     tree = data_dir / "snapshot-trees" / snapshot
     if (tree / ".complete").exists():
         return tree
-    if not (data_dir / "snapshots" / f"{snapshot}.json").is_file() and _shared(journal) is not None:
-        _fetch(data_dir, snapshot, journal)
+    store = _shared(journal)
+    if not (data_dir / "snapshots" / f"{snapshot}.json").is_file() and store is not None:
+        _fetch(data_dir, snapshot, store)
     files = json.loads((data_dir / "snapshots" / f"{snapshot}.json").read_text())["files"]
     tmp = tree.with_name(f".{snapshot}.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -138,7 +166,7 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
     under its gc lock: a second ``gc`` at once waits for the first (R-F3).
     """
     shared = _shared(svc.journal)
-    if shared is None or not hasattr(shared, "gc_lock"):
+    if shared is None:
         return _gc(svc, dry_run=dry_run)
     with shared.gc_lock():
         removed, kept = _gc(svc, dry_run=dry_run)

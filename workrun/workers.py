@@ -65,7 +65,7 @@ from workrun import logs, metrics, settings
 from workrun.dispatch import DispatchRunner, Executors
 from workrun.errors import ClaimLostError, ConfigError, SchedulerBusyError
 from workrun.journal import open_journal
-from workrun.journal.base import SharedJournal
+from workrun.journal.base import RunClaims, SharedJournal
 from workrun.recovery import drive
 from workrun.runner.process import alive
 from workrun.services import Reporter, Services, new_id
@@ -124,13 +124,13 @@ class Heartbeat:
         self.executors: Executors | None = None
         self._mutex = threading.Lock()
         self._stop = threading.Event()
-        self._journal: Any = None
+        self._journal: SharedJournal | None = None  # the heartbeat's own connection (RunClaims, CallClaims)
         self._thread: threading.Thread | None = None
         self.on_lost = on_lost or self._say_lost
 
     def start(self) -> Heartbeat:
         """Register the worker and start renewing."""
-        self._journal = open_journal(self.data_dir, check=False)
+        self._journal = cast(SharedJournal, open_journal(self.data_dir, check=False))
         self._journal.register_worker(self.worker_id, self.host, os.getpid(), self.lease, time.time())
         self._thread = threading.Thread(target=self._loop, name="workrun-heartbeat", daemon=True)
         self._thread.start()
@@ -143,6 +143,7 @@ class Heartbeat:
                 calls = set(self.calls)
             now = time.time()
             try:
+                assert self._journal is not None
                 renewed = self._journal.heartbeat(self.worker_id, now, self.lease, held)
                 kept = self._journal.renew_calls(self.worker_id, now, self.lease, calls) if calls else {}
             except Exception as exc:  # a database hiccup: try again next beat; the lease has slack
@@ -176,7 +177,7 @@ class Heartbeat:
         with self._mutex:
             self.calls.discard(call_id)
 
-    def claim(self, journal: Any, run_id: str | None = None) -> dict[str, Any] | None:
+    def claim(self, journal: RunClaims, run_id: str | None = None) -> dict[str, Any] | None:
         """Claim a run (any that needs work, or ``run_id``) for this worker; remember it for renewal."""
         with self._mutex:  # renewals of a claim being taken wait, so a fresh claim is never reported lost
             got = journal.claim_run(self.worker_id, time.time(), self.lease, run_id)
@@ -184,7 +185,7 @@ class Heartbeat:
                 self.held.add(got["run_id"])
         return got
 
-    def release(self, journal: Any, run_id: str, not_before: float | None = None) -> None:
+    def release(self, journal: RunClaims, run_id: str, not_before: float | None = None) -> None:
         """Give a run back (see :meth:`PostgresJournal.release_run`)."""
         with self._mutex:
             self.held.discard(run_id)
@@ -218,7 +219,7 @@ def dispatching(svc: Services, run_id: str) -> Iterator[None]:
     """While scheduling ``run_id`` on a shared journal, start its App processes through executors' claims
     (:class:`~workrun.dispatch.DispatchRunner`), and settle its in-flight ones from their claims (R-R3)."""
     runner = svc.runner
-    svc.runner = DispatchRunner(svc.journal, runner, run_id)
+    svc.runner = DispatchRunner(shared(svc), runner, run_id)
     try:
         yield
     finally:
@@ -265,7 +266,7 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
     executors: Executors | None = None
     try:
         while True:
-            claim = beat.claim(svc.journal, run_id)
+            claim = beat.claim(shared(svc), run_id)
             if claim:
                 break
             if not wait:
@@ -280,7 +281,7 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any
         executors = _own_executors(svc, beat, lambda: [run_id])
         with fenced(svc, claim), dispatching(svc, run_id):
             yield claim
-        beat.release(svc.journal, run_id)
+        beat.release(shared(svc), run_id)
     finally:
         if executors is not None:
             executors.drain()
@@ -337,7 +338,7 @@ class Worker:
                     return "lost"
                 raise
             again = shared(svc).run_needs_work(claim["run_id"])  # e.g. environment unavailable: back off a little
-            self.beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
+            self.beat.release(shared(svc), claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             return status
         finally:
             svc.close()
@@ -345,7 +346,7 @@ class Worker:
     def run(self) -> int:
         """Claim and drive runs until :attr:`draining` is set (or idle for ``idle_exit``); return an exit code."""
         self.beat.start()
-        journal = open_journal(self.data_dir, check=False)
+        journal = cast(SharedJournal, open_journal(self.data_dir, check=False))
         gauge = open_journal(self.data_dir, check=False) if metrics.enabled() else None
         if gauge is not None:  # read at each scrape, on a connection of its own (R-F4)
             gauge_lock = threading.Lock()
@@ -407,7 +408,7 @@ def resume_shared(svc: Services) -> list[str]:
         told: set[str] = set()
         while not svc.stopping():
             before = time.time()  # a lease that passes between the claim and the look below is still seen
-            claim = beat.claim(svc.journal)
+            claim = beat.claim(shared(svc))
             if not claim:
                 if not _orphaned_claims(svc, beat.host, handled, told, before):
                     break
@@ -418,7 +419,7 @@ def resume_shared(svc: Services) -> list[str]:
                 drive_claimed(svc, claim)
             finally:
                 again = shared(svc).run_needs_work(claim["run_id"])
-                beat.release(svc.journal, claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
+                beat.release(shared(svc), claim["run_id"], time.time() + (RECLAIM_DELAY if again else 0.0))
             handled.append(claim["run_id"])
     finally:
         executors.drain()

@@ -505,16 +505,17 @@ class _StopClaim:
     """``stop`` on a shared journal: the run's claim plays the scheduler lock's part (R-S2)."""
 
     def __init__(self, svc: Services, run_id: str) -> None:
-        from workrun.workers import Heartbeat, lease_seconds
+        from workrun.workers import Heartbeat, lease_seconds, shared
 
         self.svc, self.run_id = svc, run_id
+        self.journal = shared(svc)
         self.beat = Heartbeat(svc.data_dir, lease_seconds())
 
     def acquire(self) -> None:
         from workrun.errors import SchedulerBusyError
 
         self.beat.start()
-        if not self.beat.claim(self.svc.journal, self.run_id):
+        if not self.beat.claim(self.journal, self.run_id):
             self.beat.stop()
             raise SchedulerBusyError("held by a worker")
 
@@ -522,7 +523,7 @@ class _StopClaim:
         return _claim_of(self.svc, self.run_id) or {}
 
     def release(self) -> None:
-        self.beat.release(self.svc.journal, self.run_id)
+        self.beat.release(self.journal, self.run_id)
         self.beat.stop()
 
 

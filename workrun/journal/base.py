@@ -1,7 +1,12 @@
 """The journal's contract: what the engine, recovery and operator actions ask of durable storage.
 
-One backend per database (``sqlite.py``; PostgreSQL later) implements
-:class:`Journal`. Methods are named for what they record, never for tables.
+Two backends implement :class:`Journal` (``sqlite.py``; ``postgres.py``, which also implements
+:class:`SharedJournal`), both dialects of the portable statements in ``portable.py``. Methods are named for
+what they record, never for tables, and grouped in roles — :class:`RunRecords`, :class:`CallRecords`,
+:class:`CompensationRecords`, :class:`TicketRecords`, :class:`RemoteTaskRecords`, :class:`Listings`, and for
+a shared journal :class:`RunClaims`, :class:`CallClaims`, :class:`SnapshotStore` — so that a module types
+what it uses by the roles it needs (``snapshots`` takes a :class:`SnapshotStore`, the heartbeat a
+:class:`RunClaims`).
 
 Rules every backend keeps:
 
@@ -26,7 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-__all__ = ["FAULT_POINTS", "Journal", "Row", "SharedJournal"]
+__all__ = ["FAULT_POINTS", "CallClaims", "CallRecords", "CompensationRecords", "Journal", "Listings",
+           "RemoteTaskRecords", "Row", "RunClaims", "RunRecords", "SharedJournal", "SnapshotStore", "TicketRecords"]
 
 Row = dict[str, Any]
 
@@ -39,17 +45,8 @@ FAULT_POINTS = (
 )
 
 
-class Journal(Protocol):
-    """The durable record of runs, nodes, operations, compensations, attempts, operator events, remote tasks."""
-
-    @property
-    def schema_version(self) -> int:
-        """The number of migrations applied."""
-
-    def close(self) -> None:
-        """Release the connection."""
-
-    # -- runs and nodes ------------------------------------------------------
+class RunRecords(Protocol):
+    """Runs, their nodes and messages (R-W2, R-W3, R-C9): what the engine writes as a run goes, and reads back."""
 
     def create_run(self, run: Row, node_keys: Sequence[str]) -> None:
         """Record a new run (status ``running``) and its nodes (``pending``, in order) at once (R-W2).
@@ -110,13 +107,6 @@ class Journal(Protocol):
     def runs_with_status(self, *statuses: str) -> list[Row]:
         """Runs whose status is one of ``statuses``, oldest first."""
 
-    def runs_with_open_compensation(self) -> list[str]:
-        """Ids of runs with a compensation ``pending`` or ``running``, or with succeeded calls whose
-        compensation is owed (failed run, or stopped with compensation requested) but not yet planned."""
-
-    def runs_with_open_remote_tasks(self) -> list[str]:
-        """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first."""
-
     def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[Row]:
         """The run's nodes in workflow order (only those named in ``keys`` when given)."""
 
@@ -136,7 +126,9 @@ class Journal(Protocol):
     def messages(self, run_id: str) -> list[Row]:
         """All messages of a run, oldest first."""
 
-    # -- operations (one App call) --------------------------------------------
+
+class CallRecords(Protocol):
+    """Operations, one per App call or HTTP request (R-J1, R-R3): intent before the call, outcome after it."""
 
     def start_operation(self, row: Row, *, node_started_at: float | None = None) -> None:
         """Record a call's intent (status ``starting``) before its process exists (R-J1).
@@ -205,7 +197,9 @@ class Journal(Protocol):
     def count_operations(self) -> int:
         """Number of operations in the journal."""
 
-    # -- compensations and attempts -------------------------------------------
+
+class CompensationRecords(Protocol):
+    """Compensations, their attempts and operator events (R-C1..R-C9, R-O1..R-O6)."""
 
     def plan_compensations(self, records: Sequence[Row]) -> None:
         """Insert compensation records (of a failed run found without them). Fault point: ``run.failed``."""
@@ -291,10 +285,13 @@ class Journal(Protocol):
     def events(self, compensation_id: str) -> list[Row]:
         """Operator events of a compensation, oldest first."""
 
-    # -- remote A2A tasks (R-C10) ----------------------------------------------
+    def runs_with_open_compensation(self) -> list[str]:
+        """Ids of runs with a compensation ``pending`` or ``running``, or with succeeded calls whose
+        compensation is owed (failed run, or stopped with compensation requested) but not yet planned."""
 
 
-    # -- manual repair: tickets, ticket actions, notifications (SPEC §12) -------
+class TicketRecords(Protocol):
+    """Manual repair (SPEC §12): tickets, their actions and attempts, notifications."""
 
     def open_ticket(self, ticket: Row, *, node_status: str, handled: bool, at: float, events: Sequence[Row],
                     action: Row | None = None, notification: Row | None = None,
@@ -385,6 +382,11 @@ class Journal(Protocol):
 
     def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[Row]:
         """Notifications (of one run, with one of ``statuses``), oldest first."""
+
+
+class RemoteTaskRecords(Protocol):
+    """Remote A2A tasks (R-C10): the task's state and its one cancel."""
+
     def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
         """Record that a message is about to be sent (``state = sending``), replacing any earlier row.
         Fault point: ``remote.intent``."""
@@ -402,7 +404,12 @@ class Journal(Protocol):
     def remote_tasks(self, run_id: str) -> list[Row]:
         """Remote A2A tasks of a run."""
 
-    # -- list and dashboard reads (R-U2, R-U8) ---------------------------------------
+    def runs_with_open_remote_tasks(self) -> list[str]:
+        """Ids of failed or stopped runs with a remote task still owed its one cancel (R-C10), oldest first."""
+
+
+class Listings(Protocol):
+    """Reads for lists and the dashboard (R-U2, R-U8, R-D1): one short read each, paged and filtered."""
 
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
                       offset: int = 0, verify: bool | None = None, text: str | None = None,
@@ -434,14 +441,24 @@ class Journal(Protocol):
         oldest first within a status; at most ``limit`` rows, and how many match in all."""
 
 
-class SharedJournal(Journal, Protocol):
-    """A journal many workers share (PostgreSQL, R-S1..R-S4): run and call claims with leases, code snapshots.
+class Journal(RunRecords, CallRecords, CompensationRecords, TicketRecords, RemoteTaskRecords, Listings, Protocol):
+    """The durable record of runs, nodes, operations, compensations, attempts, operator events, remote tasks.
 
-    A claim is one run: ``claim_run`` picks, with ``SELECT … FOR UPDATE SKIP LOCKED``, the oldest run that
-    needs work and has no live claim (or the given run), records ``(worker_id, lease_until)`` and returns
-    ``{run_id, previous_worker, previous_host, takeover}``; of racing claimers exactly one wins. A live
-    claim is never claimed again, not even by its holder. Times are epoch seconds; ``lease`` is seconds.
+    The roles it plays, each a protocol of its own so that a caller can ask for only the one it uses:
+    :class:`RunRecords`, :class:`CallRecords`, :class:`CompensationRecords`, :class:`TicketRecords`,
+    :class:`RemoteTaskRecords`, :class:`Listings`.
     """
+
+    @property
+    def schema_version(self) -> int:
+        """The number of migrations applied."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class RunClaims(Protocol):
+    """Run claims with leases (R-S2, R-F2): one scheduler per run, an epoch per claim, takeover after the lease."""
 
     supports_workers: bool
 
@@ -474,7 +491,10 @@ class SharedJournal(Journal, Protocol):
         """Runs needing work under a live, unreleased claim (``run_id``, ``worker_id``, ``lease_until``,
         the worker's ``host`` and ``pid``)."""
 
-    # -- claims of single calls (``dispatched_calls``): see workrun/dispatch.py --------------------
+
+class CallClaims(Protocol):
+    """Claims of single calls (``dispatched_calls``, see :mod:`workrun.dispatch`): executors run a run's App
+    processes."""
 
     def dispatch_call(self, call_id: str, run_id: str | None, call: Row, now: float) -> bool:
         """Queue one App process (node call or compensation attempt); False when ``call_id`` exists (fenced)."""
@@ -522,6 +542,10 @@ class SharedJournal(Journal, Protocol):
     def wait_for_calls(self, timeout: float) -> None:
         """Block up to ``timeout`` seconds until a call may have become claimable."""
 
+
+class SnapshotStore(Protocol):
+    """Code snapshots stored in the database (R-S4, R-F3)."""
+
     def put_snapshot(self, snapshot: str, manifest: Row, read: Callable[[str], bytes], now: float) -> None:
         """Store a code snapshot's manifest and missing objects (``read(digest) -> bytes``) at once (R-S4)."""
 
@@ -533,3 +557,23 @@ class SharedJournal(Journal, Protocol):
 
     def snapshot_object(self, digest: str) -> bytes:
         """One stored file's bytes; raises KeyError when missing."""
+
+    def gc_lock(self) -> AbstractContextManager[None]:
+        """Held by one ``workrun gc`` at a time on the database (an advisory lock, R-F3)."""
+
+    def prune_snapshots(self, needed: set[str], *, dry_run: bool = False) -> tuple[int, int]:
+        """Delete the stored snapshots not in ``needed`` and the objects no remaining one names; ``(removed,
+        kept)``."""
+
+
+class SharedJournal(Journal, RunClaims, CallClaims, SnapshotStore, Protocol):
+    """A journal many workers share (PostgreSQL, R-S1..R-S4): run and call claims with leases, code snapshots.
+
+    A claim is one run: ``claim_run`` picks, with ``SELECT … FOR UPDATE SKIP LOCKED``, the oldest run that
+    needs work and has no live claim (or the given run), records ``(worker_id, lease_until, epoch)`` and
+    returns ``{run_id, worker_id, epoch, previous_worker, previous_host, takeover}``; of racing claimers
+    exactly one wins. A live claim is never claimed again, not even by its holder. Times are epoch seconds;
+    ``lease`` is seconds.
+
+    Roles beyond :class:`Journal`'s: :class:`RunClaims`, :class:`CallClaims`, :class:`SnapshotStore`.
+    """
