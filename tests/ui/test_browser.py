@@ -208,12 +208,19 @@ def test_retry_with_fixed_code_releases_held_back(browser, ui_server, make_proje
     screenshot(browser, "dashboard-held-back.png")
 
     (fragile / "compensate.py").write_text(textwrap.dedent(FRAGILE_FIXED))  # the developer fixes the code
-    box = browser.find_element("css selector", f'div.compensation[data-compensation="{book}"]')
-    box.find_element("css selector", 'input[name="accept_code_change"]').click()
-    box.find_element("css selector", "button.retry").click()
+
+    def retry() -> bool:  # a live update may swap the box between finding and clicking: until() tries again
+        box = browser.find_element("css selector", f'div.compensation[data-compensation="{book}"]')
+        accept = box.find_element("css selector", 'input[name="accept_code_change"]')
+        if not accept.is_selected():
+            accept.click()
+        box.find_element("css selector", "button.retry").click()
+        return True
+
+    until(retry, "Retry with the code change accepted")
     until(lambda: attr(browser, f'g.cbadge[data-compensation="{book}"]') == "succeeded", "book compensated")
     until(lambda: attr(browser, f'g.cbadge[data-compensation="{reserve}"]') == "succeeded", "reserve released and run")
-    assert browser.find_element("css selector", "#rollup").text == "compensated: 2 of 2"
+    until(lambda: browser.find_element("css selector", "#rollup").text == "compensated: 2 of 2", "the roll-up")
     shown = workrun("compensations", "show", book, "--json").json()
     assert [a["trigger"] for a in shown["attempts"]] == ["auto", "operator"]
     assert shown["events"][0]["action"] == "retry" and shown["events"][0]["actor"].startswith("ui:")
