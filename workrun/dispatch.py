@@ -73,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun import settings
-from workrun.errors import EnvironmentUnavailableError
+from workrun.errors import DatabaseUnreachableError, EnvironmentUnavailableError
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
 from workrun.outbound import (
@@ -396,7 +396,8 @@ class Executors:
             with self._mutex:
                 for cid in [c for c, f in self._running.items() if f.done()]:
                     failed = self._running.pop(cid).exception()
-                    if failed is not None:  # its claim is no longer renewed: its scheduler decides it (R-R3)
+                    if failed is not None and not isinstance(failed, DatabaseUnreachableError):
+                        # its claim is no longer renewed: its scheduler decides it (R-R3)
                         print(f"workrun worker {self.beat.worker_id}: call {cid} failed in the executor: {failed}",
                               file=sys.stderr)
                 free = self.slots - len(self._running)
@@ -414,6 +415,8 @@ class Executors:
                         self._running[row["call_id"]] = self._pool.submit(self._execute, row)
                 if not rows:
                     self._listen.wait_for_calls(0.05 if free <= 0 else 0.2)
+            except DatabaseUnreachableError:  # the process is ending (its main thread says so, once)
+                self._stop.wait(1.0)
             except Exception as exc:  # a database hiccup: try again shortly; held leases have slack
                 print(f"workrun worker {self.beat.worker_id}: claiming calls failed: {exc}", file=sys.stderr)
                 self._stop.wait(1.0)

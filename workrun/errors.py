@@ -21,6 +21,7 @@ __all__ = [
     "ClaimLostError",
     "ConfigError",
     "ConfigErrors",
+    "DatabaseUnreachableError",
     "EnvironmentUnavailableError",
     "JournalError",
     "JournalVersionError",
@@ -126,6 +127,11 @@ class ClaimLostError(JournalError):
         self.run_id = run_id
         super().__init__(f"run {run_id}: another worker has claimed this run since (this worker's lease passed); "
                          "nothing was written and this worker stops driving it")
+
+
+class DatabaseUnreachableError(JournalError):
+    """Raised when a shared journal's database stayed away longer than ``WORKRUN_DB_RETRY`` seconds (R-F1): the
+    process ends (exit 1) and its claims pass on after their lease."""
 
 
 class JournalVersionError(JournalError):

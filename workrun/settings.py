@@ -81,7 +81,9 @@ def _integer(lo: int, hi: int) -> tuple[Callable[[str], int], str]:
 
 def _seconds(lo: float, hi: float) -> tuple[Callable[[str], float], str]:
     def parse(raw: str) -> float:
-        value = float(raw)  # ValueError for text; nan/inf fail the range check
+        if not re.fullmatch(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", raw.strip()):
+            raise ValueError  # ASCII decimals only: not 1_0, not full-width digits, not nan/inf
+        value = float(raw)
         if not lo <= value <= hi:
             raise ValueError
         return value

@@ -63,7 +63,7 @@ from typing import Any, cast
 
 from workrun import logs, metrics, settings
 from workrun.dispatch import DispatchRunner, Executors
-from workrun.errors import ClaimLostError, ConfigError, SchedulerBusyError
+from workrun.errors import ClaimLostError, ConfigError, DatabaseUnreachableError, SchedulerBusyError
 from workrun.journal import open_journal
 from workrun.journal.base import RunClaims, SharedJournal
 from workrun.recovery import drive
@@ -146,6 +146,8 @@ class Heartbeat:
                 assert self._journal is not None
                 renewed = self._journal.heartbeat(self.worker_id, now, self.lease, held)
                 kept = self._journal.renew_calls(self.worker_id, now, self.lease, calls) if calls else {}
+            except DatabaseUnreachableError:  # the process is ending (its main thread says so, once)
+                continue
             except Exception as exc:  # a database hiccup: try again next beat; the lease has slack
                 print(f"workrun worker {self.worker_id}: heartbeat failed: {exc}", file=sys.stderr)
                 continue
@@ -180,7 +182,7 @@ class Heartbeat:
     def claim(self, journal: RunClaims, run_id: str | None = None) -> dict[str, Any] | None:
         """Claim a run (any that needs work, or ``run_id``) for this worker; remember it for renewal."""
         with self._mutex:  # renewals of a claim being taken wait, so a fresh claim is never reported lost
-            got = journal.claim_run(self.worker_id, time.time(), self.lease, run_id)
+            got = journal.claim_run(self.worker_id, time.time(), self.lease, run_id, exclude=self.held)
             if got:
                 self.held.add(got["run_id"])
         return got
@@ -206,8 +208,8 @@ class Heartbeat:
 def say_claim_lost(run_id: str, worker_id: str) -> None:
     """Say on this process's stderr (or its JSON log) that it lost ``run_id``'s claim — never in the journal,
     which this worker may no longer write for that run (R-F2)."""
-    text = (f"worker {worker_id} lost its claim on run {run_id} (its lease passed and another worker took the run "
-            "over); it makes no more writes for that run")
+    text = (f"worker {worker_id} lost its claim on run {run_id} (its lease passed and the run was claimed again "
+            "since); it makes no more writes for that run")
     if logs.enabled():
         logs.emit("claim_lost", "warning", run_id=run_id, message=text)
     else:

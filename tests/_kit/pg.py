@@ -96,6 +96,7 @@ class PgServer:
             proc = subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(log), "-w",
                                             "-t", "60", "start"), capture_output=True, text=True)
             if proc.returncode == 0:
+                self._opts = opts
                 return self
         raise RuntimeError(f"PostgreSQL did not start: {proc.stderr.strip()}\n{log.read_text()[-2000:]}")
 
@@ -129,6 +130,16 @@ class PgServer:
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"PostgreSQL did not restart: {proc.stderr.strip()}")
+
+    def pause(self) -> None:
+        """Stop the server (``-m fast``), keeping its data, as an outage would; :meth:`resume` starts it again."""
+        subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"), capture_output=True,
+                       check=True)
+
+    def resume(self) -> None:
+        """Start a paused server again, on the same port and options."""
+        subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-o", self._opts, "-l", str(self.root / "server.log"),
+                                 "-w", "-t", "60", "start"), stdin=subprocess.DEVNULL, capture_output=True, check=True)
 
     def terminate_backends(self, url: str) -> int:
         """End every connection to ``url``'s database but this one (``pg_terminate_backend``); return how many."""

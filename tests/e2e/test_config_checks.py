@@ -205,7 +205,8 @@ BAD_SETTINGS = [
     ("WORKRUN_FAULT", "op intent"), ("WORKRUN_FAULT", "op.intent@0"),
     ("WORKRUN_MAX_PAGES", "-1"), ("WORKRUN_MAX_PAGES", "lots"),
     ("WORKRUN_LAUNCH", "thread"), ("WORKRUN_JOURNAL", "mysql://db/x"), ("WORKRUN_LEASE", "0.5"),
-    ("WORKRUN_DB_RETRY", "-1"), ("WORKRUN_DB_RETRY", "forever"),
+    ("WORKRUN_DB_RETRY", "-1"), ("WORKRUN_DB_RETRY", "forever"), ("WORKRUN_DB_RETRY", "1_0"),
+    ("WORKRUN_DB_RETRY", "\uff15"),
     ("WORKRUN_HTTP_ALLOW", "shop.example:80"), ("WORKRUN_HTTP_ALLOW", "127.0.0.1:99999"),
     ("WORKRUN_ACTOR", "ui:bob\nadmin"), ("WORKRUN_METRICS_PORT", "http"), ("WORKRUN_METRICS_PORT", "70000"),
 ]

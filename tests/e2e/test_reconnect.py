@@ -10,6 +10,11 @@ worker said "reconnected".
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 
 from _kit import fleet
@@ -63,3 +68,51 @@ def test_workers_reconnect_after_restarts_and_terminated_backends(own_server, tm
     finally:
         fleet.stop_workers(workers)
         journal.close()
+
+
+def test_a_journal_opened_while_the_database_is_away_waits_for_it(own_server, tmp_path, monkeypatch):
+    """Break-it finding (R-F1): a process that has reached the database before (a worker opening a connection
+    for the next run it drives) waits for it when it is away, connecting and migrating, instead of failing."""
+    from workrun.journal import open_journal
+
+    url = own_server.new_database()
+    monkeypatch.setenv("WORKRUN_JOURNAL", url)
+    open_journal(tmp_path).close()  # reached once
+    own_server.pause()
+    later = threading.Timer(1.5, own_server.resume)
+    later.start()
+    try:
+        began = time.monotonic()
+        journal = open_journal(tmp_path)
+        assert time.monotonic() - began >= 1.0  # it waited for the server to come back
+        assert journal.runs() == []
+        journal.close()
+    finally:
+        later.join()
+
+
+def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_server, tmp_path):
+    """R-F1: the database stays away past WORKRUN_DB_RETRY: the worker exits 1 with one line naming it, without
+    a second wait while it drains (break-it finding: it took 3x the setting and said it eight times)."""
+    import os
+
+    url = own_server.new_database()
+    env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2"}
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", "worker"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert "on the shared journal" in proc.stdout.readline()  # started
+        own_server.pause()
+        began = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        own_server.resume()
+    assert proc.returncode == 1, (out, err)
+    said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
+    assert len(said) == 1 and said[0].startswith("error: postgresql://"), (out, err)
+    assert "could not reconnect within WORKRUN_DB_RETRY=2 s" in said[0]
+    assert took < 12, took

@@ -92,6 +92,18 @@ def test_an_expired_claim_is_not_run_again_and_its_loser_cannot_store(pg):
                                                                               {"unknown": True}, 4242)
 
 
+def test_a_passed_call_lease_is_not_renewed_and_its_outcome_not_stored(pg):
+    """R-F2 (break-it finding): a worker woken after its call's lease passed cannot renew it back to life (the
+    run's new scheduler may be deciding it right now) nor store its outcome; the scheduler's decision stands."""
+    a, b = pg
+    _queue(a, "op_1")
+    a.claim_calls("wkr_a", "host-a", 10.0, 5.0, 1, "/x/")  # lease until 15
+    assert a.renew_calls("wkr_a", 20.0, 5.0, ["op_1"]) == {}  # woken at 20: too late, the call is lost
+    assert a.finish_call("op_1", "wkr_a", {"exit_code": 0}, {}, 20.5) is False
+    assert a.dispatched_call("op_1")["lease_until"] == 15.0  # not one write
+    assert b.settle_call("op_1", "wkr_a", {"exit_code": 0}, {}, 21.0) is True
+
+
 def test_a_fenced_call_never_starts(pg):
     a, b = pg
     _queue(a, "op_1")

@@ -378,13 +378,32 @@ def test_a_lost_connection_is_reopened_and_the_write_is_not_repeated(pg, capfd):
 
 def test_the_journal_gives_up_after_workrun_db_retry(pg, monkeypatch):
     """R-F1: when the database stays away longer than WORKRUN_DB_RETRY, the statement fails with one line
-    naming it (the process then exits 1)."""
-    a, _ = pg
+    naming it (the process then exits 1), and every other connection of the process gives up at once."""
+    from workrun.errors import DatabaseUnreachableError
+    from workrun.journal.postgres import PostgresJournal
+
+    monkeypatch.setattr(PostgresJournal, "_gave_up", "")  # restored afterwards: other tests share the process
+    a, b = pg
     a._retry = 0.5
     a.url = a.url.rsplit(":", 1)[0] + ":1/x"  # nothing listens on port 1: every reconnect is refused
     a._pg.close()
-    with pytest.raises(JournalError, match="could not reconnect within WORKRUN_DB_RETRY=0.5 s"):
+    with pytest.raises(DatabaseUnreachableError, match="could not reconnect within WORKRUN_DB_RETRY=0.5 s"):
         a.run("run_1")
+    b._pg.close()  # b's database is fine, but this process is ending: no second wait of WORKRUN_DB_RETRY
+    began = time.monotonic()
+    with pytest.raises(DatabaseUnreachableError):
+        b.run("run_1")
+    assert time.monotonic() - began < 0.5
+
+
+def test_a_worker_does_not_claim_a_run_it_drives_again(pg):
+    """Break-it finding: a run whose claim lapsed while the database was away is not claimed a second time by
+    the worker that drives it (``exclude``); another worker may take it over."""
+    a, b = pg
+    _run(a, "run_1", 1.0)
+    assert a.claim_run("wkr_a", 100.0, 10.0)["epoch"] == 1
+    assert a.claim_run("wkr_a", 200.0, 10.0, exclude=["run_1"]) is None
+    assert b.claim_run("wkr_b", 200.0, 10.0)["epoch"] == 2
 
 
 def test_released_run_is_not_a_takeover_and_waits_for_not_before(pg):

@@ -471,8 +471,9 @@ class RunClaims(Protocol):
     def worker_stopped(self, worker_id: str, now: float) -> None:
         """Mark a worker gone and free its claims."""
 
-    def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None) -> Row | None:
-        """Claim a run that needs work (or ``run_id``); None when there is none to claim."""
+    def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None,
+                  exclude: Iterable[str] = ()) -> Row | None:
+        """Claim a run that needs work (or ``run_id``), not one of ``exclude``; None when there is none."""
 
     def run_needs_work(self, run_id: str) -> bool:
         """True when the run has nodes to run, compensations to attempt or plan, or a remote cancel owed."""

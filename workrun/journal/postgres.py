@@ -65,11 +65,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, TypeVar
 
 from workrun import faults, logs, metrics, settings
-from workrun.errors import ClaimLostError, JournalError, JournalVersionError, StaleStatusError
+from workrun.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError, StaleStatusError
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _insert, _update
 from workrun.states import check
@@ -131,30 +130,36 @@ class PostgresJournal(SqlJournal):
 
     supports_workers = True
     _reached = False  # set once this process has connected: a later failed connect waits for the database (R-F1)
+    _gave_up = ""  # why a connection of this process stopped reconnecting: the others stop at once too
 
     def __init__(self, url: str) -> None:  # noqa: D107 - documented on the class
         import psycopg
 
         self._psycopg = psycopg
         self.url = url
-        self.path = Path(_redact(url))  # for messages: never the password
+        self.path = _redact(url)  # for messages: never the password (a str: a Path would fold the "//")
         self._lock = threading.RLock()
         self._pg: Any = None  # psycopg.Connection
         self._fence: tuple[str, str, int] | None = None  # (run_id, worker_id, epoch) while driving a run (R-F2)
         self._retry = settings.current().db_retry  # seconds of reconnecting before giving up (R-F1)
         self._listening = False
-        try:
+        give_up: float | None = None
+        while True:
             try:
                 self._pg = self._connect()
-            except psycopg.OperationalError as exc:
-                if not PostgresJournal._reached:  # a first connection fails at once (a wrong URL says so now)
-                    raise
-                # this process has reached the database before: it is away (restarting), so wait for it (R-F1)
-                self._reconnect(time.monotonic() + self._retry, exc)
-            PostgresJournal._reached = True
-            self._migrate()
-        except psycopg.Error as exc:
-            raise JournalError(f"cannot open the journal: {_first_line(exc)}", file=_redact(url)) from None
+                PostgresJournal._reached = True
+                self._migrate()
+                break
+            except psycopg.Error as exc:
+                # a first connection fails at once (a wrong URL says so now); a process that has reached the
+                # database before waits for it while it is away (restarting), as any statement would (R-F1)
+                if not (PostgresJournal._reached and self._lost(exc)):
+                    raise JournalError(f"cannot open the journal: {_first_line(exc)}", file=_redact(url)) from None
+                if give_up is None:
+                    give_up = time.monotonic() + self._retry
+                self._reconnect(give_up, exc, say=False)
+                with contextlib.suppress(Exception):
+                    self._pg.close()
 
     # -- plumbing: one place for reconnects (R-F1) and fencing (R-F2) -------------
 
@@ -178,17 +183,22 @@ class PostgresJournal(SqlJournal):
         pg = self._pg
         return isinstance(exc, self._psycopg.OperationalError) and (pg is None or pg.closed or pg.broken)
 
-    def _reconnect(self, give_up: float, exc: BaseException) -> None:
+    def _reconnect(self, give_up: float, exc: BaseException, *, say: bool = True) -> None:
         """Reopen the connection with backoff until ``give_up`` (monotonic seconds); say so once done (R-F1).
 
+        Once any connection of this process has given up, every other gives up at once (the process is ending:
+        its drain must not wait another ``WORKRUN_DB_RETRY``).
+
         Raises:
-            JournalError: not reconnected within ``WORKRUN_DB_RETRY`` seconds (the process exits 1).
+            DatabaseUnreachableError: not reconnected within ``WORKRUN_DB_RETRY`` seconds (the process exits 1).
         """
         psycopg = self._psycopg
         began, delay, tries, last = time.monotonic(), _BACKOFF_FIRST, 0, _first_line(exc)
         with contextlib.suppress(Exception):
             self._pg.close()
         while True:
+            if PostgresJournal._gave_up:
+                raise self._unreachable(PostgresJournal._gave_up)
             tries += 1
             try:
                 self._pg = self._connect()
@@ -196,11 +206,13 @@ class PostgresJournal(SqlJournal):
             except psycopg.Error as again:
                 last = _first_line(again)
             if time.monotonic() + delay > give_up:
-                raise JournalError(f"lost the connection to the journal's database and could not reconnect within "
-                                   f"WORKRUN_DB_RETRY={self._retry:g} s: {last}", file=str(self.path))
+                PostgresJournal._gave_up = last
+                raise self._unreachable(last)
             time.sleep(delay)
             delay = min(delay * 2, _BACKOFF_MAX)
         self._listening = False
+        if not say:
+            return
         metrics.count_reconnect()
         took = time.monotonic() - began
         text = (f"reconnected to the journal's database after {tries} attempt(s) in {took:.1f} s "
@@ -209,6 +221,10 @@ class PostgresJournal(SqlJournal):
             logs.emit("db_reconnected", "warning", message=text)
         else:
             print(f"workrun: {text}", file=sys.stderr, flush=True)
+
+    def _unreachable(self, last: str) -> DatabaseUnreachableError:
+        return DatabaseUnreachableError(f"lost the connection to the journal's database and could not reconnect "
+                                        f"within WORKRUN_DB_RETRY={self._retry:g} s: {last}", file=self.path)
 
     def _attempt(self, body: Callable[[Any], _T], *, write: bool, unfenced: bool = False) -> _T:
         """Run ``body(connection)`` under the lock — in one transaction when ``write`` — reconnecting and running it
@@ -445,14 +461,17 @@ class PostgresJournal(SqlJournal):
                   AND COALESCE(t.state, '') NOT IN ('completed', 'failed', 'canceled', 'rejected')))))
     )"""
 
-    def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None) -> dict[str, Any] | None:
+    def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None,
+                  exclude: Iterable[str] = ()) -> dict[str, Any] | None:
         """Claim one run that needs work (oldest first), or the given one; return the claim or None.
 
         ``SELECT … FOR UPDATE SKIP LOCKED`` picks a run no other worker is claiming right now and
         whose claim is absent or expired; the upsert re-checks the lease on the latest row, so of
         two workers racing for one run exactly one wins. A run under a live claim is never claimed,
         not even by its holder (so one worker never drives one run twice). A given ``run_id`` is
-        claimed whatever work it needs (an operator's command), unless a live claim holds it.
+        claimed whatever work it needs (an operator's command), unless a live claim holds it. ``exclude``: runs
+        the caller drives already (a worker whose claim lapsed while the database was away must not claim its
+        own run a second time; its heartbeat renews the claim when nobody else took it).
 
         Returns:
             ``{run_id, worker_id, epoch, previous_worker, previous_host, takeover}`` — ``epoch`` grows with
@@ -464,9 +483,9 @@ class PostgresJournal(SqlJournal):
         def body(pg: Any) -> tuple[str, dict[str, Any] | None, int] | None:
             rows = pg.execute(
                 f"SELECT r.run_id FROM runs r WHERE {cond} AND NOT EXISTS (SELECT 1 FROM run_claims k "
-                "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) "
+                "WHERE k.run_id = r.run_id AND k.lease_until >= %(now)s) AND NOT (r.run_id = ANY(%(exclude)s)) "
                 "ORDER BY r.created_at LIMIT 1 FOR UPDATE OF r SKIP LOCKED",
-                {"run_id": run_id, "now": now, "me": worker_id}).fetchall()
+                {"run_id": run_id, "now": now, "me": worker_id, "exclude": list(exclude)}).fetchall()
             if not rows:
                 return None
             rid = rows[0]["run_id"]
@@ -580,11 +599,13 @@ class PostgresJournal(SqlJournal):
 
     def finish_call(self, call_id: str, worker_id: str, outcome: dict[str, Any], collected: dict[str, Any],
                     now: float) -> bool:
-        """Store a call's outcome, only while ``worker_id`` still holds its claim (fencing by the conditional
-        write: a worker that lost the claim stores nothing); True when stored."""
+        """Store a call's outcome, only while ``worker_id`` still holds its claim and its lease has not passed
+        (fencing by the conditional write: a worker that lost the claim stores nothing; the run's scheduler
+        decides the call from its exit record); True when stored."""
         rows = self._exec("UPDATE dispatched_calls SET status = 'done', outcome = %s, collected = %s, done_at = %s, "
                           "decided_by = 'executor' WHERE call_id = %s AND status = 'claimed' AND worker_id = %s "
-                          "RETURNING call_id", (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id))
+                          "AND lease_until >= %s RETURNING call_id",
+                          (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id, now))
         return bool(rows)
 
     def settle_call(self, call_id: str, worker_id: str, outcome: dict[str, Any], collected: dict[str, Any],
@@ -678,10 +699,11 @@ class PostgresJournal(SqlJournal):
 
     def renew_calls(self, worker_id: str, now: float, lease: float, call_ids: Iterable[str]) -> dict[str, bool]:
         """Renew the leases of the calls ``worker_id`` executes; return ``{call_id: stop_requested}`` for
-        those still its own (a missing one was settled by a scheduler: the worker lost it)."""
+        those still its own. A lease that has passed is not renewed (unlike a run claim's): its run's scheduler
+        may be deciding the call from its exit record right now (R-R3, R-F2), so the executor lost it."""
         rows = self._exec("UPDATE dispatched_calls SET lease_until = %s WHERE worker_id = %s AND status = 'claimed' "
-                          "AND call_id = ANY(%s) RETURNING call_id, stop_requested",
-                          (now + lease, worker_id, list(call_ids)))
+                          "AND call_id = ANY(%s) AND lease_until >= %s RETURNING call_id, stop_requested",
+                          (now + lease, worker_id, list(call_ids), now))
         return {r["call_id"]: bool(r["stop_requested"]) for r in rows}
 
     def dispatched_call(self, call_id: str) -> dict[str, Any] | None:
