@@ -46,6 +46,7 @@ import sys
 if __name__ == "__main__" and sys.path and os.path.basename(sys.path[0]) == "workrun_sdk":
     del sys.path[0]  # run as a script: its own folder must not shadow anything
 
+import gc as _gc  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
 import socket as _socket  # noqa: E402
@@ -160,6 +161,7 @@ def _make_spare(request_fd: int, reply_fd: int, close: tuple[int, ...] = ()) -> 
     ``close``: the server's pidfds of its supervisors, which the spare must not keep."""
     if not hasattr(_supervise.signal, "sigtimedwait"):
         return None
+    _gc.freeze()  # the server's objects are out of the children's collections: no page copied to mark them
     try:
         mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except OSError:
@@ -306,6 +308,7 @@ def serve(request_fd: int, reply_fd: int) -> None:
             continue
         try:
             _supervise._flush()
+            _gc.freeze()
             pid = os.fork()
         except OSError as exc:
             os.write(reply_fd, (json.dumps({"error": str(exc)}) + "\n").encode())
