@@ -230,9 +230,8 @@ def demo_shop() -> Any:
 # A real PostgreSQL server (R-S5) ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def postgres_server():
-    """One PostgreSQL server for the session (tests/_kit/pg.py); skips with how to install when absent."""
+def _pg_server() -> Any:
+    """A started PostgreSQL server (tests/_kit/pg.py), stopped afterwards; skips with how to install when absent."""
     from _kit.pg import PgServer, unavailable_reason
 
     reason = unavailable_reason()
@@ -243,6 +242,18 @@ def postgres_server():
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the session, shared by the tests' databases (``pg_url``)."""
+    yield from _pg_server()
+
+
+@pytest.fixture
+def own_postgres_server():
+    """A PostgreSQL server of the test's own, for tests that restart it or take it away (R-F1)."""
+    yield from _pg_server()
 
 
 @pytest.fixture

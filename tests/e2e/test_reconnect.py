@@ -15,29 +15,14 @@ import sys
 import threading
 import time
 
-import pytest
-
 from _kit import fleet
-from _kit.pg import PgServer, unavailable_reason
 from _kit.processes import wait_for
 
 
-@pytest.fixture
-def own_server():
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    server = PgServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def test_workers_reconnect_after_restarts_and_terminated_backends(own_server, tmp_path, monkeypatch):
+def test_workers_reconnect_after_restarts_and_terminated_backends(own_postgres_server, tmp_path, monkeypatch):
     from workrun.journal import open_journal
 
-    url = own_server.new_database()
+    url = own_postgres_server.new_database()
     monkeypatch.setenv("WORKRUN_JOURNAL", url)
     monkeypatch.setenv("WORKRUN_LEASE", "10")
     log = tmp_path / "markers.log"
@@ -52,9 +37,9 @@ def test_workers_reconnect_after_restarts_and_terminated_backends(own_server, tm
     try:
         for goal in (3, 12):  # restart while compensations run
             wait_for(lambda g=goal: len(fleet.markers(log)) >= g, 240, f"{goal} compensations to have run")
-            own_server.restart()
+            own_postgres_server.restart()
         wait_for(lambda: len(fleet.markers(log)) >= 24, 240, "24 compensations to have run")
-        assert own_server.terminate_backends(url) >= 2  # every worker connection (and this test's) ends
+        assert own_postgres_server.terminate_backends(url) >= 2  # every worker connection (and this test's) ends
         fleet.wait_all_ended(journal, run_ids, 300, workers)
         assert [w.poll() for w in workers] == [None, None]  # the same processes did all of it
         outs = {w.log_path.name: w.log_path.read_text(errors="replace") for w in workers}
@@ -70,16 +55,16 @@ def test_workers_reconnect_after_restarts_and_terminated_backends(own_server, tm
         journal.close()
 
 
-def test_a_journal_opened_while_the_database_is_away_waits_for_it(own_server, tmp_path, monkeypatch):
+def test_a_journal_opened_while_the_database_is_away_waits_for_it(own_postgres_server, tmp_path, monkeypatch):
     """Break-it finding (R-F1): a process that has reached the database before (a worker opening a connection
     for the next run it drives) waits for it when it is away, connecting and migrating, instead of failing."""
     from workrun.journal import open_journal
 
-    url = own_server.new_database()
+    url = own_postgres_server.new_database()
     monkeypatch.setenv("WORKRUN_JOURNAL", url)
     open_journal(tmp_path).close()  # reached once
-    own_server.pause()
-    later = threading.Timer(1.5, own_server.resume)
+    own_postgres_server.pause()
+    later = threading.Timer(1.5, own_postgres_server.resume)
     later.start()
     try:
         began = time.monotonic()
@@ -91,26 +76,26 @@ def test_a_journal_opened_while_the_database_is_away_waits_for_it(own_server, tm
         later.join()
 
 
-def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_server, tmp_path):
+def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_postgres_server, tmp_path):
     """R-F1: the database stays away past WORKRUN_DB_RETRY: the worker exits 1 with one line naming it, without
     a second wait while it drains (break-it finding: it took 3x the setting and said it eight times)."""
     import os
 
-    url = own_server.new_database()
+    url = own_postgres_server.new_database()
     env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2"}
     proc = subprocess.Popen([sys.executable, "-m", "workrun", "worker"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         assert "on the shared journal" in proc.stdout.readline()  # started
-        own_server.pause()
+        own_postgres_server.pause()
         began = time.monotonic()
         out, err = proc.communicate(timeout=60)
         took = time.monotonic() - began
     finally:
         if proc.poll() is None:
             proc.kill()
-        own_server.resume()
+        own_postgres_server.resume()
     assert proc.returncode == 1, (out, err)
     said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
     assert len(said) == 1 and said[0].startswith("error: postgresql://"), (out, err)
