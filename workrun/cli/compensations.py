@@ -9,7 +9,7 @@ import typer
 
 from workrun.cli import reads
 from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling
-from workrun.cli.output import compensation_table, console, escape, print_json, styled
+from workrun.cli.output import console, escape, print_compensations, print_json, styled
 from workrun.errors import UsageError
 from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
 
@@ -67,7 +67,7 @@ def retry(compensation_id: str = IdArg,
         if json_mode:
             print_json(_full(svc.journal, c))
         else:
-            console.print(compensation_table(handled))
+            print_compensations(handled)
     raise typer.Exit(0 if ok else 1)
 
 

@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from rich.console import Console, Group
-    from rich.table import Table
 
 __all__ = ["CliReporter", "console", "escape", "print_error", "print_json", "print_list", "raise_broken_pipes",
            "run_table",
-           "compensation_table", "STATUS_STYLE"]
+           "print_compensations", "STATUS_STYLE"]
 
 _console: Console | None = None
 
@@ -205,15 +204,9 @@ def run_table(view: dict[str, Any]) -> Group:
     return Group(*lines)
 
 
-def compensation_table(rows: list[dict[str, Any]]) -> Table:
-    """A table of compensations (``compensations list``)."""
-    from rich.table import Table
-
-    table = Table()
-    for col in ("compensation", "run", "node", "status", "attempts"):  # ids stay whole: people copy them
-        table.add_column(col, no_wrap=True)
-    table.add_column("reason", overflow="fold")
-    for c in rows:
-        table.add_row(c["compensation_id"], c["run_id"], c.get("node_key") or "-", styled(c["status"]),
-                      str(len(c["attempts"])), escape(c["reason"] or ""))
-    return table
+def print_compensations(rows: list[dict[str, Any]]) -> None:
+    """Compensations as aligned columns (``compensations list``, and what ``compensations retry`` handled): ids
+    whole, the reason last and never cut, in a terminal or a pipe alike."""
+    print_list(["compensation", "run", "node", "status", "attempts", "reason"],
+               [[c["compensation_id"], c["run_id"], c.get("node_key") or "-", c["status"], str(len(c["attempts"])),
+                 c["reason"] or ""] for c in rows], status_column=3)

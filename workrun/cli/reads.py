@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from workrun.cli.output import console, escape, print_json, print_list, run_table, styled
+from workrun.cli.output import console, escape, print_compensations, print_json, print_list, run_table, styled
 from workrun.errors import UsageError
 from workrun.states import COMPENSATION_STATUSES
 
@@ -111,9 +111,7 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool) -> 
     elif not rows:
         print("no compensations")
     else:
-        print_list(["compensation", "run", "node", "status", "attempts", "reason"],
-                   [[c["compensation_id"], c["run_id"], c.get("node_key") or "-", c["status"], str(len(c["attempts"])),
-                     c["reason"] or ""] for c in rows], status_column=3)
+        print_compensations(rows)
 
 
 def show_compensation(compensation_id: str, json_mode: bool) -> None:
