@@ -248,3 +248,21 @@ def test_a_closed_stdout_is_not_an_error(workrun, write_workflow, marker_project
                               timeout=120, preexec_fn=lambda: os.close(1))
         assert (proc.returncode, proc.stderr) == (0, ""), (args, proc.stderr)
     assert [r["status"] for r in json.loads(workrun("runs", "list", "--json").out)] == ["succeeded"]
+
+
+def test_check_imports_no_typer_or_rich_and_answers_as_typer_does(workrun, write_workflow, tmp_path):
+    """SPEC §24 (``check`` is fast): a plain ``workrun check`` never imports typer or rich, and its output and
+    exit code match the typer path's (the same command line written with ``--``, which only typer parses)."""
+    from workrun.cli import quick
+
+    wf = write_workflow("one", '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1/{{ inputs.p }}"\n'
+                        '[inputs]\np = "x"\n')
+    assert quick.match(["check", str(wf), "-i", "p=1", "--json"])[1] == {"workflow": str(wf), "inputs": ["p=1"],
+                                                                         "json_mode": True}
+    names = _imported("check", str(wf))
+    assert "typer" not in names and "rich" not in names and "pydantic" in names, names
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[nodes.a]\nkind = "nope"\n[nodes.b]\nneeds = ["zz"]\n')
+    for path, options in ((wf, []), (wf, ["--json"]), (bad, []), (bad, ["--json"]), (tmp_path / "none.toml", [])):
+        fast, slow = workrun("check", path, *options), workrun("check", *options, "--", path)
+        assert (fast.code, fast.out, fast.err) == (slow.code, slow.out, slow.err), (path, options, fast, slow)

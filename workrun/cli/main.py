@@ -208,21 +208,9 @@ def check(
     \f
     Implements R-L1.
     """
-    from workrun.app import runs
-    from workrun.errors import ConfigError
+    from workrun.cli.running import check_workflow
 
-    try:
-        done = runs.check(workflow, list(input))
-    except ConfigError as exc:
-        if not json_mode:
-            raise
-        print_json({"ok": False, "errors": exc.lines()})
-        raise typer.Exit(2) from None
-    if json_mode:
-        print_json(done.data)
-    else:
-        console.print(done.note)
-    raise typer.Exit(0)
+    raise typer.Exit(check_workflow(workflow, list(input), json_mode=json_mode))
 
 
 @app.command()

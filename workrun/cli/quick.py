@@ -18,6 +18,7 @@ Shapes (options in any order after the subcommand; a leading ``--debug`` is allo
     compensations list [--json] [--status S] [--run R]
     compensations show ID [--json]
     run WORKFLOW [--json] [--wait] [--eval] [--yes] [--input KEY=VALUE | -i KEY=VALUE]...
+    check WORKFLOW [--json] [--input KEY=VALUE | -i KEY=VALUE]...
 
 ``run`` needs pydantic (the workflow is validated) but not typer: it runs
 :func:`workrun.cli.running.run_workflow`, what the typer command calls (issue 14).
@@ -79,18 +80,22 @@ def _parse(shape: tuple[str | None, dict[str, str], dict[str, str]], rest: list[
 _RUN_FLAGS = {"--json": "json_mode", "--wait": "wait", "--eval": "eval_run", "--yes": "yes"}
 
 
-def _parse_run(rest: list[str]) -> dict[str, Any] | None:
-    """``run``'s arguments as :func:`workrun.cli.running.run_workflow` takes them, or None (typer parses it)."""
-    kwargs: dict[str, Any] = {"json_mode": False, "wait": False, "eval_run": False, "yes": False}
+_CHECK_FLAGS = {"--json": "json_mode"}
+
+
+def _parse_run(rest: list[str], flags: dict[str, str] = _RUN_FLAGS) -> dict[str, Any] | None:
+    """``run``'s (or with ``flags`` ``check``'s) arguments as :func:`workrun.cli.running.run_workflow` (or
+    :func:`~workrun.cli.running.check_workflow`) takes them, or None (typer parses it)."""
+    kwargs: dict[str, Any] = {name: False for name in flags.values()}
     seen: set[str] = set()
     inputs: list[str] = []
     workflow: str | None = None
     i = 0
     while i < len(rest):
         token = rest[i]
-        if token in _RUN_FLAGS and token not in seen:
+        if token in flags and token not in seen:
             seen.add(token)
-            kwargs[_RUN_FLAGS[token]] = True
+            kwargs[flags[token]] = True
         elif token in ("--input", "-i"):
             if i + 1 >= len(rest) or not rest[i + 1] or rest[i + 1].startswith("-"):
                 return None
@@ -128,6 +133,13 @@ def match(args: list[str]) -> tuple[Callable[..., Any], dict[str, Any]] | None:
         from workrun.cli.running import run_workflow
 
         return run_workflow, parsed
+    if i < len(args) and args[i] == "check":
+        parsed = _parse_run(args[i + 1:], _CHECK_FLAGS)
+        if parsed is None:
+            return None
+        from workrun.cli.running import check_workflow
+
+        return check_workflow, parsed
     if len(args) < i + 2:
         return None
     key = (args[i], args[i + 1])
