@@ -47,10 +47,11 @@ class _Strict(BaseModel):
     """Base of every config model: unknown keys refused, values typed as TOML types them (SPEC §17).
 
     ``strict``: a string where a number or boolean belongs is an error, never converted; an integer
-    is a fine number; a boolean is never a number.
+    is a fine number; a boolean is never a number. ``defer_build``: a model's validator is built when it is
+    first used, not at import, so a command pays only for the models it validates (``check``: SPEC §24).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class OutputField(_Strict):
@@ -100,7 +101,7 @@ class SmtpSpec(_Strict):
     ``tls`` unless the host is a loopback address; ``timeout`` is seconds for the whole exchange.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True, defer_build=True)
 
     host: str = Field(min_length=1)
     port: int = Field(default=25, ge=1, le=65535)
@@ -176,7 +177,7 @@ class HttpRequestSpec(_Strict):
     table is sent as JSON, a string as text. ``kind``: ``sms`` when written as an ``sms`` action (R-K3).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     kind: Literal["http", "sms", "email", "update_data"] = "http"
     method: HttpMethod
