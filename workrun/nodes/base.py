@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from workrun.models import NodeSpec, OutputField
 from workrun.outcomes import NodeOutcome
-from workrun.services import Services
+
+if TYPE_CHECKING:  # a name in annotations only: checking a workflow needs no runner or journal (SPEC §24)
+    from workrun.services import Services
 
 __all__ = ["NodeExecutor", "NodeJob", "Where"]
 
