@@ -16,10 +16,11 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workrun.app.checks import check
+from workrun.app.results import Finished, _inputs
 from workrun.app.session import reading, run_claim, scheduling, shared_journal, viewing
 from workrun.errors import ActionRefusedError, UsageError, WorkrunError
 from workrun.states import COMPENSATION_DONE
@@ -44,37 +45,6 @@ from workrun.app import runs
 a = json.loads(sys.argv[1])
 runs.run(a["workflow"], a["inputs"], home=a["home"], fail_after=a["fail_after"], verify=a["verify"])
 """
-
-
-@dataclass(frozen=True)
-class Finished:
-    """What a use case ended with.
-
-    Attributes:
-        data: the JSON value the CLI's ``--json`` prints (a dict, or a list for ``runs``).
-        code: the exit code the CLI exits with (0, 1, 4, 130; errors are raised instead).
-        note: a line for people (the CLI prints it in text mode), e.g. what ``stop`` did.
-    """
-
-    data: Any
-    code: int = 0
-    note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _inputs(inputs: Mapping[str, Any] | list[str] | None) -> dict[str, str]:
-    """``--input`` values: ``KEY=VALUE`` strings, or a mapping (a non-string value as its JSON text).
-
-    Raises:
-        ConfigError: a ``KEY=VALUE`` without ``=`` or with an empty key (exit 2).
-    """
-    from workrun.templates import parse_inputs
-
-    if inputs is None:
-        return {}
-    if isinstance(inputs, list):
-        return parse_inputs(inputs)
-    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in inputs.items()}
 
 
 def _audit(svc: Services, run_id: str, action: str, args: dict[str, Any]) -> None:
@@ -556,23 +526,3 @@ def show(run_id: str, *, home: Home = None) -> Finished:
 
 def _viewing(home: Home) -> Any:
     return viewing(home=home)
-
-
-def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None) -> Finished:
-    """Every check ``run`` makes before anything runs, creating nothing (R-L1): no journal, no data directory.
-
-    Returns:
-        :class:`Finished`: ``{"ok": true, "nodes": N, "compensable": M}`` (M: nodes whose calls would have a
-        compensation: a script, a reverse action, or an App's ``compensation``), 0; ``note`` is the text
-        line ``ok: N nodes, M compensable``.
-
-    Raises:
-        ConfigError: every error found (exit 2; :class:`~workrun.errors.ConfigErrors` when several).
-    """
-    from workrun.nodes import default_executors
-    from workrun.workflow import compensable, load_workflow
-
-    spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_executors())
-    count = sum(1 for node in spec.nodes.values() if compensable(node))
-    return Finished({"ok": True, "nodes": len(spec.nodes), "compensable": count}, 0,
-                    f"ok: {len(spec.nodes)} nodes, {count} compensable")

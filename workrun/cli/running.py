@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from workrun.cli.session import print_run
-
 __all__ = ["check_workflow", "reporter_for", "rerun_run", "run_workflow"]
 
 
@@ -53,6 +51,7 @@ def run_workflow(workflow: Path, inputs: list[str], *, eval_run: bool, yes: bool
         WorkrunError: a bad workflow or input (exit 2), a busy scheduler (exit 3), a journal failure.
     """
     from workrun.app import runs
+    from workrun.cli.session import print_run
 
     reporter = reporter_for(log_format, json_mode)
     done = runs.run(workflow, list(inputs), wait=wait, eval_run=eval_run, yes=yes, reporter=reporter,
@@ -65,6 +64,7 @@ def rerun_run(run_id: str, *, json_mode: bool, wait: bool, yes: bool) -> int:
     """``workrun rerun RUN``: :func:`workrun.app.runs.rerun`, printed; return the exit code (SPEC §16)."""
     from workrun.app import runs
     from workrun.cli.output import CliReporter
+    from workrun.cli.session import print_run
 
     done = runs.rerun(run_id, wait=wait, yes=yes, reporter=CliReporter(quiet=json_mode), confirm=_confirm(json_mode))
     print_run(done.data, json_mode)
@@ -79,12 +79,12 @@ def check_workflow(workflow: Path | str, inputs: list[str], *, json_mode: bool) 
     Raises:
         ConfigError: without ``--json``, every error (exit 2, one line each).
     """
-    from workrun.app import runs
+    from workrun.app.checks import check
     from workrun.cli.output import print_json
     from workrun.errors import ConfigError
 
     try:
-        done = runs.check(Path(workflow), list(inputs))
+        done = check(Path(workflow), list(inputs))
     except ConfigError as exc:
         if not json_mode:
             raise

@@ -1,0 +1,32 @@
+"""``workrun check``: every check ``run`` makes, creating nothing (R-L1), without the journal, the runner or the
+engine (SPEC §24: ``check`` is quick)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from workrun.app.results import Finished, _inputs
+
+__all__ = ["check"]
+
+
+def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None) -> Finished:
+    """Every check ``run`` makes before anything runs, creating nothing (R-L1): no journal, no data directory.
+
+    Returns:
+        :class:`Finished`: ``{"ok": true, "nodes": N, "compensable": M}`` (M: nodes whose calls would have a
+        compensation: a script, a reverse action, or an App's ``compensation``), 0; ``note`` is the text
+        line ``ok: N nodes, M compensable``.
+
+    Raises:
+        ConfigError: every error found (exit 2; :class:`~workrun.errors.ConfigErrors` when several).
+    """
+    from workrun.nodes import default_executors
+    from workrun.workflow import compensable, load_workflow
+
+    spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_executors())
+    count = sum(1 for node in spec.nodes.values() if compensable(node))
+    return Finished({"ok": True, "nodes": len(spec.nodes), "compensable": count}, 0,
+                    f"ok: {len(spec.nodes)} nodes, {count} compensable")
