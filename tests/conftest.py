@@ -227,24 +227,6 @@ def demo_shop() -> Any:
         proc.wait(timeout=30)
 
 
-# Long tests first (R-P5: the suite in <= 8 minutes on 2 cores) --------------------------------------------------
-
-# modules whose tests each take 10-30 s (real workers, takeovers after a lease, a real browser): started first,
-# so that no worker is left running one of them alone at the end while the others are idle
-_LONG_FIRST = ("tests/e2e/test_workers.py", "tests/e2e/test_takeover.py", "tests/ui/test_browser.py",
-               "tests/e2e/test_durability.py", "tests/e2e/test_workers_http.py", "tests/e2e/test_concurrent_calls.py",
-               "tests/e2e/test_reconnect.py", "tests/e2e/test_plugin.py", "tests/e2e/test_crash_matrix.py")
-
-
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the long modules first (stable otherwise: the same order in every xdist worker)."""
-    def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        return _LONG_FIRST.index(path) if path in _LONG_FIRST else len(_LONG_FIRST)
-
-    items.sort(key=rank)
-
-
 # A real PostgreSQL server (R-S5) ----------------------------------------------------------------
 
 
