@@ -28,8 +28,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from workrun.errors import NotFoundError
+from workrun.errors import NotFoundError, StaleStatusError
 from workrun.journal.base import FAULT_POINTS
+from workrun.states import check
 
 __all__ = ["FAULT_POINTS", "SqlJournal"]
 
@@ -48,6 +49,28 @@ _Check = tuple[str, tuple[Any, ...], str, "str | None"]  # table, key, new statu
 
 def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+def _status_query(table: str, placeholder: str = "?") -> str:
+    """The statement that reads the status of one row of ``table`` by its key (``placeholder``: ``?`` or ``%s``)."""
+    return f"SELECT status FROM {table} WHERE " + " AND ".join(f"{k} = {placeholder}" for k in _KEYS[table])
+
+
+def _check_status(table: str, key: tuple[Any, ...], found: str | None, new: str, seen: str | None,
+                  file: str) -> None:
+    """The state machine inside a write transaction (R-J3): ``found`` is the row's status as read, locked, in
+    it (None: no such row yet, nothing to check).
+
+    Raises:
+        StaleStatusError: the caller saw ``seen`` and the row holds another status now (nothing is written).
+        InvalidTransitionError: ``found`` -> ``new`` is not a transition of :mod:`workrun.states`.
+    """
+    if found is None:
+        return
+    if seen is not None and found != seen:
+        raise StaleStatusError(f"{'/'.join(map(str, key))} changed from {seen} to {found} meanwhile; "
+                               "nothing was written: look again and retry the action", file=file)
+    check(table, key, found, new)
 
 
 def _update(table: str, key: tuple[Any, ...], fields: dict[str, Any]) -> _Statement:

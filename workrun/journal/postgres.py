@@ -68,10 +68,9 @@ from functools import lru_cache
 from typing import Any, TypeVar
 
 from workrun import faults, logs, metrics, settings
-from workrun.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError, StaleStatusError
+from workrun.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError
 from workrun.journal.migrations import MIGRATIONS
-from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _insert, _update
-from workrun.states import check
+from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _check_status, _insert, _status_query, _update
 
 __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
 
@@ -334,15 +333,8 @@ class PostgresJournal(SqlJournal):
 
         def body(pg: Any) -> None:
             for table, key, new, seen in checks:  # the state machine, on the locked row
-                where = " AND ".join(f"{k} = %s" for k in _KEYS[table])
-                row = pg.execute(f"SELECT status FROM {table} WHERE {where} FOR UPDATE", key).fetchone()
-                if row is None:
-                    continue
-                if seen is not None and row["status"] != seen:
-                    raise StaleStatusError(
-                        f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
-                        "nothing was written: look again and retry the action", file=str(self.path))
-                check(table, key, row["status"], new)
+                row = pg.execute(_status_query(table, "%s") + " FOR UPDATE", key).fetchone()
+                _check_status(table, key, row["status"] if row else None, new, seen, self.path)
             for sql, params in statements:
                 pg.execute(to_pg(sql), _flags(params))
 

@@ -29,11 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from workrun import faults, settings
-from workrun.errors import ConfigError, JournalError, JournalVersionError, StaleStatusError
+from workrun.errors import ConfigError, JournalError, JournalVersionError
 from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
-from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _Check, _insert, _Statement
-from workrun.states import check
+from workrun.journal.portable import (
+    _JSON_COLUMNS,
+    SqlJournal,
+    _Check,
+    _check_status,
+    _insert,
+    _Statement,
+    _status_query,
+)
 
 __all__ = ["FAULT_POINTS", "MESSAGE_DELAY", "SqliteJournal"]
 
@@ -207,15 +214,8 @@ class SqliteJournal(SqlJournal):
                     for sql, params in pending:
                         self._db.execute(sql, params)
                     for table, key, new, seen in checks:  # the state machine (workrun/states.py), under the lock
-                        where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
-                        row = self._db.execute(f"SELECT status FROM {table} WHERE {where}", key).fetchone()
-                        if row is None:
-                            continue
-                        if seen is not None and row["status"] != seen:
-                            raise StaleStatusError(
-                                f"{'/'.join(map(str, key))} changed from {seen} to {row['status']} meanwhile; "
-                                "nothing was written: look again and retry the action", file=str(self.path))
-                        check(table, key, row["status"], new)
+                        row = self._db.execute(_status_query(table), key).fetchone()
+                        _check_status(table, key, row["status"] if row else None, new, seen, str(self.path))
                     for sql, params in statements:
                         self._db.execute(sql, params)
                     self._db.execute("COMMIT")
