@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from workrun.effects.app_call import AppCall
-from workrun.effects.base import Effect, Planned
+from workrun.effects.base import Compensator, Effect, Planned
 from workrun.effects.data import DataUpdate
 from workrun.effects.email import Email
 from workrun.effects.http_request import HttpRequest
@@ -23,41 +23,47 @@ from workrun.operations import current_owner, owner_gone
 from workrun.runner.base import CLAIM_WAIT
 from workrun.services import Services
 
-__all__ = ["Effect", "Planned", "for_compensation", "for_operation", "plan", "register", "settle_operations"]
+__all__ = ["Compensator", "Effect", "Planned", "for_compensation", "for_operation", "plan", "register",
+           "register_action", "settle_operations"]
 
-_BY_NAME: dict[str, Effect] = {}
+_BY_NAME: dict[str, Compensator] = {}
 _BY_OPERATION_KIND: dict[str, Effect] = {}
 _PLANNERS: list[Effect] = []  # asked in turn how a succeeded call is compensated
 _DEFAULT = "app"
 
 
-def register(effect: Effect, *, operation_kinds: tuple[str, ...] = (), plans: bool = True) -> None:
-    """Make ``effect`` the one for operations of ``operation_kinds`` and for compensations named like it.
+def register(effect: Effect, *, operation_kinds: tuple[str, ...]) -> None:
+    """Make ``effect`` the one for operations of ``operation_kinds`` and for compensations named like it; it is
+    asked, before those registered earlier, how a succeeded call is compensated.
 
     Args:
         effect: the kind (its ``name`` is stored in compensation records it plans).
         operation_kinds: the ``operations.kind`` values whose calls it makes.
-        plans: ask it, before those registered earlier, how a succeeded call is compensated.
     """
-    _BY_NAME[effect.name] = effect
+    register_action(effect)
     for kind in operation_kinds:
         _BY_OPERATION_KIND[kind] = effect
-    if plans:
-        _PLANNERS.insert(0, effect)
+    _PLANNERS.insert(0, effect)
+
+
+def register_action(action: Compensator) -> None:
+    """Make ``action`` the one that runs the attempts of compensations named like it (a kind that is only ever
+    a compensation's action, planned by another kind as its written form)."""
+    _BY_NAME[action.name] = action
 
 
 register(AppCall(), operation_kinds=("process", "tool"))
 register(HttpRequest(), operation_kinds=("http",))  # asked first: an App may declare a reverse action (R-H6)
-register(Email(), plans=False)  # an email reverse action, planned by the HTTP kind as its written form (R-K2)
-register(DataUpdate(), plans=False)  # an update_data reverse action, likewise (R-K4)
+register_action(Email())  # an email reverse action, planned by the HTTP kind as its written form (R-K2)
+register_action(DataUpdate())  # an update_data reverse action, likewise (R-K4)
 
 
 def for_operation(op: dict[str, Any]) -> Effect:
     """The effect that made ``op`` (by its ``kind``; an App call for any kind not registered)."""
-    return _BY_OPERATION_KIND.get(op.get("kind") or "", _BY_NAME[_DEFAULT])
+    return _BY_OPERATION_KIND.get(op.get("kind") or "", _BY_OPERATION_KIND["process"])
 
 
-def for_compensation(comp: dict[str, Any]) -> Effect:
+def for_compensation(comp: dict[str, Any]) -> Compensator:
     """The effect that runs ``comp``'s attempts: the one its record names (``context.effect``), else an HTTP
     reverse action when the record carries one, else an App's compensation script."""
     context = comp.get("context") or {}

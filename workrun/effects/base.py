@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from workrun.operations import Attempted
     from workrun.services import Services
 
-__all__ = ["ActionOnly", "Effect", "Planned"]
+__all__ = ["ActionOnly", "Compensator", "Effect", "Planned"]
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,31 @@ class Planned:
     knobs: dict[str, Any]
 
 
-class Effect(Protocol):
-    """One kind of journaled side effect (see the module doc).
+class Compensator(Protocol):
+    """What runs a compensation's attempts (R-C7, R-R3, R-V1): every kind of side effect, and the kinds that are
+    only ever a compensation's action (an email, a data update).
 
     Attributes:
-        name: the kind's name (``app``, ``http``…).
+        name: the kind's name (``app``, ``http``, ``email``, ``data``), stored in the compensation records.
     """
 
     name: str
+
+    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+        """Make one attempt of a compensation this kind runs (R-C7); journaled as intent -> running -> finished."""
+
+    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
+                        claim_wait: float) -> dict[str, Any]:
+        """Settle an attempt a dead runner left in flight (R-R3); return the compensation row afterwards."""
+
+    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+        """Make a succeeded compensation's attempt once more with the same context and key, outside the journal
+        (``workrun verify``'s idempotency check, R-V1); None when it succeeded again, else why not."""
+
+
+class Effect(Compensator, Protocol):
+    """One kind of journaled side effect that a node's operation can be (see the module doc): it also settles,
+    ends, describes and plans the compensation of its operations."""
 
     def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
         """Decide an operation a dead runner left in flight (R-R3) and journal it; return the row afterwards.
@@ -69,38 +86,13 @@ class Effect(Protocol):
     def no_compensation(self, op: dict[str, Any]) -> str:
         """The reason a call of this kind has no compensation (a ``skipped`` record's reason)."""
 
-    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
-        """Make one attempt of a compensation this kind runs (R-C7); journaled as intent -> running -> finished."""
-
-    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
-                        claim_wait: float) -> dict[str, Any]:
-        """Settle an attempt a dead runner left in flight (R-R3); return the compensation row afterwards."""
-
-    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
-        """Make a succeeded compensation's attempt once more with the same context and key, outside the journal
-        (``workrun verify``'s idempotency check, R-V1); None when it succeeded again, else why not."""
-
 
 class ActionOnly:
-    """The part of :class:`Effect` a kind that is only ever a compensation's action (an email, a data update)
-    has: it makes no node operation and is planned by the kind whose written form it shares (an ACTION)."""
+    """A base for the kinds that are only ever a compensation's action (an email, a data update): each is a
+    :class:`Compensator`, never a node's operation, and is planned by the HTTP kind whose written form (an
+    ACTION) it shares."""
 
     name = "action"
-
-    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
-        raise NotImplementedError(f"{self.name} is never a node's operation")
-
-    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError(f"{self.name} is never a node's operation")
-
-    def describe(self, op: dict[str, Any]) -> str:
-        return self.name
-
-    def plan(self, op: dict[str, Any]) -> Planned | None:
-        return None  # planned as a reverse action by the HTTP kind (its record names the action's kind)
-
-    def no_compensation(self, op: dict[str, Any]) -> str:
-        return f"no {self.name}"
 
     def begin_attempt(self, svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
         """Journal the next attempt's intent (R-C3); returns ``{"compensation_id", "number", "trigger"}``, or
