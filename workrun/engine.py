@@ -34,7 +34,7 @@ from workrun.outbound import RequestError
 from workrun.outcomes import NodeOutcome
 from workrun.services import Services, new_id
 from workrun.states import NODE_ENDED
-from workrun.templates import node_dependencies
+from workrun.templates import missing_value, node_dependencies
 from workrun.ticket_records import (
     SYSTEM_ACTOR,
     action_row,
@@ -235,7 +235,7 @@ class Engine:
                 events.append(event_row(tid, run_id, SYSTEM_ACTOR, "update_data", {"fields": list(updates)}, now))
                 action_note = "; its data update is applied"
             except KeyError as exc:
-                action_note = f"; its data update cannot be made (template {{{{ {exc.args[0]} }}}} has no value)"
+                action_note = f"; its data update cannot be made ({missing_value(exc)})"
         elif policy.action is not None:
             action = action_row(tid, run_id, policy.action, {}, now)
             try:
@@ -248,8 +248,7 @@ class Engine:
                 action.update(status="failed", reason=f"{exc}: the action cannot be sent")
                 action_note = f"; its action cannot be sent ({action['reason']})"
             except KeyError as exc:
-                action.update(status="failed", reason=f"template {{{{ {exc.args[0]} }}}} has no value: the action "
-                              "cannot be sent")
+                action.update(status="failed", reason=f"{missing_value(exc)}: the action cannot be sent")
                 action_note = f"; its action cannot be sent ({action['reason']})"
         notification = None
         if spec.notify is not None:
@@ -259,7 +258,7 @@ class Engine:
                                                 values, now, ticket_id=tid, connectors=spec.connectors)
             except KeyError as exc:
                 events.append(event_row(tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
-                                        f"notification not sent: template {{{{ {exc.args[0]} }}}} has no value"))
+                                        f"notification not sent: {missing_value(exc)}"))
         svc.journal.open_ticket(ticket_row(tid, run_id, key, kind, status, error, now),
                                 node_status="waiting" if status == "pending" else "failed",
                                 handled=kind == "fallback_action", at=now, events=events, action=action,

@@ -18,12 +18,19 @@ REFERENCE = re.compile(r"^(inputs\.[A-Za-z0-9_\-]+|data\.[A-Za-z0-9_\-]+"
                        r"|nodes\.[A-Za-z0-9_\-]+\.result(\.[A-Za-z0-9_\-]+)*)$")
 
 
+def missing_value(reference: str | KeyError) -> str:
+    """What is said of a template whose value is missing at run time: ``template {{ REF }} has no value``
+    (``reference``: the reference, or the ``KeyError`` a fill raised for it)."""
+    ref = reference.args[0] if isinstance(reference, KeyError) else reference
+    return f"template {{{{ {ref} }}}} has no value"
+
+
 class TemplateValueError(ConfigError):
     """Raised when a template refers to a value that is missing at run time (the node then fails)."""
 
     def __init__(self, reference: str) -> None:
         self.reference = reference
-        super().__init__(f"template {{{{ {reference} }}}} has no value")
+        super().__init__(missing_value(reference))
 
 
 def strings(value: Any, path: str) -> Iterator[tuple[str, str]]:

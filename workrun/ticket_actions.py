@@ -27,6 +27,7 @@ from workrun.models import HttpAction, SmtpSpec, WorkflowSpec
 from workrun.outbound import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
 from workrun.outcomes import Failure
 from workrun.services import Services, new_id
+from workrun.templates import missing_value
 from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
 
 __all__ = [
@@ -113,8 +114,7 @@ def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, messag
                                ticket_id=ticket_id, compensation_id=compensation_id,
                                connectors=(run["spec"] or {}).get("connectors"))
     except KeyError as exc:
-        svc.say(run_id, None, "warning", f"notification not sent ({subject}): template {{{{ {exc.args[0]} }}}} "
-                "has no value")
+        svc.say(run_id, None, "warning", f"notification not sent ({subject}): {missing_value(exc)}")
         return
     svc.journal.add_notification(row)
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from workrun.operations import Attempted
     from workrun.services import Services
 
-__all__ = ["ActionOnly", "Compensator", "Effect", "Planned"]
+__all__ = ["ActionOnly", "Compensator", "Effect", "Planned", "begin_attempt"]
 
 
 @dataclass(frozen=True)
@@ -95,12 +95,18 @@ class ActionOnly:
     name = "action"
 
     def begin_attempt(self, svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
-        """Journal the next attempt's intent (R-C3); returns ``{"compensation_id", "number", "trigger"}``, or
-        None when another process moved the compensation on first (its status is no longer ``comp["status"]``)."""
-        cid = comp["compensation_id"]
-        number = len(svc.journal.attempts(cid)) + 1
-        try:
-            svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
-        except StaleStatusError:
-            return None
-        return {"compensation_id": cid, "number": number, "trigger": trigger}
+        """As :func:`begin_attempt`."""
+        return begin_attempt(svc, comp, trigger)
+
+
+def begin_attempt(svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
+    """Journal the intent of a compensation's next attempt with no process of its own (a reverse action, R-C3):
+    ``{"compensation_id", "number", "trigger"}``, or None when another process moved the compensation on first
+    (its status is no longer ``comp["status"]``: nothing was written, nothing may be sent)."""
+    cid = comp["compensation_id"]
+    number = len(svc.journal.attempts(cid)) + 1
+    try:
+        svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=svc.now())
+    except StaleStatusError:
+        return None
+    return {"compensation_id": cid, "number": number, "trigger": trigger}

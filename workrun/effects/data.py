@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from workrun.effects.base import ActionOnly
-from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
+from workrun.effects.http_request import _action_lookup, finish_http_attempt, not_sent, recover_http_attempt
 from workrun.models import HttpRequestSpec
 from workrun.operations import Attempted
 from workrun.outbound import SendResult, fill_value
-from workrun.outcomes import Failure
 from workrun.services import Services
+from workrun.templates import missing_value
 from workrun.ticket_records import run_data
 
 __all__ = ["DataUpdate"]
@@ -39,8 +39,7 @@ class DataUpdate(ActionOnly):
         try:
             updates = {f: fill_value(spec.values[f], lookup) if f in spec.values else None for f in spec.fields}
         except KeyError as exc:
-            got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
-            return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+            return not_sent(svc, comp, attempt, missing_value(exc))
         merged = {**run_data(svc.journal.run(comp["run_id"])), **updates}
         got = SendResult(True, body={"data": updates})
         after = finish_http_attempt(svc, comp, attempt, got, run_data=(comp["run_id"], merged))

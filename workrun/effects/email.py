@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from workrun.effects.base import ActionOnly
-from workrun.effects.http_request import _action_lookup, finish_http_attempt, recover_http_attempt
+from workrun.effects.http_request import _action_lookup, finish_http_attempt, not_sent, recover_http_attempt
 from workrun.mail import prepare_mail, send_mail
 from workrun.models import HttpRequestSpec, SmtpSpec
 from workrun.operations import Attempted
-from workrun.outbound import RequestError, SendResult, allow_from_env, parse_allow
-from workrun.outcomes import Failure
+from workrun.outbound import RequestError, allow_from_env, parse_allow
 from workrun.services import Services
+from workrun.templates import missing_value
 
 __all__ = ["Email", "message_of"]
 
@@ -55,11 +55,9 @@ class Email(ActionOnly):
         try:
             mail, smtp, allow = message_of(svc, comp, op)
         except KeyError as exc:
-            got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
-            return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+            return not_sent(svc, comp, attempt, missing_value(exc))
         except RequestError as exc:
-            got = SendResult(False, failure=Failure.NOT_SENT, error=f"not sent: {exc}")
-            return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+            return not_sent(svc, comp, attempt, f"not sent: {exc}")
 
         def about_to_send() -> None:
             svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + smtp.timeout)

@@ -20,8 +20,8 @@ from typing import Any
 from workrun import metrics, tracing
 from workrun.backoff import backoff_delay
 from workrun.effects.app_call import knobs
-from workrun.effects.base import Planned
-from workrun.errors import ConfigError, StaleStatusError
+from workrun.effects.base import Planned, begin_attempt
+from workrun.errors import ConfigError
 from workrun.models import AppSpec, HttpNode, HttpRequestSpec
 from workrun.operations import Attempted
 from workrun.outbound import (
@@ -39,6 +39,7 @@ from workrun.outbound import (
 )
 from workrun.outcomes import Failure
 from workrun.services import Services
+from workrun.templates import missing_value
 
 __all__ = ["KIND", "HttpRequest", "finish_http_attempt", "finish_request_operation", "recover_http_attempt",
            "reverse_action_of", "run_http_attempt"]
@@ -118,7 +119,7 @@ class HttpRequest:
         try:
             request = _prepare_action(svc, action, comp, op, run["spec"] or {})
         except KeyError as exc:
-            return f"template {{{{ {exc.args[0]} }}}} has no value"
+            return missing_value(exc)
         except (RequestError, ConfigError) as exc:
             return str(exc)
         got = svc.runner.send_request(f"{comp['compensation_id']}.again", request, spec_allow, {},
@@ -232,13 +233,10 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
         JournalError: the journal cannot be written (nothing unrecorded is marked done).
     """
     cid = comp["compensation_id"]
-    number = len(svc.journal.attempts(cid)) + 1
-    started = svc.now()
-    try:
-        svc.journal.start_attempt(cid, number, trigger=trigger, call_dir="", seen=comp["status"], at=started)
-    except StaleStatusError:  # an operator changed it meanwhile: nothing was written, send nothing
+    attempt = begin_attempt(svc, comp, trigger)
+    if attempt is None:  # an operator changed it meanwhile: nothing was written, send nothing
         return Attempted(svc.journal.compensation(cid), None)
-    attempt = {"compensation_id": cid, "number": number, "trigger": trigger}
+    number = attempt["number"]
     action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
     run = svc.journal.run(comp["run_id"])
     try:
@@ -246,14 +244,11 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
         parse_allow(spec_allow) + allow_from_env()  # a bad WORKRUN_HTTP_ALLOW: not sent
         request = _prepare_action(svc, action, comp, op, run["spec"] or {})
     except KeyError as exc:
-        got = SendResult(False, failure=Failure.NOT_SENT, error=f"template {{{{ {exc.args[0]} }}}} has no value")
-        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+        return not_sent(svc, comp, attempt, missing_value(exc))
     except UnsafeRequestError as exc:  # R-X3: final, a dead letter at once
-        got = SendResult(False, failure=Failure.UNSAFE_REQUEST, error=f"not sent: {exc}")
-        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+        return not_sent(svc, comp, attempt, f"not sent: {exc}", Failure.UNSAFE_REQUEST)
     except (RequestError, ConfigError) as exc:
-        got = SendResult(False, failure=Failure.NOT_SENT, error=str(exc))
-        return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+        return not_sent(svc, comp, attempt, str(exc))
 
     def about_to_send() -> None:
         svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + request.timeout)
@@ -263,6 +258,13 @@ def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], tr
     got = svc.runner.send_request(f"{cid}.{number}", request, spec_allow, {"compensation_id": cid, "number": number},
                                   before_send=about_to_send)
     return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
+
+
+def not_sent(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], error: str,
+             failure: Failure = Failure.NOT_SENT) -> Attempted:
+    """Journal an attempt that sent nothing (a template without a value, a refused request) as
+    :func:`finish_http_attempt` does; the compensation row afterwards and ``failure``."""
+    return Attempted(finish_http_attempt(svc, comp, attempt, SendResult(False, failure=failure, error=error)), failure)
 
 
 def finish_http_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any],

@@ -44,6 +44,7 @@ from workrun.outbound import (
 )
 from workrun.outcomes import Failure, NodeOutcome, brief
 from workrun.services import Services, new_id
+from workrun.templates import missing_value
 
 __all__ = [
     "KIND",
@@ -189,7 +190,7 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
                               connector=connector,
                               environ=svc.runner.request_environ)
         except KeyError as exc:
-            return NodeOutcome("failed", error=f"template {{{{ {exc.args[0]} }}}} has no value")
+            return NodeOutcome("failed", error=missing_value(exc))
         except RequestError as exc:
             return NodeOutcome("failed", error=str(exc))
         op = _send_operation(svc, run_id=run_id, node=node, op_id=op_id, request=request,
