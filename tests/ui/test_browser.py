@@ -38,8 +38,17 @@ def until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
 
 
 def attr(driver: Any, css: str, name: str = "data-status") -> str | None:
-    found = driver.find_elements("css selector", css)
-    return found[0].get_attribute(name) if found else None
+    """The attribute of the first element matching ``css`` (None: none), read again when a live update swapped
+    the element between finding and reading it (stale)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(50):
+        found = driver.find_elements("css selector", css)
+        try:
+            return found[0].get_attribute(name) if found else None
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    raise AssertionError(f"{css} kept being replaced while it was read")
 
 
 def screenshot(driver: Any, name: str) -> None:
