@@ -70,8 +70,8 @@ def main() -> None:
         size = (home / "journal.sqlite3").stat().st_size
         print(f"built a journal of {args.ops} operations ({size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s")
 
-        from workrun.recovery import recover_operations, unfinished_runs
-        from workrun.services import Services
+        from workrun.engine.recovery import recover_operations, unfinished_runs
+        from workrun.runner.services import Services
 
         t0 = time.perf_counter()
         raw = sqlite3.connect(home / "journal.sqlite3")

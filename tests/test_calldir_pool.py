@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from workrun.runner import calldir
-from workrun.services import Services
+from workrun.runner.services import Services
 
 KEPT = ("stdout", "stderr", "input.json")
 

@@ -12,7 +12,7 @@ from workrun import effects
 from workrun.effects import Planned, for_compensation, for_operation, plan, register, settle_operations
 from workrun.effects.app_call import AppCall
 from workrun.effects.http_request import HttpRequest
-from workrun.operations import Attempted
+from workrun.effects.operations import Attempted
 
 ROOT = Path(__file__).resolve().parents[1]
 

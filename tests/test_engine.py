@@ -11,11 +11,11 @@ import pytest
 
 from _kit.fakes import Call, Exit, FakeExecutor, FakeRunner, failing, hold, services, workflow, write_app_project
 from workrun.compensation import compensate_run, refresh_holds
+from workrun.core.outcomes import Failure, NodeOutcome
 from workrun.effects import settle_operations
-from workrun.engine import Engine, create_run
+from workrun.engine.driver import Engine, create_run
 from workrun.nodes.base import NodeJob
 from workrun.nodes.process import ProcessExecutor
-from workrun.outcomes import Failure, NodeOutcome
 from workrun.runner.base import Outcome
 
 
@@ -291,8 +291,8 @@ def _resumed(tmp_path, prior_status, *, idempotent=False, failure=None):
     runner = FakeRunner({"main.py": lambda c: Exit(result={"again": True})})
     svc, run_id, engine = _process_run(tmp_path, runner, idempotent=idempotent)
     svc.journal.start_node(run_id, "a", at=1.0)
-    from workrun.apps import load_app
-    from workrun.operations import call_app  # the real journaled call, through the fake runner
+    from workrun.effects.operations import call_app  # the real journaled call, through the fake runner
+    from workrun.runner.apps import load_app
     proj = tmp_path / "projects" / "step"
     op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
                   depends_on=[])
@@ -331,8 +331,8 @@ def test_an_in_flight_call_is_settled_from_what_recovery_finds(tmp_path, found, 
     runner = FakeRunner({"main.py": lambda c: Exit(result={"n": 1})})
     svc, run_id, _ = _process_run(tmp_path, runner)
     proj = tmp_path / "projects" / "step"
-    from workrun.apps import load_app
-    from workrun.operations import call_app
+    from workrun.effects.operations import call_app
+    from workrun.runner.apps import load_app
 
     op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
                   depends_on=[])
@@ -366,8 +366,8 @@ def test_recovery_gives_every_unclaimed_call_of_a_pass_one_shared_claim_window(t
     runner = Unclaimed({"main.py": lambda c: Exit(result={"n": 1})})
     svc, run_id, _ = _process_run(tmp_path, runner)
     proj = tmp_path / "projects" / "step"
-    from workrun.apps import load_app
-    from workrun.operations import call_app
+    from workrun.effects.operations import call_app
+    from workrun.runner.apps import load_app
 
     for _ in range(3):
         op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
@@ -387,8 +387,8 @@ def test_the_row_a_live_call_returns_is_the_journaled_row(tmp_path, app):
     runner = FakeRunner({"main.py": lambda c: app})
     svc, run_id, _ = _process_run(tmp_path, runner)
     proj = tmp_path / "projects" / "step"
-    from workrun.apps import load_app
-    from workrun.operations import call_app
+    from workrun.effects.operations import call_app
+    from workrun.runner.apps import load_app
 
     op = call_app(svc, project=proj, app=load_app(proj, "step"), input={"x": [1]}, run_id=run_id, node_key="a",
                   depends_on=["op_before"])
@@ -400,8 +400,8 @@ def test_an_in_flight_call_whose_owner_lives_is_left_alone(tmp_path):
     runner = FakeRunner({"main.py": lambda c: Exit(result={"n": 1})})
     svc, run_id, _ = _process_run(tmp_path, runner)
     proj = tmp_path / "projects" / "step"
-    from workrun.apps import load_app
-    from workrun.operations import call_app
+    from workrun.effects.operations import call_app
+    from workrun.runner.apps import load_app
 
     op = call_app(svc, project=proj, app=load_app(proj, "step"), input={}, run_id=run_id, node_key="a",
                   depends_on=[])
@@ -476,9 +476,9 @@ def test_an_unavailable_environment_leaves_the_compensation_pending(tmp_path):
 
 def test_an_edit_between_two_calls_in_one_process_changes_the_fingerprint_and_config(tmp_path, monkeypatch):
     """The per-process caches (issue 14) never hide a change: the second call journals the new code."""
-    from workrun import filestamps
-    from workrun.apps import load_app
-    from workrun.operations import call_app
+    from workrun.core import filestamps
+    from workrun.effects.operations import call_app
+    from workrun.runner.apps import load_app
 
     runner = FakeRunner({"main.py": lambda c: Exit(result={"n": 1})})
     svc, run_id, _ = _process_run(tmp_path, runner)
@@ -504,8 +504,8 @@ def test_an_edit_between_two_calls_in_one_process_changes_the_fingerprint_and_co
 def test_a_ticket_resumed_by_another_process_during_the_run_lets_its_dependents_run(tmp_path):
     """The scheduler reads only the rows its own threads changed while no other connection wrote (issue 14);
     a person resuming a ticket from another process (another connection) is still seen at the next look."""
+    from workrun.effects.ticket_records import event_row
     from workrun.journal.sqlite import SqliteJournal
-    from workrun.ticket_records import event_row
 
     svc = services(tmp_path)
     release = threading.Event()
@@ -564,7 +564,7 @@ def test_a_fallback_left_by_a_dead_runner_runs_at_most_once_more_and_resume_fini
 def test_after_run_asks_only_the_kinds_the_workflow_uses(tmp_path):
     """Issue 27: a failed run of process nodes asks no other kind's executor (their modules stay unloaded)."""
     from _kit.fakes import FakeExecutor, failing, services, workflow
-    from workrun.engine import Engine, create_run
+    from workrun.engine.driver import Engine, create_run
 
     process = FakeExecutor(behaviours={"a": failing()})
     other = FakeExecutor()

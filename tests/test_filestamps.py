@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from workrun import filestamps
-from workrun.apps import fingerprint, load_app
-from workrun.errors import ConfigError
-from workrun.filestamps import StampedCache, settled, stamp
+from workrun.core import filestamps
+from workrun.core.errors import ConfigError
+from workrun.core.filestamps import StampedCache, settled, stamp
+from workrun.runner.apps import fingerprint, load_app
 from workrun.runner.env import _env_key
 
 APP = """[project]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workrun.apps import diff_fingerprints, fingerprint
+from workrun.runner.apps import diff_fingerprints, fingerprint
 
 
 def _tree(root: Path, files: list[str]) -> Path:

@@ -114,7 +114,7 @@ def _is_message(node: ast.AST) -> bool:
 
 def test_no_outcome_is_decided_by_reading_a_message():
     """No ``if`` (or ``while``/conditional expression) tests ``.startswith(...)``/``in`` on an error, reason or
-    message: failures are :class:`workrun.outcomes.Failure` values stored in the journal."""
+    message: failures are :class:`workrun.core.outcomes.Failure` values stored in the journal."""
     offenders = []
     for name, tree in _modules().items():
         for test in (n.test for n in ast.walk(tree) if isinstance(n, (ast.If, ast.While, ast.IfExp))):
@@ -128,8 +128,8 @@ def test_no_outcome_is_decided_by_reading_a_message():
     assert offenders == []
 
 
-@pytest.mark.parametrize("module", ["workrun", "workrun.errors", "workrun.journal", "workrun.runner",
-                                    "workrun.nodes", "workrun.compensation", "workrun.outcomes", "workrun_sdk"])
+@pytest.mark.parametrize("module", ["workrun", "workrun.core.errors", "workrun.journal", "workrun.runner",
+                                    "workrun.nodes", "workrun.compensation", "workrun.core.outcomes", "workrun_sdk"])
 def test_all_is_what_the_package_exposes(module):
     """``__all__`` names every public name the module defines or re-exports, and nothing else but its
     submodules (which a package may load lazily)."""
@@ -141,3 +141,17 @@ def test_all_is_what_the_package_exposes(module):
     submodules = {n for n in declared - public if importlib.util.find_spec(f"{module}.{n}") is not None}
     assert declared - submodules == public
     assert all(getattr(mod, n) is not None for n in mod.__all__)
+
+
+def test_the_house_is_at_most_nine_layers_of_packages():
+    """Issue 27: packages as layers (≤ 9), not a flat top level; only the public entry points are modules there."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    house = next(c for c in contracts if c["name"].startswith("One-way house"))
+    assert len(house["layers"]) <= 9, house["layers"]
+    named = {part.strip() for layer in house["layers"] for part in layer.replace(":", "|").split("|")}
+    packages = {f"workrun.{p.name}" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert packages <= named, f"packages outside the house contract: {sorted(packages - named)}"
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    assert modules == {"__init__", "__main__", "api", "testing"}, sorted(modules)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from workrun.apps import load_project
-from workrun.errors import ConfigError
-from workrun.models import HttpNode
+from workrun.config.workflow import load_workflow
+from workrun.core.errors import ConfigError
+from workrun.core.models import HttpNode
+from workrun.core.templates import node_dependencies
 from workrun.nodes import default_executors
-from workrun.templates import node_dependencies
-from workrun.workflow import load_workflow
+from workrun.runner.apps import load_project
 
 GOOD = """
 http_allow = ["127.0.0.1:8765", "10.0.0.0/8"]

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from _kit.http_server import TestServer
-from workrun.errors import ConfigError
-from workrun.outbound import (
+from workrun.core.errors import ConfigError
+from workrun.core.outcomes import Failure
+from workrun.outbound.http import (
     AllowList,
     UnsafeRequestError,
     allow_from_env,
@@ -21,7 +22,6 @@ from workrun.outbound import (
     prepare,
     send,
 )
-from workrun.outcomes import Failure
 
 
 @pytest.mark.parametrize("address, rule", [
@@ -218,7 +218,7 @@ def test_response_over_one_mib_is_failed() -> None:
 
 
 def test_request_body_over_one_mib_is_refused_before_sending() -> None:
-    from workrun.outbound import RequestError
+    from workrun.outbound.http import RequestError
 
     with pytest.raises(RequestError, match="over 1 MiB"):
         _request("http://127.0.0.1:1/x", body="{{ big }}", values={"big": "a" * (1024 * 1024 + 1)})
@@ -227,7 +227,7 @@ def test_request_body_over_one_mib_is_refused_before_sending() -> None:
 @pytest.mark.parametrize("value, says", [("one\r\nX-Evil: two", "line break"), ("caf\u00e9", "not ASCII"),
                                          ("\u2603", "not ASCII")])
 def test_a_filled_header_value_that_cannot_be_sent_is_refused_before_sending(value: str, says: str) -> None:
-    from workrun.outbound import RequestError
+    from workrun.outbound.http import RequestError
 
     with pytest.raises(RequestError, match=f"header X-Note: .*{says}"):
         _request("http://127.0.0.1:1/x", headers={"X-Note": "{{ v }}"}, values={"v": value})
@@ -296,7 +296,7 @@ def test_an_unexpected_error_is_an_outcome_not_a_crash(monkeypatch: pytest.Monke
     """An error nobody foresaw still ends as data: before sending -> not sent; after -> unknown (never stuck)."""
     import httpx
 
-    import workrun.outbound as outbound
+    import workrun.outbound.http as outbound
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("unforeseen")
@@ -316,7 +316,7 @@ def test_an_unexpected_error_is_an_outcome_not_a_crash(monkeypatch: pytest.Monke
 def test_queued_request_keeps_env_references_and_is_filled_where_it_is_sent():
     """R-H5 + R-S2: the queued form holds no secret; ``env.NAME`` is read by the sender, and a template value
     that merely looks like an env reference stays text (never resolved)."""
-    from workrun.outbound import RequestError, from_queued
+    from workrun.outbound.http import RequestError, from_queued
 
     req = prepare(method="POST", url=parse_url("http://127.0.0.1:9/o/{{ inputs.x }}"),
                   headers={"Authorization": "Bearer {{ env.TOKEN }}", "X-Note": "{{ inputs.x }}"},

@@ -9,7 +9,7 @@ import urllib.parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workrun.redact import redact, redact_value
+from workrun.core.redact import redact, redact_value
 
 # secrets as environment variables hold them: printable, no NUL, at least 6 characters
 SECRETS = st.text(st.characters(min_codepoint=32, max_codepoint=0x1FFFF, exclude_categories=("Cs",)),

@@ -9,14 +9,14 @@ import json
 import pytest
 
 from _kit.fakes import FakeExecutor, failing, hold, services, workflow
-from workrun.engine import Engine, create_run
-from workrun.errors import ConfigError, InvalidTransitionError, StaleStatusError
+from workrun.config.workflow import parse_policy
+from workrun.core.errors import ConfigError, InvalidTransitionError, StaleStatusError
+from workrun.core.models import HttpAction
+from workrun.core.states import allowed, check
+from workrun.effects.ticket_records import event_row, render_request, ticket_message, ticket_row
+from workrun.engine.driver import Engine, create_run
 from workrun.journal.sqlite import SqliteJournal
-from workrun.models import HttpAction
-from workrun.outbound import from_queued
-from workrun.states import allowed, check
-from workrun.ticket_records import event_row, render_request, ticket_message, ticket_row
-from workrun.workflow import parse_policy
+from workrun.outbound.http import from_queued
 
 
 @pytest.mark.parametrize("value, kind, exhausted", [

@@ -9,11 +9,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from workrun.apps import load_project
-from workrun.errors import ConfigError
+from workrun.config.workflow import load_workflow
+from workrun.core.errors import ConfigError
+from workrun.core.schema import app_schema, workflow_schema
 from workrun.nodes import default_executors
-from workrun.schema import app_schema, workflow_schema
-from workrun.workflow import load_workflow
+from workrun.runner.apps import load_project
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / "demo_apps" / "workflows").glob("*.toml"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workrun.errors import ConfigError
-from workrun.settings import Settings, current
-from workrun.workflow import check_template_braces
+from workrun.config.workflow import check_template_braces
+from workrun.core.errors import ConfigError
+from workrun.core.settings import Settings, current
 
 
 def test_defaults_when_unset_or_empty():

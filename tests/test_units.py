@@ -11,10 +11,10 @@ import pytest
 
 import workrun
 import workrun_sdk
-from workrun.apps import check_contract, diff_fingerprints, fingerprint, load_project
-from workrun.errors import ConfigError
-from workrun.models import OutputField
-from workrun.templates import TemplateValueError, parse_inputs, render
+from workrun.core.errors import ConfigError
+from workrun.core.models import OutputField
+from workrun.core.templates import TemplateValueError, parse_inputs, render
+from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint, load_project
 
 
 def test_public_names_are_pinned():
@@ -114,9 +114,9 @@ def test_fingerprint_file_set_and_diff(tmp_path):
 
 
 def test_journal_enforces_the_state_machine(tmp_path):
-    from workrun.errors import InvalidTransitionError
+    from workrun.core.errors import InvalidTransitionError
+    from workrun.core.states import TRANSITIONS, allowed
     from workrun.journal import SqliteJournal
-    from workrun.states import TRANSITIONS, allowed
 
     j = SqliteJournal(tmp_path / "j.sqlite3")
     j.create_run({"run_id": "r1", "workflow": "w", "workflow_path": "/w", "spec": {}, "inputs": {},
@@ -135,7 +135,7 @@ def test_journal_enforces_the_state_machine(tmp_path):
 
 
 def test_conditional_write_refuses_a_stale_status(tmp_path):
-    from workrun.errors import JournalError, StaleStatusError
+    from workrun.core.errors import JournalError, StaleStatusError
     from workrun.journal import SqliteJournal
 
     j = SqliteJournal(tmp_path / "j.sqlite3")
@@ -162,8 +162,8 @@ def test_conditional_write_refuses_a_stale_status(tmp_path):
 
 def test_workflow_name_survives_templated_nodes(tmp_path: Path) -> None:
     """Regression: the workflow's ``name`` was overwritten by the last templated field's name ("input")."""
+    from workrun.config.workflow import load_workflow
     from workrun.nodes import default_executors
-    from workrun.workflow import load_workflow
 
     executors = default_executors()
     wf = tmp_path / "wf.toml"
@@ -229,11 +229,11 @@ def test_the_watchdog_is_woken_for_a_deadline_before_its_next_look_and_ends_that
 
 @pytest.mark.parametrize("rel", ["l/b/f.py", "a/rel", "l/../a", "missing/x", "l/b/../b/f.py", "l", "a/b/"])
 def test_real_path_is_realpath(tmp_path, rel):
-    """workrun.paths.real_path asks the kernel (O_PATH + /proc/self/fd) and must answer as os.path.realpath
+    """workrun.core.paths.real_path asks the kernel (O_PATH + /proc/self/fd) and must answer as os.path.realpath
     does: through symlinks (absolute and relative), '..' after a link, missing tails, directories."""
     import os
 
-    from workrun.paths import real_path
+    from workrun.core.paths import real_path
 
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "b" / "f.py").write_text("")
@@ -296,7 +296,7 @@ def test_strict_json_refuses_nan_infinity_and_nesting_too_deep_to_read(text):
 @pytest.mark.parametrize("value, field", [("nan", "nodes.a.input.v"), ("[1, -inf]", "nodes.a.input.v[1]"),
                                           ("{ w = +inf }", "nodes.a.input.v.w")])
 def test_a_workflow_with_nan_or_inf_is_a_config_error_naming_the_field(tmp_path, value, field):
-    from workrun.apps import parse_toml
+    from workrun.runner.apps import parse_toml
 
     text = f'name = "w"\n[nodes.a]\napp = "x"\ninput = {{ v = {value} }}\n'
     with pytest.raises(ConfigError) as err:
@@ -321,7 +321,7 @@ def test_resume_keeps_waiting_for_a_dead_runners_run_whose_lease_passes_between_
     import socket as _socket
     import time as _time
 
-    from workrun import workers
+    from workrun.cluster import workers
 
     lease = _time.time() - 0.001  # passed just now, after the claim that found the run still held
 

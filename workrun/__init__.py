@@ -3,7 +3,7 @@
 The public surface is small; ``tests/test_house.py`` pins ``__all__`` against what the package exposes.
 """
 
-from workrun.errors import ConfigError, WorkrunError
+from workrun.core.errors import ConfigError, WorkrunError
 
 __all__ = ["ConfigError", "WorkrunError", "__version__"]
 __version__ = "0.1.0"

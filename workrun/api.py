@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.app import runs as _runs
-from workrun.errors import UsageError, WorkrunError
+from workrun.core.errors import UsageError, WorkrunError
 
 __all__ = ["WorkrunError", "check", "compensate", "rerun", "resume", "run", "runs", "show", "stop"]
 

@@ -7,10 +7,12 @@ App process it starts, so App projects need not declare it as a dependency.
 
 # Submodules load on first use (``from workrun_sdk import process`` imports only that one):
 # App start-up time is paid on every call.
+from types import ModuleType
+
 from workrun_sdk.errors import NotInAppError, SDKError
 
 
-def __getattr__(name: str):  # PEP 562: workrun_sdk.process etc. without importing all eagerly
+def __getattr__(name: str) -> ModuleType:  # PEP 562: workrun_sdk.process etc. without importing all eagerly
     if name in ("compensation", "process", "tool"):
         import importlib
 

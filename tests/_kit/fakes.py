@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from workrun.core.models import NodeSpec, OutputField, WorkflowSpec
+from workrun.core.outcomes import NodeOutcome
 from workrun.journal import SqliteJournal
-from workrun.models import NodeSpec, OutputField, WorkflowSpec
 from workrun.nodes.base import NodeJob, Where
-from workrun.outcomes import NodeOutcome
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
-from workrun.services import Services
+from workrun.runner.services import Services
 
 
 @dataclass
@@ -67,7 +67,7 @@ class FakeRunner:
 
     def prepare(self, project: Path, *, offline: bool = False) -> str:
         if self.environment_error is not None:
-            from workrun.errors import EnvironmentUnavailableError
+            from workrun.core.errors import EnvironmentUnavailableError
 
             raise EnvironmentUnavailableError(self.environment_error, file=str(project))
         return "/fake/python"

@@ -96,10 +96,10 @@ def write_workflow(root: Path, shape: str, project: Path, *, comp_sleep: dict[st
 
 def submit(workflows: dict[str, Path], count: int) -> list[str]:
     """Record ``count`` runs alternating the shapes (in this process, on ``WORKRUN_JOURNAL``); return their ids."""
-    from workrun.engine import create_run
+    from workrun.config.workflow import load_workflow
+    from workrun.engine.driver import create_run
     from workrun.nodes import default_executors
-    from workrun.services import Services
-    from workrun.workflow import load_workflow
+    from workrun.runner.services import Services
 
     executors = default_executors()
     svc = Services(check=False)

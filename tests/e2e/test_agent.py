@@ -468,8 +468,8 @@ def test_openai_backend_http_error_after_a_call_compensates(workrun, write_workf
 
 def test_openai_backend_without_package_names_the_extra(monkeypatch):
     """Missing ``openai`` package -> a WorkrunError naming the extra ``workrun[openai]``."""
-    from workrun.errors import WorkrunError
-    from workrun.models import AgentNode
+    from workrun.core.errors import WorkrunError
+    from workrun.core.models import AgentNode
     from workrun.nodes.agent.openai_backend import OpenAIBackend
 
     monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` raise ImportError

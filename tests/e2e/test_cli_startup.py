@@ -35,7 +35,7 @@ def test_read_commands_import_no_typer_pydantic_nor_the_engine(args):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "workrun", *args], capture_output=True,
                           text=True, timeout=120)
     modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert not modules & {"workrun.engine", "workrun.nodes", "workrun.models", "workrun.runner", "workrun.services"}
+    assert not modules & {"workrun.engine.driver", "workrun.nodes", "workrun.core.models", "workrun.runner", "workrun.runner.services"}
     # with WORKRUN_HOME set: no platformdirs, no shutil (~8 ms of compression modules)
     assert not modules & {"platformdirs", "shutil"}, modules
 

@@ -213,11 +213,11 @@ BAD_SETTINGS = [
 
 
 def test_every_documented_setting_is_checked_and_tested():
-    """Every WORKRUN_* variable the README documents is one workrun.settings checks, and each checked one has
+    """Every WORKRUN_* variable the README documents is one workrun.core.settings checks, and each checked one has
     a bad value below (WORKRUN_HOME has its own tests)."""
     import re
 
-    from workrun.settings import VARIABLES
+    from workrun.core.settings import VARIABLES
 
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text() + "".join(p.read_text() for p in (root / "docs").rglob("*.md"))
@@ -231,7 +231,7 @@ def test_every_documented_setting_is_checked_and_tested():
 
 @pytest.mark.parametrize("name, value", BAD_SETTINGS)
 def test_bad_setting_is_refused_before_anything_runs(refused, make_project, write_workflow, name, value):
-    from workrun.settings import VARIABLES
+    from workrun.core.settings import VARIABLES
 
     project = _app_project(make_project)
     wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')

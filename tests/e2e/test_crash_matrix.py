@@ -1,7 +1,7 @@
 """Crash matrix (issue 3, R-R1..R-R4): SIGKILL the runner at every journal write, then resume twice.
 
 ``WORKRUN_FAULT=<point>[@N]`` makes the runner SIGKILL itself right after the
-N-th commit of that journal write (workrun/faults.py). For every point and
+N-th commit of that journal write (workrun/core/faults.py). For every point and
 every workflow shape we check, after two ``workrun resume``:
 
 - every App call ran exactly as often as the workflow needs (no call re-sent

@@ -361,8 +361,8 @@ def test_gc_never_removes_the_directory_of_a_standalone_call_waiting_for_its_env
 
 def test_gc_does_not_count_a_directory_it_cannot_remove(workrun, isolated_env, monkeypatch):
     """A directory gc cannot remove is returned, not counted as removed; the others go."""
-    from workrun import operations
-    from workrun.services import Services
+    from workrun.effects import operations
+    from workrun.runner.services import Services
 
     calls = isolated_env / "calls"
     for name in ("op_stuck", "op_gone"):

@@ -119,7 +119,7 @@ def test_newer_schema_is_refused(workrun, isolated_env):
 def test_the_check_started_ahead_is_the_one_the_open_uses(tmp_path, monkeypatch):
     """check_ahead runs PRAGMA quick_check on a read-only connection in a thread; the next open of that file
     uses its result (it does not check again), and an open without one checks itself."""
-    from workrun.errors import JournalError
+    from workrun.core.errors import JournalError
     from workrun.journal import sqlite as backend
 
     path = tmp_path / "journal.sqlite3"

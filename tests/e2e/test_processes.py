@@ -164,7 +164,7 @@ def _escape_workflow(write_workflow, procs: Path, pids: Path, mode: str) -> Path
 def test_a_call_stopped_as_it_starts_is_stopped_not_unknown(make_project, tmp_path, launcher):
     """R-C9, SPEC §17: a stop that reaches a call just after it started (before its forked supervisor leads
     its own group, or between its claim and its exit record) ends it as stopped, never as unknown."""
-    from workrun.outcomes import Failure
+    from workrun.core.outcomes import Failure
     from workrun.runner.local import LocalRunner
 
     project = make_project("sleeper", "", {"main.py": "import time\ntime.sleep(60)\n"})

@@ -71,7 +71,7 @@ def test_api_returns_what_the_cli_prints(server, write_workflow, workrun, isolat
 
 
 def test_api_raises_where_the_cli_exits_2_or_3(server, write_workflow, isolated_env):
-    from workrun.lock import SchedulerLock
+    from workrun.core.lock import SchedulerLock
 
     bad = write_workflow("bad", """
 [nodes.a]

@@ -292,7 +292,7 @@ def test_debug_keeps_exit_code_and_error_line(workrun):
 
 
 def test_backoff_is_capped_at_60_seconds_after_jitter():
-    from workrun.backoff import backoff_delay
+    from workrun.core.backoff import backoff_delay
 
     assert all(backoff_delay(40, n) <= 60.0 for n in range(1, 8) for _ in range(200))
     assert 0.75 <= backoff_delay(1, 1) <= 1.25 and backoff_delay(0, 3) == 0.0

@@ -17,7 +17,7 @@ pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2  # noqa: E402
 
 from _kit.http_server import TestServer  # noqa: E402
-from workrun.tracing import trace_id_of  # noqa: E402
+from workrun.core.tracing import trace_id_of  # noqa: E402
 
 
 class Receiver:

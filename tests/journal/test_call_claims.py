@@ -121,7 +121,7 @@ def test_a_fenced_call_never_starts(pg):
 
 
 def _scheduler_runner(journal, tmp_path):
-    from workrun.dispatch import DispatchRunner
+    from workrun.cluster.dispatch import DispatchRunner
     from workrun.runner.local import LocalRunner
 
     return DispatchRunner(journal, LocalRunner(tmp_path / "sched"), "run_1")
@@ -207,7 +207,7 @@ def test_an_executor_that_cannot_prepare_the_environment_stores_a_failure(pg, tm
     failed call saying why (an attempt is then retried after its backoff), never ``not_started``."""
     import time
 
-    from workrun.dispatch import Executors
+    from workrun.cluster.dispatch import Executors
 
     a, _ = pg
     a.dispatch_call("cmp_1-1", "run_1", {**CALL, "project": str(tmp_path / "no-such-project")}, 0.0)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from workrun.errors import JournalError
+from workrun.core.errors import JournalError
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_nodes_operations_are_looked_up_by_index(journal, journal_backend):
 
 
 def test_state_machine_enforced(journal):
-    from workrun.errors import InvalidTransitionError
+    from workrun.core.errors import InvalidTransitionError
 
     _run(journal)
     journal.end_run("run_aaa111", "failed", at=1.0, reason="x")
@@ -71,7 +71,7 @@ def _op(journal, op_id="op_1", run_id="run_aaa111"):
 
 
 def test_conditional_write_refused_when_status_moved(journal):
-    from workrun.errors import JournalError, StaleStatusError
+    from workrun.core.errors import StaleStatusError
 
     _run(journal)
     _op(journal)
@@ -94,7 +94,7 @@ def test_conditional_write_refused_when_status_moved(journal):
 
 
 def test_lookups_prefixes_and_order(journal):
-    from workrun.errors import NotFoundError
+    from workrun.core.errors import NotFoundError
 
     _run(journal, "run_abc001", 1.0)
     with pytest.raises(NotFoundError, match="an empty run id matches nothing"):
@@ -162,7 +162,7 @@ def test_remote_task_intent_is_an_upsert(journal):
 
 
 def test_newer_schema_is_refused(journal, journal_backend, tmp_path):
-    from workrun.errors import JournalVersionError
+    from workrun.core.errors import JournalVersionError
     from workrun.journal import open_journal
     from workrun.journal.migrations import MIGRATIONS
 
@@ -199,7 +199,7 @@ def _ticket(journal, run_id="run_aaa111", ticket_id="tkt_abc123"):
 def test_tickets_actions_and_notifications(journal):
     """Migration 6's tables on both backends: one-transaction ticket opening, the action job's state machine
     and conditional writes, notifications never twice, resuming past the node (R-M1..R-M8)."""
-    from workrun.errors import StaleStatusError
+    from workrun.core.errors import StaleStatusError
 
     _ticket(journal)
     assert journal.run("run_aaa111")["status"] == "waiting"
@@ -305,7 +305,7 @@ def test_expired_lease_is_taken_over_and_the_loser_finds_out(pg):
 def test_a_scheduler_whose_claim_was_taken_over_writes_nothing(pg):
     """R-F2: A drives run_1 fenced by epoch 1; B takes it over (epoch 2): every write A tries for the run — a
     message, a status — is refused with ClaimLostError and leaves no row; B's fenced writes go through."""
-    from workrun.errors import ClaimLostError
+    from workrun.core.errors import ClaimLostError
 
     a, b = pg
     _run(a, "run_1", 1.0)
@@ -379,7 +379,7 @@ def test_a_lost_connection_is_reopened_and_the_write_is_not_repeated(pg, capfd):
 def test_the_journal_gives_up_after_workrun_db_retry(pg, monkeypatch):
     """R-F1: when the database stays away longer than WORKRUN_DB_RETRY, the statement fails with one line
     naming it (the process then exits 1), and every other connection of the process gives up at once."""
-    from workrun.errors import DatabaseUnreachableError
+    from workrun.core.errors import DatabaseUnreachableError
     from workrun.journal.postgres import PostgresJournal
 
     monkeypatch.setattr(PostgresJournal, "_gave_up", "")  # restored afterwards: other tests share the process
@@ -521,7 +521,6 @@ def test_messages_reach_other_readers_with_the_next_write_or_soon_after(journal,
 def test_a_json_column_that_does_not_hold_json_is_one_journal_error(journal, journal_backend):
     """A row damaged by hand (a JSON column holding text that is not JSON): reading it is a JournalError naming
     the journal (one line at the CLI), not an internal error."""
-    from workrun.errors import JournalError
 
     _run(journal)
     _op(journal)

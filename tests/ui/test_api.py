@@ -316,7 +316,7 @@ def test_a_refused_action_shows_the_use_cases_error_read_as_data(ui_server, work
     """Issue 27: a dashboard action's outcome comes from the child's structured result (exit code and error lines
     as data, from workrun.app), never from its stderr: a refused compensate shows the use case's exact line."""
     from workrun.cli import detached
-    from workrun.errors import ActionRefusedError
+    from workrun.core.errors import ActionRefusedError
     from workrun.ui import actions
 
     wf = write_workflow("fine", 'http_allow = ["127.0.0.1:9"]\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'

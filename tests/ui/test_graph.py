@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from workrun.app.views import compensation_rollup, rollup_line
 from workrun.ui.graph import compensation_order, dependencies, layers, layout
-from workrun.views import compensation_rollup, rollup_line
 
 
 def op(oid: str, node: str, comp: dict[str, Any] | None) -> dict[str, Any]:

@@ -218,7 +218,7 @@ def test_hostile_journal_renders_as_text(ui_server, hostile_home) -> None:
 
 
 def test_scheduling_action_while_another_scheduler_runs_is_409(ui_server, hostile_home, isolated_env: Path) -> None:
-    from workrun.lock import SchedulerLock
+    from workrun.core.lock import SchedulerLock
 
     server = ui_server()
     client = server.client()

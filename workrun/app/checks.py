@@ -21,10 +21,10 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
         line ``ok: N nodes, M compensable``.
 
     Raises:
-        ConfigError: every error found (exit 2; :class:`~workrun.errors.ConfigErrors` when several).
+        ConfigError: every error found (exit 2; :class:`~workrun.core.errors.ConfigErrors` when several).
     """
+    from workrun.config.workflow import compensable, load_workflow
     from workrun.nodes import default_executors
-    from workrun.workflow import compensable, load_workflow
 
     spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_executors())
     count = sum(1 for node in spec.nodes.values() if compensable(node))

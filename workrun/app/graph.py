@@ -9,7 +9,7 @@ from typing import Any
 
 from workrun.app.runs import Finished, compensation_plan
 from workrun.app.session import reading
-from workrun.errors import UsageError
+from workrun.core.errors import UsageError
 
 __all__ = ["FORMATS", "graph", "render"]
 
@@ -20,7 +20,7 @@ def _model(spec: Any) -> dict[str, Any]:
     """``{"nodes": [{"key", "kind"}], "edges": [{"from", "to", "kind"}]}`` of a workflow spec: an edge from the
     dependency to the node that needs it; ``needs`` when written in ``needs``, else ``template`` (a
     ``{{ nodes.KEY.result… }}`` reference, SPEC §10)."""
-    from workrun.templates import node_dependencies
+    from workrun.core.templates import node_dependencies
 
     nodes = [{"key": key, "kind": node.kind} for key, node in spec.nodes.items()]
     edges = []
@@ -44,9 +44,9 @@ def graph(target: str | Path, *, fmt: str = "mermaid", home: Path | str | None =
         ConfigError: a workflow file that does not load (exit 2).
         NotFoundError: no such file and no run with that id (exit 2).
     """
-    from workrun.models import WorkflowSpec
+    from workrun.config.workflow import load_workflow
+    from workrun.core.models import WorkflowSpec
     from workrun.nodes import default_executors
-    from workrun.workflow import load_workflow
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})", field="--format")

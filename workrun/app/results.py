@@ -33,7 +33,7 @@ def _inputs(inputs: Mapping[str, Any] | list[str] | None) -> dict[str, str]:
     Raises:
         ConfigError: a ``KEY=VALUE`` without ``=`` or with an empty key (exit 2).
     """
-    from workrun.templates import parse_inputs
+    from workrun.core.templates import parse_inputs
 
     if inputs is None:
         return {}

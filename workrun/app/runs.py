@@ -3,7 +3,7 @@ show, check (R-L1).
 
 Each returns a :class:`Finished`: ``data`` is exactly what the CLI's ``--json`` prints and ``code`` the exit
 code the CLI exits with (SPEC §16); what the CLI reports as one error line is raised as a
-:class:`~workrun.errors.WorkrunError` (exit 2: config, usage, unknown id, refused; exit 3: another scheduler).
+:class:`~workrun.core.errors.WorkrunError` (exit 2: config, usage, unknown id, refused; exit 3: another scheduler).
 Progress goes to the ``reporter`` handed in (None: nowhere).
 """
 
@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from workrun.app.checks import check
 from workrun.app.results import Finished, _inputs
 from workrun.app.session import reading, run_claim, scheduling, shared_journal, viewing
-from workrun.errors import ActionRefusedError, UsageError, WorkrunError
-from workrun.states import COMPENSATION_DONE
+from workrun.core.errors import ActionRefusedError, UsageError, WorkrunError
+from workrun.core.states import COMPENSATION_DONE
 
 if TYPE_CHECKING:
-    from workrun.services import Confirm, Reporter, Services
+    from workrun.runner.services import Confirm, Reporter, Services
 
 __all__ = ["EXIT", "Finished", "check", "check_compensate", "compensate", "compensation_plan", "rerun", "resume",
            "run", "runs", "show", "stop"]
@@ -49,7 +49,7 @@ runs.run(a["workflow"], a["inputs"], home=a["home"], fail_after=a["fail_after"],
 
 def _audit(svc: Services, run_id: str, action: str, args: dict[str, Any]) -> None:
     """Record a run-level operator action (R-O2, R-U4): who, when, what."""
-    from workrun.operator import actor
+    from workrun.repair.operator import actor
 
     svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args})
 
@@ -57,9 +57,9 @@ def _audit(svc: Services, run_id: str, action: str, args: dict[str, Any]) -> Non
 def _start(spec: Any, inputs: dict[str, Any], *, home: Home, wait: bool, yes: bool, eval_run: bool,
            rerun_of: str | None, note: str, executors: Any, reporter: Reporter | None,
            confirm: Confirm | None) -> Finished:
-    from workrun.engine import create_run
-    from workrun.recovery import drive
-    from workrun.views import run_detail
+    from workrun.app.views import run_detail
+    from workrun.engine.driver import create_run
+    from workrun.engine.recovery import drive
 
     with scheduling(home=home, wait=wait, reporter=reporter) as svc:
         svc.assume_yes = yes
@@ -103,8 +103,8 @@ def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = Non
         UsageError: ``fail_after`` names no node of the workflow (exit 2).
         SchedulerBusyError: another scheduler holds the data directory (exit 3).
     """
+    from workrun.config.workflow import load_workflow
     from workrun.nodes import default_executors
-    from workrun.workflow import load_workflow
 
     injected = INJECTION.get() or {}
     fail_after = fail_after or injected.get("fail_after")
@@ -136,7 +136,7 @@ def _run_in_child(workflow: Path | str, inputs: dict[str, str], *, home: Home, f
     child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     with _viewing(home) as journal:
-        from workrun.views import run_detail, runs_list
+        from workrun.app.views import run_detail, runs_list
 
         newest = runs_list(journal, limit=1)
         if not newest:
@@ -156,9 +156,9 @@ def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = Fal
         ConfigError: the workflow file no longer loads (exit 2).
         SchedulerBusyError: another scheduler holds the data directory (exit 3).
     """
-    from workrun.models import WorkflowSpec
+    from workrun.config.workflow import load_workflow
+    from workrun.core.models import WorkflowSpec
     from workrun.nodes import default_executors
-    from workrun.workflow import load_workflow
 
     executors = default_executors()
     with reading(home=home) as ro:
@@ -181,13 +181,13 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
         :class:`Finished`: ``{"runs": [run views]}``; code 0 when every compensation it handled ended
         succeeded or skipped and every ticket action it sent or settled succeeded, else 1 (130: stopped).
     """
-    from workrun.recovery import resume_all
-    from workrun.views import run_view
+    from workrun.app.views import run_view
+    from workrun.engine.recovery import resume_all
 
     with scheduling(home=home, wait=wait, resume_first=False, reporter=reporter) as svc:
         t0 = svc.now()
         if shared_journal():  # claim runs one by one, like a worker that ends when nothing is left (R-S2)
-            from workrun.workers import resume_shared
+            from workrun.cluster.workers import resume_shared
 
             handled = resume_shared(svc)
         else:
@@ -242,9 +242,9 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         ActionRefusedError: the run cannot be compensated (exit 2; not for a dry run).
         SchedulerBusyError: another scheduler holds the data directory (exit 3).
     """
-    from workrun.operator import actor
-    from workrun.recovery import compensate_now
-    from workrun.views import run_view
+    from workrun.app.views import run_view
+    from workrun.engine.recovery import compensate_now
+    from workrun.repair.operator import actor
 
     if dry_run:
         with reading(home=home) as ro:
@@ -397,9 +397,9 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
     Raises:
         NotFoundError: no run matches (exit 2).
     """
-    from workrun.lock import SchedulerLock
-    from workrun.recovery import stop_orphaned_run
-    from workrun.views import run_detail
+    from workrun.app.views import run_detail
+    from workrun.core.lock import SchedulerLock
+    from workrun.engine.recovery import stop_orphaned_run
 
     tell = say or (lambda text: None)
     with reading(home=home, writable=True, reporter=reporter) as svc:
@@ -458,14 +458,14 @@ def _dispatching(svc: Services, run_id: str) -> Any:
 
     if not shared_journal():
         return nullcontext()
-    from workrun.workers import dispatching
+    from workrun.cluster.workers import dispatching
 
     return dispatching(svc, run_id)
 
 
 def _claim_of(svc: Services, run_id: str) -> dict[str, Any] | None:
     """The run's claim on a shared journal (its ``lease_until``), or None."""
-    from workrun.workers import shared
+    from workrun.cluster.workers import shared
 
     claim: dict[str, Any] | None = shared(svc).run_claim(run_id)
     return claim
@@ -475,14 +475,14 @@ class _StopClaim:
     """``stop`` on a shared journal: the run's claim plays the scheduler lock's part (R-S2)."""
 
     def __init__(self, svc: Services, run_id: str) -> None:
-        from workrun.workers import Heartbeat, lease_seconds, shared
+        from workrun.cluster.workers import Heartbeat, lease_seconds, shared
 
         self.svc, self.run_id = svc, run_id
         self.journal = shared(svc)
         self.beat = Heartbeat(svc.data_dir, lease_seconds())
 
     def acquire(self) -> None:
-        from workrun.errors import SchedulerBusyError
+        from workrun.core.errors import SchedulerBusyError
 
         self.beat.start()
         if not self.beat.claim(self.journal, self.run_id):
@@ -504,7 +504,7 @@ def runs(limit: int | None = None, *, home: Home = None, all_runs: bool = False)
     Raises:
         UsageError: ``limit`` below 1 (exit 2).
     """
-    from workrun.views import runs_list
+    from workrun.app.views import runs_list
 
     if limit is not None and limit < 1:
         raise UsageError(f"must be at least 1, not {limit}", field="--limit")
@@ -518,7 +518,7 @@ def show(run_id: str, *, home: Home = None) -> Finished:
     Raises:
         NotFoundError: no run matches ``run_id`` (exit 2).
     """
-    from workrun.views import run_detail
+    from workrun.app.views import run_detail
 
     with _viewing(home) as journal:
         return Finished(run_detail(journal, run_id))

@@ -1,6 +1,6 @@
 """What every use case shares: Services on a data directory, the scheduler lock or a run's claim, signals.
 
-Nothing here prints: progress goes to the :class:`~workrun.services.Reporter` a surface hands in
+Nothing here prints: progress goes to the :class:`~workrun.runner.services.Reporter` a surface hands in
 (the CLI's prints, the API's is silent).
 """
 
@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workrun.journal import Journal
-    from workrun.services import Reporter, Services
+    from workrun.runner.services import Reporter, Services
 
 __all__ = ["reading", "run_claim", "scheduling", "serve_metrics", "shared_journal", "viewing"]
 
 
 def _services(home: Path | str | None, reporter: Reporter | None, *, check: bool, writable: bool) -> Services:
-    from workrun.services import Services
+    from workrun.runner.services import Services
 
     data_dir = None
     if home is not None:
-        from workrun.paths import data_dir as checked_dir
-        from workrun.paths import private_umask
+        from workrun.core.paths import data_dir as checked_dir
+        from workrun.core.paths import private_umask
 
         data_dir = checked_dir(write=writable, home=home)
         private_umask()
@@ -47,9 +47,9 @@ def viewing(*, home: Path | str | None = None) -> Iterator[Journal]:
     Raises:
         ConfigError: a bad ``WORKRUN_*`` setting or data directory (exit 2; SPEC §17).
     """
-    from workrun import settings
+    from workrun.core import settings
+    from workrun.core.paths import data_dir, private_umask
     from workrun.journal import open_journal
-    from workrun.paths import data_dir, private_umask
 
     settings.current()
     path = data_dir(write=False, home=home)
@@ -99,7 +99,7 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
         SchedulerBusyError: another scheduler holds the data dir (exit 3), unless ``wait``.
         ConfigError: a bad data directory or setting (exit 2).
     """
-    from workrun.lock import SchedulerLock
+    from workrun.core.lock import SchedulerLock
 
     gc.freeze()  # what start-up loaded lives as long as the command: later collections skip it (issue 14)
     serve_metrics()
@@ -130,7 +130,7 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
     try:
         _ = svc.journal  # open + integrity check + migrate before anything else
         if resume_first:
-            from workrun.recovery import resume_all, unfinished_runs
+            from workrun.engine.recovery import resume_all, unfinished_runs
 
             pending = unfinished_runs(svc)
             if pending:
@@ -152,8 +152,8 @@ def serve_metrics(port: int | None = None, host: str = "127.0.0.1") -> None:
     Raises:
         UsageError: the address cannot be bound (exit 2, naming it).
     """
-    from workrun import metrics, settings
-    from workrun.errors import UsageError
+    from workrun.core import metrics, settings
+    from workrun.core.errors import UsageError
 
     port = port if port is not None else settings.current().metrics_port
     if port is None:
@@ -187,7 +187,7 @@ def run_claim(svc: Services, run_id: str, wait: bool) -> Iterator[None]:
     if not shared_journal():
         yield
         return
-    from workrun.workers import holding
+    from workrun.cluster.workers import holding
 
     with holding(svc, run_id, wait=wait):
         yield

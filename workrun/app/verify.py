@@ -26,7 +26,7 @@ from typing import Any
 from workrun.app import runs
 from workrun.app.runs import INJECTION, Finished
 from workrun.app.session import reading
-from workrun.errors import UsageError
+from workrun.core.errors import UsageError
 
 __all__ = ["CRASH_POINTS", "verify"]
 
@@ -49,9 +49,9 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
               home: Home) -> dict[str, Any]:
     """One scenario (see the module doc): ``{"node", "status": "ok"|"failed", "runs": [id], "failures": [text]}``."""
     from workrun import effects
-    from workrun.apps import load_app
-    from workrun.operations import call_app
-    from workrun.states import COMPENSATION_DONE
+    from workrun.core.states import COMPENSATION_DONE
+    from workrun.effects.operations import call_app
+    from workrun.runner.apps import load_app
 
     failures: list[str] = []
     killed: list[str] = []
@@ -125,9 +125,9 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
         ConfigError: a bad workflow, input or check App (exit 2).
         UsageError: an unknown ``--node`` or a ``--check`` without ``:`` (exit 2).
     """
-    from workrun.apps import load_app
+    from workrun.config.workflow import compensable, load_workflow
     from workrun.nodes import default_executors
-    from workrun.workflow import compensable, load_workflow
+    from workrun.runner.apps import load_app
 
     values = runs._inputs(inputs)
     path = Path(workflow)

@@ -12,11 +12,11 @@ import typer
 
 from workrun.cli.common import JsonOpt, reading
 from workrun.cli.output import console, escape, print_json, styled
-from workrun.errors import ConfigError, UsageError
+from workrun.core.errors import ConfigError, UsageError
 from workrun_sdk import _wire
 
 if TYPE_CHECKING:
-    from workrun.models import AppSpec
+    from workrun.core.models import AppSpec
 
 app = typer.Typer(no_args_is_help=True, help="Create, run and list Apps.")
 
@@ -95,10 +95,10 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
     \f
     Implements R-A6.
     """
-    from workrun.apps import load_app
-    from workrun.operations import call_app
-    from workrun.recovery import recover_operations
-    from workrun.templates import parse_inputs
+    from workrun.core.templates import parse_inputs
+    from workrun.effects.operations import call_app
+    from workrun.engine.recovery import recover_operations
+    from workrun.runner.apps import load_app
 
     spec = load_app(project, app_name, field="APP")
     data: dict[str, object] = dict(parse_inputs(input))
@@ -138,7 +138,7 @@ def _asks(spec: AppSpec, tool: str) -> bool:
 def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App project directory."),
               json_mode: bool = JsonOpt) -> None:
     """List a project's Apps (and each Tool App's tools)."""
-    from workrun.apps import load_project
+    from workrun.runner.apps import load_project
 
     apps = load_project(project)
     rows: list[dict[str, Any]] = []

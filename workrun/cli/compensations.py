@@ -10,8 +10,8 @@ import typer
 from workrun.cli import reads
 from workrun.cli.common import JsonOpt, WaitOpt, reading, run_claim, scheduling
 from workrun.cli.output import console, escape, print_compensations, print_json, styled
-from workrun.errors import UsageError
-from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES
+from workrun.core.errors import UsageError
+from workrun.core.states import COMPENSATION_DONE, COMPENSATION_STATUSES
 
 app = typer.Typer(no_args_is_help=True, help="See and repair compensations (the operator's view).")
 
@@ -47,8 +47,8 @@ def retry(compensation_id: str = IdArg,
                                                   help="Run it with today's code even though the App changed."),
           json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Run a new attempt now (history kept); then run what it was holding back. Exit 0 if all succeeded."""
-    from workrun import operator
-    from workrun.views import compensation_full as _full
+    from workrun.app.views import compensation_full as _full
+    from workrun.repair import operator
 
     with reading(json_mode) as ro:  # an unknown id or a refusal is exit 2 at once, even while another scheduler runs
         comp = ro.journal.compensation(compensation_id)
@@ -75,7 +75,7 @@ def retry(compensation_id: str = IdArg,
 def note(compensation_id: str = IdArg, text: str = typer.Argument(..., metavar="TEXT", help="The note."),
          attach: Optional[Path] = typer.Option(None, "--attach", help="A file to copy into the record.")) -> None:
     """Add a note (and optionally a file) to a compensation's history."""
-    from workrun import operator
+    from workrun.repair import operator
 
     with reading(writable=True) as svc:
         c = operator.note(svc, compensation_id, text, attach)
@@ -86,7 +86,7 @@ def note(compensation_id: str = IdArg, text: str = typer.Argument(..., metavar="
 def resolve(compensation_id: str = IdArg,
             note_text: Optional[str] = typer.Option(None, "--note", help="What was done by hand.")) -> None:
     """Mark a compensation fixed by hand: done, and what it held back may proceed."""
-    from workrun import operator
+    from workrun.repair import operator
 
     with reading(writable=True) as svc:
         c = operator.resolve(svc, compensation_id, note_text)
@@ -100,7 +100,7 @@ def confirm(compensation_id: str = IdArg,
             not_done: bool = typer.Option(False, "--not-done", help="You verified it was not done."),
             note_text: Optional[str] = typer.Option(None, "--note", help="How you verified.")) -> None:
     """Settle a compensation whose outcome is unknown: --done or --not-done (then it may be retried)."""
-    from workrun import operator
+    from workrun.repair import operator
 
     if done == not_done:
         raise UsageError("give exactly one of --done or --not-done", field="confirm")

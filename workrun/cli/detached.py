@@ -29,7 +29,7 @@ def _run_action(args: list[str]) -> dict[str, Any]:
     """Run a run action through :mod:`workrun.app.runs`: ``rerun RUN [--wait]``, ``compensate RUN [--wait]``,
     ``stop RUN``."""
     from workrun.app import runs
-    from workrun.errors import WorkrunError
+    from workrun.core.errors import WorkrunError
 
     action, run_id, wait = args[0], args[1], "--wait" in args[2:]
     reason = next((a.split("=", 1)[1] for a in args[2:] if a.startswith("--reason=")), None)

@@ -59,7 +59,7 @@ def _quick(args: list[str]) -> int | None:
     if found is None:
         return None
     command, kwargs = found
-    from workrun import settings
+    from workrun.core import settings
 
     settings.current()  # what the root callback checks first (SPEC §17)
     code = command(**kwargs)  # a read command returns None (exit 0); run returns its exit code
@@ -84,7 +84,7 @@ def _failed(exc: BaseException, debug: bool) -> int:
         from click import exceptions as click_exceptions  # type: ignore[no-redef]
 
     from workrun.cli.output import print_error
-    from workrun.errors import WorkrunError
+    from workrun.core.errors import WorkrunError
 
     if isinstance(exc, WorkrunError):
         if debug:  # the traceback first, then the same one line and exit code as without --debug
@@ -118,7 +118,7 @@ def _failed(exc: BaseException, debug: bool) -> int:
 
 def _lines_of(exc: BaseException) -> list[str]:
     """The error lines a command that ended with ``exc`` reports (as data; empty for an unexpected error)."""
-    from workrun.errors import WorkrunError
+    from workrun.core.errors import WorkrunError
 
     if isinstance(exc, WorkrunError):
         return exc.lines()
@@ -184,8 +184,8 @@ def _ahead(args: list[str]) -> None:
         return
     import threading
 
+    from workrun.core.paths import existing_data_dir
     from workrun.journal.sqlite import check_ahead
-    from workrun.paths import existing_data_dir
     from workrun.runner.local import prestart_fork_server  # imported here, not in the thread (no import race)
 
     def start() -> None:
@@ -205,7 +205,7 @@ def run(args: list[str], errors: list[str] | None = None, *, ahead: bool = True)
 
     Args:
         args: the arguments after the program name.
-        errors: when given, the error lines of a :class:`~workrun.errors.WorkrunError` that ended the command
+        errors: when given, the error lines of a :class:`~workrun.core.errors.WorkrunError` that ended the command
             (or of a usage error) are appended to it as data (the dashboard's detached actions read them so,
             never from stderr).
         ahead: start ``run``'s work ahead in a thread (:func:`_ahead`); an in-process caller (the tests' CLI

@@ -69,7 +69,7 @@ def _root(
                                  callback=_print_version),
 ) -> None:
     del debug, version  # --debug is read by main() before typer runs; --version by its eager callback
-    from workrun import settings
+    from workrun.core import settings
 
     settings.current()  # every WORKRUN_* setting is checked before anything runs (SPEC §17)
 
@@ -88,9 +88,9 @@ def run(
 ) -> None:
     """Run a workflow; on final failure, compensate its succeeded calls. Exit 0/1/4 (waiting)/130 (0 with --submit)."""
     if submit:
+        from workrun.config.workflow import load_workflow
+        from workrun.core.templates import parse_inputs
         from workrun.nodes import default_executors
-        from workrun.templates import parse_inputs
-        from workrun.workflow import load_workflow
 
         spec, inputs = load_workflow(workflow, parse_inputs(input), default_executors())
         _submit(spec, inputs, eval_run, json_mode)
@@ -240,8 +240,8 @@ def schema(
     \f
     Implements R-L4.
     """
-    from workrun.errors import UsageError
-    from workrun.schema import app_schema, workflow_schema
+    from workrun.core.errors import UsageError
+    from workrun.core.schema import app_schema, workflow_schema
 
     if which not in ("workflow", "app"):
         raise UsageError(f"unknown schema {which!r} (workflow or app)", field="SCHEMA")
@@ -284,8 +284,8 @@ def verify(
 def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
     """Remove code snapshots that no unfinished compensation needs, and stale call directories (exit 1 when one
     cannot be removed)."""
-    from workrun.operations import gc_call_dirs
-    from workrun.snapshots import gc as snapshots_gc
+    from workrun.effects.operations import gc_call_dirs
+    from workrun.runner.snapshots import gc as snapshots_gc
 
     with scheduling(False, False, resume_first=False) as svc:
         removed, kept = snapshots_gc(svc, dry_run=dry_run)
@@ -297,10 +297,10 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what woul
     raise typer.Exit(1 if failed else 0)
 
 
-def _submit(spec, inputs: dict, eval_run: bool, json_mode: bool) -> None:
+def _submit(spec: Any, inputs: dict[str, Any], eval_run: bool, json_mode: bool) -> None:
     """``run --submit``: record the run for workers, print its id, exit 0 (R-S3)."""
-    from workrun.engine import create_run
-    from workrun.workers import needs_workers
+    from workrun.cluster.workers import needs_workers
+    from workrun.engine.driver import create_run
 
     with reading(json_mode, writable=True) as svc:
         needs_workers(svc)
@@ -342,15 +342,15 @@ def worker(
 
     from workrun.app.session import serve_metrics
     from workrun.cli.output import CliReporter
-    from workrun.workers import Worker, lease_seconds, needs_workers
+    from workrun.cluster.workers import Worker, lease_seconds, needs_workers
 
     lease = lease_seconds()
     with reading() as svc:
         needs_workers(svc)
         data_dir = svc.data_dir
     serve_metrics(metrics_port, metrics_host)
-    from workrun import logs
-    from workrun.errors import UsageError
+    from workrun.core import logs
+    from workrun.core.errors import UsageError
 
     if log_format not in ("text", "json"):
         raise UsageError(f"must be text or json, not {log_format!r}", field="--log-format")

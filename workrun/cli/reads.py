@@ -11,8 +11,8 @@ import json
 from typing import TYPE_CHECKING
 
 from workrun.cli.output import console, escape, print_compensations, print_json, print_list, run_table, styled
-from workrun.errors import UsageError
-from workrun.states import COMPENSATION_STATUSES
+from workrun.core.errors import UsageError
+from workrun.core.states import COMPENSATION_STATUSES
 
 if TYPE_CHECKING:
     pass
@@ -33,7 +33,7 @@ def list_runs(json_mode: bool, limit: int | None, all_runs: bool = False) -> Non
     Raises:
         UsageError: ``limit`` is below 1 (exit 2).
     """
-    from workrun.views import rollup_line, runs_list
+    from workrun.app.views import rollup_line, runs_list
 
     if limit is not None and limit < 1:
         raise UsageError(f"must be at least 1, not {limit}", field="--limit")
@@ -57,7 +57,7 @@ def show_run(run_id: str, json_mode: bool) -> None:
     Raises:
         NotFoundError: no run matches ``run_id`` (exit 2).
     """
-    from workrun.views import rollup_line, run_detail
+    from workrun.app.views import rollup_line, run_detail
 
     with viewing() as journal:
         view = run_detail(journal, run_id)
@@ -98,7 +98,7 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool) -> 
     Raises:
         UsageError: ``status`` is not a compensation status (exit 2).
     """
-    from workrun.views import compensations_list
+    from workrun.app.views import compensations_list
 
     if status is not None and status not in COMPENSATION_STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(COMPENSATION_STATUSES)})", field="--status")
@@ -120,7 +120,7 @@ def show_compensation(compensation_id: str, json_mode: bool) -> None:
     Raises:
         NotFoundError: no compensation matches ``compensation_id`` (exit 2).
     """
-    from workrun.views import compensation_detail, iso
+    from workrun.app.views import compensation_detail, iso
 
     with viewing() as journal:
         view = compensation_detail(journal, compensation_id)

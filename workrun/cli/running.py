@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: the quick path imports nothing it does not run
+    from workrun.runner.services import Confirm, Reporter
 
 __all__ = ["check_workflow", "reporter_for", "rerun_run", "run_workflow"]
 
 
-def reporter_for(log_format: str, json_mode: bool):  # noqa: ANN201 - a Reporter
+def reporter_for(log_format: str, json_mode: bool) -> Reporter:
     """The progress reporter of ``--log-format``: ``text`` (the terminal's lines, none with ``--json``) or
     ``json`` (one JSON object per line on stderr, R-F6; JSON logs switched on for the whole process).
 
     Raises:
         UsageError: another value (exit 2).
     """
-    from workrun import logs
     from workrun.cli.output import CliReporter
-    from workrun.errors import UsageError
+    from workrun.core import logs
+    from workrun.core.errors import UsageError
 
     if log_format not in ("text", "json"):
         raise UsageError(f"must be text or json, not {log_format!r}", field="--log-format")
@@ -28,7 +32,7 @@ def reporter_for(log_format: str, json_mode: bool):  # noqa: ANN201 - a Reporter
     return CliReporter(quiet=json_mode)
 
 
-def _confirm(json_mode: bool):  # noqa: ANN202 - a Confirm or None
+def _confirm(json_mode: bool) -> Confirm | None:
     """A person at a terminal answers typer's prompt; nobody is asked otherwise."""
     if sys.stdin.isatty() and not json_mode:
         from workrun.cli.common import ask
@@ -81,7 +85,7 @@ def check_workflow(workflow: Path | str, inputs: list[str], *, json_mode: bool) 
     """
     from workrun.app.checks import check
     from workrun.cli.output import print_json
-    from workrun.errors import ConfigError
+    from workrun.core.errors import ConfigError
 
     try:
         done = check(Path(workflow), list(inputs))

@@ -16,7 +16,7 @@ from workrun.app.session import run_claim, shared_journal
 from workrun.cli.output import CliReporter, console, print_json, run_table
 
 if TYPE_CHECKING:
-    from workrun.services import Services
+    from workrun.runner.services import Services
 
 __all__ = ["EXIT", "finish_run", "print_run", "reading", "run_claim", "scheduling", "shared_journal"]
 
@@ -50,7 +50,7 @@ def scheduling(json_mode: bool, wait: bool, *, resume_first: bool = True) -> Ite
 
 def finish_run(svc: Services, run_id: str, json_mode: bool) -> int:
     """Print the run (table or JSON) and return the exit code its status means (SPEC §16)."""
-    from workrun.views import run_detail
+    from workrun.app.views import run_detail
 
     view = run_detail(svc.journal, run_id)
     print_run(view, json_mode)

@@ -15,8 +15,8 @@ import typer
 
 from workrun.cli.common import JsonOpt, WaitOpt, finish_run, reading, run_claim, scheduling
 from workrun.cli.output import console, escape, print_json, styled
-from workrun.errors import UsageError
-from workrun.states import TICKET_STATUSES
+from workrun.core.errors import UsageError
+from workrun.core.states import TICKET_STATUSES
 
 __all__ = ["app"]
 
@@ -44,7 +44,7 @@ def list_tickets(
     json_mode: bool = JsonOpt,
 ) -> None:
     """List tickets (all runs), oldest first."""
-    from workrun.views import tickets_list
+    from workrun.app.views import tickets_list
 
     if status is not None and status not in TICKET_STATUSES:
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(TICKET_STATUSES)})", field="--status")
@@ -64,7 +64,7 @@ def list_tickets(
 @app.command("show")
 def show(ticket_id: str = IdArg, json_mode: bool = JsonOpt) -> None:
     """Show a ticket's timeline: the error, the action's attempts, notes and operator actions."""
-    from workrun.views import ticket_view
+    from workrun.app.views import ticket_view
 
     with reading(json_mode) as svc:
         view = ticket_view(svc.journal, svc.journal.ticket(ticket_id))
@@ -107,7 +107,7 @@ def resume(ticket_id: str = IdArg,
            result: Optional[str] = typer.Option(None, "--result", help="The node's result as JSON (default {})."),
            json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Mark the waiting node succeeded with RESULT and continue its run now (exit codes as `run`)."""
-    from workrun import tickets
+    from workrun.repair import tickets
 
     value = tickets.parse_result(result)
     with reading(json_mode) as ro:  # refusals change nothing: checked before the lock and any resuming
@@ -125,7 +125,7 @@ def terminate(ticket_id: str = IdArg,
               json_mode: bool = JsonOpt, wait: bool = WaitOpt,
               reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in the audit row).")) -> None:
     """End the ticket's run: failed and its calls compensated (exit 1), or terminated with --no-compensate."""
-    from workrun import tickets
+    from workrun.repair import tickets
 
     with reading(json_mode) as ro:
         t = tickets.check(ro, ticket_id, "terminate")
@@ -138,8 +138,8 @@ def terminate(ticket_id: str = IdArg,
 @app.command("retry")
 def retry(ticket_id: str = IdArg, json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Send the ticket's failed action again now (history kept). Exit 0 if it succeeded, else 1."""
-    from workrun import tickets
-    from workrun.views import ticket_view
+    from workrun.app.views import ticket_view
+    from workrun.repair import tickets
 
     with reading(json_mode) as ro:
         t = tickets.check(ro, ticket_id, "retry")
@@ -157,7 +157,7 @@ def retry(ticket_id: str = IdArg, json_mode: bool = JsonOpt, wait: bool = WaitOp
 def note(ticket_id: str = IdArg, text: str = typer.Argument(..., metavar="TEXT", help="The note."),
          attach: Optional[Path] = typer.Option(None, "--attach", help="A file to copy into the record.")) -> None:
     """Add a note (and optionally a file) to a ticket's history."""
-    from workrun import tickets
+    from workrun.repair import tickets
 
     with reading() as svc:
         t = tickets.note(svc, ticket_id, text, attach)
@@ -168,7 +168,7 @@ def note(ticket_id: str = IdArg, text: str = typer.Argument(..., metavar="TEXT",
 def resolve(ticket_id: str = IdArg,
             note_text: Optional[str] = typer.Option(None, "--note", help="What was done by hand.")) -> None:
     """Close a pending ticket by hand. The run is not advanced: its node keeps waiting."""
-    from workrun import tickets
+    from workrun.repair import tickets
 
     with reading() as svc:
         t = tickets.resolve(svc, ticket_id, note_text)
@@ -183,7 +183,7 @@ def confirm(ticket_id: str = IdArg,
             not_done: bool = typer.Option(False, "--not-done", help="You verified it was not done."),
             note_text: Optional[str] = typer.Option(None, "--note", help="How you verified.")) -> None:
     """Settle an action whose outcome is unknown: --done or --not-done (then it may be retried)."""
-    from workrun import tickets
+    from workrun.repair import tickets
 
     if done == not_done:
         raise UsageError("give exactly one of --done or --not-done", field="confirm")

@@ -7,7 +7,7 @@ from typing import List
 
 import typer
 
-from workrun.errors import UsageError
+from workrun.core.errors import UsageError
 
 __all__ = ["ui"]
 
@@ -34,7 +34,7 @@ def ui(
 
     import uvicorn
 
-    from workrun.paths import data_dir
+    from workrun.core.paths import data_dir
     from workrun.ui.app import create_app
 
     if not 0 <= port <= 65535:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workrun.states import COMPENSATION_DONE as DONE
-from workrun.states import COMPENSATION_HOLDING as HOLDING
+from workrun.core.states import COMPENSATION_DONE as DONE
+from workrun.core.states import COMPENSATION_HOLDING as HOLDING
 
 __all__ = ["Item", "Plan", "plan"]
 

@@ -1,7 +1,7 @@
 """Running a run's compensations in reverse dependency order, independent ones concurrently (R-C3, R-C4, R-C7).
 
 :func:`compensate_run` uses :mod:`workrun.compensation.planning` for the order
-and hold-back, and :func:`workrun.operations.run_attempt` for each attempt;
+and hold-back, and :func:`workrun.effects.operations.run_attempt` for each attempt;
 concurrency is bounded by ``Services.concurrency``.
 """
 
@@ -13,10 +13,10 @@ from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
+from workrun.core.outcomes import Failure, brief
 from workrun.effects import for_compensation
-from workrun.operations import Attempted
-from workrun.outcomes import Failure, brief
-from workrun.services import Services
+from workrun.effects.operations import Attempted
+from workrun.runner.services import Services
 
 __all__ = ["compensate_run", "refresh_holds"]
 

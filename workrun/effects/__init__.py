@@ -19,9 +19,9 @@ from workrun.effects.base import Compensator, Effect, Planned
 from workrun.effects.data import DataUpdate
 from workrun.effects.email import Email
 from workrun.effects.http_request import HttpRequest
-from workrun.operations import current_owner, owner_gone
+from workrun.effects.operations import current_owner, owner_gone
 from workrun.runner.base import CLAIM_WAIT
-from workrun.services import Services
+from workrun.runner.services import Services
 
 __all__ = ["Compensator", "Effect", "Planned", "for_compensation", "for_operation", "plan", "register",
            "register_action", "settle_operations"]

@@ -1,14 +1,15 @@
 """An App process call as a side effect (R-A1..R-A8, R-C7, R-R3): a node's or a Tool App's call, and a
-compensation script's attempt. The journaling around the process lives in :mod:`workrun.operations`."""
+compensation script's attempt. The journaling around the process lives in :mod:`workrun.effects.operations`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from workrun.core.models import AppSpec
+from workrun.effects.actions import knobs
 from workrun.effects.base import Planned
-from workrun.models import AppSpec
-from workrun.operations import (
+from workrun.effects.operations import (
     Attempted,
     finish_attempt,
     finish_operation,
@@ -16,14 +17,9 @@ from workrun.operations import (
     run_attempt,
     run_attempt_again,
 )
-from workrun.services import Services
+from workrun.runner.services import Services
 
 __all__ = ["AppCall"]
-
-
-def knobs(max_retries: int, timeout: float, backoff: float, idempotent: bool) -> dict[str, Any]:
-    """Attempt settings as the compensation record stores them (R-C7)."""
-    return {"max_attempts": max_retries + 1, "timeout": timeout, "backoff": backoff, "idempotent": int(idempotent)}
 
 
 class AppCall:

@@ -12,7 +12,7 @@ The life of a call, each step journaled before the next (R-J1, R-R3):
 
 The transport (this process, or a worker's executor through a shared journal) is the runner's
 (:class:`~workrun.runner.base.AppRunner`: ``start``/``wait`` for processes, ``send_request`` for
-requests), injected once in :class:`~workrun.services.Services`: no effect names it.
+requests), injected once in :class:`~workrun.runner.services.Services`: no effect names it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workrun.errors import StaleStatusError
+from workrun.core.errors import StaleStatusError
 
 if TYPE_CHECKING:
-    from workrun.operations import Attempted
-    from workrun.services import Services
+    from workrun.effects.operations import Attempted
+    from workrun.runner.services import Services
 
 __all__ = ["ActionOnly", "Compensator", "Effect", "Planned", "begin_attempt"]
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from workrun.core.models import HttpRequestSpec
+from workrun.core.templates import missing_value
+from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent, recover_http_attempt
 from workrun.effects.base import ActionOnly
-from workrun.effects.http_request import _action_lookup, finish_http_attempt, not_sent, recover_http_attempt
-from workrun.models import HttpRequestSpec
-from workrun.operations import Attempted
-from workrun.outbound import SendResult, fill_value
-from workrun.services import Services
-from workrun.templates import missing_value
-from workrun.ticket_records import run_data
+from workrun.effects.operations import Attempted
+from workrun.effects.ticket_records import run_data
+from workrun.outbound.http import SendResult, fill_value
+from workrun.runner.services import Services
 
 __all__ = ["DataUpdate"]
 
@@ -35,7 +35,7 @@ class DataUpdate(ActionOnly):
         action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
         spec = action.update_data
         assert spec is not None
-        lookup = _action_lookup(svc, comp, op)
+        lookup = action_lookup(svc, comp, op)
         try:
             updates = {f: fill_value(spec.values[f], lookup) if f in spec.values else None for f in spec.fields}
         except KeyError as exc:

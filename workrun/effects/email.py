@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from workrun.core.models import HttpRequestSpec, SmtpSpec
+from workrun.core.templates import missing_value
+from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent, recover_http_attempt
 from workrun.effects.base import ActionOnly
-from workrun.effects.http_request import _action_lookup, finish_http_attempt, not_sent, recover_http_attempt
-from workrun.mail import prepare_mail, send_mail
-from workrun.models import HttpRequestSpec, SmtpSpec
-from workrun.operations import Attempted
-from workrun.outbound import RequestError, allow_from_env, parse_allow
-from workrun.services import Services
-from workrun.templates import missing_value
+from workrun.effects.operations import Attempted
+from workrun.outbound.http import RequestError, allow_from_env, parse_allow
+from workrun.outbound.mail import prepare_mail, send_mail
+from workrun.runner.services import Services
 
 __all__ = ["Email", "message_of"]
 
@@ -36,7 +36,7 @@ def message_of(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> tuple
     smtp = SmtpSpec.model_validate(spec["smtp"])
     allow = parse_allow(list(spec.get("http_allow") or [])) + allow_from_env()
     mail = prepare_mail(action.email, subject=f"Workrun: reverse action — {comp['run_id']} {comp['node_key']}",
-                        message_id=f"<{comp['compensation_id']}@workrun>", lookup=_action_lookup(svc, comp, op))
+                        message_id=f"<{comp['compensation_id']}@workrun>", lookup=action_lookup(svc, comp, op))
     return mail, smtp, allow
 
 

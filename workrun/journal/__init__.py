@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workrun import errors, settings
+from workrun.core import errors, settings
 from workrun.journal.base import FAULT_POINTS, Journal
 from workrun.journal.postgres import PostgresJournal  # cheap: psycopg itself is imported only when used
 from workrun.journal.sqlite import SqliteJournal
@@ -22,7 +22,7 @@ __all__ = ["FAULT_POINTS", "Journal", "PostgresJournal", "SqliteJournal", "journ
 def journal_url() -> str | None:
     """The PostgreSQL URL from ``WORKRUN_JOURNAL``, or None for the embedded SQLite journal (R-S1).
 
-    Checked by :mod:`workrun.settings` with every other ``WORKRUN_*`` setting.
+    Checked by :mod:`workrun.core.settings` with every other ``WORKRUN_*`` setting.
 
     Raises:
         ConfigError: the variable is set to something else than ``sqlite`` or a ``postgresql://`` URL (exit 2).

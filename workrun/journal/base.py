@@ -12,15 +12,15 @@ Rules every backend keeps:
 
 - Each write is one transaction, committed before the method returns (and so
   before any side effect it precedes, R-J1); after the commit the write's
-  fault point (:data:`FAULT_POINTS`) is passed to :func:`workrun.faults.hit`.
-- Every status change is checked with :func:`workrun.states.check` against the
+  fault point (:data:`FAULT_POINTS`) is passed to :func:`workrun.core.faults.hit`.
+- Every status change is checked with :func:`workrun.core.states.check` against the
   state machine, inside the transaction, before anything is written.
 - Rows are plain ``dict``s keyed by column name; JSON columns come back decoded.
   Times are epoch seconds (``float``).
-- Errors are storage errors only: :class:`~workrun.errors.JournalError` (cannot
-  read/write), :class:`~workrun.errors.StaleStatusError` (a conditional write
-  found another status), :class:`~workrun.errors.InvalidTransitionError` (a bug),
-  :class:`~workrun.errors.NotFoundError` from lookups by id.
+- Errors are storage errors only: :class:`~workrun.core.errors.JournalError` (cannot
+  read/write), :class:`~workrun.core.errors.StaleStatusError` (a conditional write
+  found another status), :class:`~workrun.core.errors.InvalidTransitionError` (a bug),
+  :class:`~workrun.core.errors.NotFoundError` from lookups by id.
 
 Column sets of the rows are those of ``workrun/journal/migrations.py``.
 """
@@ -153,7 +153,7 @@ class CallRecords(Protocol):
                          resources: list[Row] | None = None, depends_on: list[str] | None = None,
                          process: Row | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
         """Record a call's outcome: ``succeeded`` | ``failed`` | ``unknown``, with a
-        :class:`~workrun.outcomes.Failure` kind when it did not succeed. ``resources`` and ``depends_on``
+        :class:`~workrun.core.outcomes.Failure` kind when it did not succeed. ``resources`` and ``depends_on``
         are left as they were when None.
 
         Args:
@@ -483,7 +483,7 @@ class RunClaims(Protocol):
 
     def fenced(self, run_id: str, worker_id: str, epoch: int) -> AbstractContextManager[None]:
         """While inside, every write is conditional on ``worker_id`` holding ``run_id``'s claim at ``epoch``;
-        a refused write raises :class:`~workrun.errors.ClaimLostError` (R-F2)."""
+        a refused write raises :class:`~workrun.core.errors.ClaimLostError` (R-F2)."""
 
     def run_claim(self, run_id: str) -> Row | None:
         """The run's claim (``worker_id``, ``lease_until``, ``takeovers``, the worker's ``host`` and ``pid``)."""
@@ -494,7 +494,7 @@ class RunClaims(Protocol):
 
 
 class CallClaims(Protocol):
-    """Claims of single calls (``dispatched_calls``, see :mod:`workrun.dispatch`): executors run a run's App
+    """Claims of single calls (``dispatched_calls``, see :mod:`workrun.cluster.dispatch`): executors run a run's App
     processes."""
 
     def dispatch_call(self, call_id: str, run_id: str | None, call: Row, now: float) -> bool:

@@ -153,7 +153,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, node_key)
     );
     """,
-    # 3: the kind of a failure, as data (workrun.outcomes.Failure); rows written before it get theirs from the
+    # 3: the kind of a failure, as data (workrun.core.outcomes.Failure); rows written before it get theirs from the
     # messages those versions wrote (a one-time backfill: nothing reads messages to decide anything afterwards)
     """
     ALTER TABLE operations ADD COLUMN failure TEXT;

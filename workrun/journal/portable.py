@@ -3,7 +3,7 @@
 After DBOS's split of its system database: this module holds what both
 dialects run unchanged — statements with ``?`` placeholders, composed by
 :func:`_insert` and :func:`_update`, and every state change checked against
-:mod:`workrun.states` inside its transaction — and
+:mod:`workrun.core.states` inside its transaction — and
 :class:`SqlJournal` declares the plumbing each dialect supplies:
 
 - :meth:`SqlJournal._tx`: one transaction of statements after the state
@@ -28,9 +28,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from workrun.errors import NotFoundError, StaleStatusError
+from workrun.core.errors import NotFoundError, StaleStatusError
+from workrun.core.states import check
 from workrun.journal.base import FAULT_POINTS
-from workrun.states import check
 
 __all__ = ["FAULT_POINTS", "SqlJournal"]
 
@@ -63,7 +63,7 @@ def _check_status(table: str, key: tuple[Any, ...], found: str | None, new: str,
 
     Raises:
         StaleStatusError: the caller saw ``seen`` and the row holds another status now (nothing is written).
-        InvalidTransitionError: ``found`` -> ``new`` is not a transition of :mod:`workrun.states`.
+        InvalidTransitionError: ``found`` -> ``new`` is not a transition of :mod:`workrun.core.states`.
     """
     if found is None:
         return

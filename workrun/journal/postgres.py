@@ -19,7 +19,7 @@ What it shares with the SQLite journal, and how:
   each table a ``rowid BIGSERIAL`` so "insertion order" means the same on both.
   Migrating takes an advisory lock: several workers may start at once.
 - **State machine.** Every status write is checked against
-  :mod:`workrun.states` inside its transaction, after ``SELECT … FOR UPDATE``
+  :mod:`workrun.core.states` inside its transaction, after ``SELECT … FOR UPDATE``
   on the row, so two workers can never both move a row from the same status.
 
 Claims (R-S2), after DBOS's queue (``SELECT … FOR UPDATE SKIP LOCKED``, an
@@ -35,7 +35,7 @@ Under the run claim, each App process the scheduler starts is a row of
 executors claim the same way (:meth:`PostgresJournal.claim_calls`); every write
 on it is conditional on the status and claimant it expects, so a call is
 claimed once, fenced calls never start, and an executor that lost its claim
-stores nothing (see :mod:`workrun.dispatch`).
+stores nothing (see :mod:`workrun.cluster.dispatch`).
 
 Two things hold for every statement, in one place (:meth:`PostgresJournal._attempt`):
 
@@ -52,7 +52,7 @@ Two things hold for every statement, in one place (:meth:`PostgresJournal._attem
   write transaction on that journal then first locks the claim row (``FOR KEY
   SHARE``: a takeover's ``FOR UPDATE`` waits for it, and it for the takeover) and
   checks that the epoch is still its own; if not, nothing is written and
-  :class:`~workrun.errors.ClaimLostError` stops the scheduler.
+  :class:`~workrun.core.errors.ClaimLostError` stops the scheduler.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from workrun import faults, logs, metrics, settings
-from workrun.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError
+from workrun.core import faults, logs, metrics, settings
+from workrun.core.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _check_status, _insert, _status_query, _update
 
@@ -168,7 +168,7 @@ class PostgresJournal(SqlJournal):
     @contextlib.contextmanager
     def fenced(self, run_id: str, worker_id: str, epoch: int) -> Iterator[None]:
         """While inside, every write transaction on this journal is conditional on ``worker_id`` still holding
-        ``run_id``'s claim at ``epoch`` (R-F2); a refused one raises :class:`~workrun.errors.ClaimLostError` and
+        ``run_id``'s claim at ``epoch`` (R-F2); a refused one raises :class:`~workrun.core.errors.ClaimLostError` and
         writes nothing. Use one journal per driven run (each scheduler has its own)."""
         before = self._fence
         self._fence = (run_id, worker_id, int(epoch))

@@ -9,7 +9,7 @@ WAL mode; each write is one transaction committed before the caller goes on
 durable against the runner being killed (the threat model of R-R4); set
 ``WORKRUN_SYNC=full`` to also survive power loss at some cost per write.
 
-After each committed write :func:`workrun.faults.hit` is called with the
+After each committed write :func:`workrun.core.faults.hit` is called with the
 write's point name (``FAULT_POINTS``) so tests can kill the runner there.
 ``WORKRUN_MAX_PAGES=N`` (test-only) caps the file at N pages so writes fail
 as on a full disk. A failed write raises JournalError; the transaction is
@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from workrun import faults, settings
-from workrun.errors import ConfigError, JournalError, JournalVersionError
+from workrun.core import faults, settings
+from workrun.core.errors import ConfigError, JournalError, JournalVersionError
 from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import (
@@ -213,7 +213,7 @@ class SqliteJournal(SqlJournal):
                 try:
                     for sql, params in pending:
                         self._db.execute(sql, params)
-                    for table, key, new, seen in checks:  # the state machine (workrun/states.py), under the lock
+                    for table, key, new, seen in checks:  # the state machine (workrun/core/states.py), under the lock
                         row = self._db.execute(_status_query(table), key).fetchone()
                         _check_status(table, key, row["status"] if row else None, new, seen, str(self.path))
                     for sql, params in statements:

@@ -1,7 +1,7 @@
 """Node executors, one per ``kind`` (``base.py`` has the contract).
 
 :func:`default_executors` is the registry the CLI and recovery hand to the engine;
-a new kind is one line here (and its spec class in :mod:`workrun.models`). Each
+a new kind is one line here (and its spec class in :mod:`workrun.core.models`). Each
 kind's module is imported when the registry is first asked for that kind, so a
 workflow of process nodes never loads the agent, remote or HTTP code (R-P3).
 """

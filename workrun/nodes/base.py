@@ -4,7 +4,7 @@ An executor knows how to run one kind of node; it knows nothing of the engine,
 of scheduling or of failure policies other than what its own kind needs. The
 engine is handed a registry ``{kind: executor}``; registering a new kind is one
 entry in :func:`workrun.nodes.default_executors` plus its spec class in
-:mod:`workrun.models`.
+:mod:`workrun.core.models`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from workrun.models import NodeSpec, OutputField
-from workrun.outcomes import NodeOutcome
+from workrun.core.models import NodeSpec, OutputField
+from workrun.core.outcomes import NodeOutcome
 
 if TYPE_CHECKING:  # a name in annotations only: checking a workflow needs no runner or journal (SPEC §24)
-    from workrun.services import Services
+    from workrun.runner.services import Services
 
 __all__ = ["NodeExecutor", "NodeJob", "Where"]
 

@@ -1,4 +1,4 @@
-"""``kind = "http"`` nodes, journaled around :mod:`workrun.outbound` (R-H1, R-H2, R-W7).
+"""``kind = "http"`` nodes, journaled around :mod:`workrun.outbound.http` (R-H1, R-H2, R-W7).
 
 An http node's request is an *operation* like an App call (R-J1). Order of writes, each committed
 before the next step::
@@ -22,14 +22,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from workrun import tracing
-from workrun.backoff import backoff_delay
-from workrun.effects.http_request import KIND, _walk, finish_request_operation
-from workrun.errors import ConfigError
-from workrun.models import HttpNode, NodeSpec, OutputField
+from workrun.core import tracing
+from workrun.core.backoff import backoff_delay
+from workrun.core.errors import ConfigError
+from workrun.core.models import HttpNode, NodeSpec, OutputField
+from workrun.core.outcomes import Failure, NodeOutcome, brief
+from workrun.core.templates import missing_value
+from workrun.effects.actions import walk
+from workrun.effects.http_request import KIND, finish_request_operation
+from workrun.effects.operations import current_owner
 from workrun.nodes.base import NodeJob, Where
-from workrun.operations import current_owner
-from workrun.outbound import (
+from workrun.outbound.http import (
     PreparedRequest,
     RequestError,
     UrlTemplate,
@@ -42,9 +45,7 @@ from workrun.outbound import (
     prepare,
     whole_reference,
 )
-from workrun.outcomes import Failure, NodeOutcome, brief
-from workrun.services import Services, new_id
-from workrun.templates import missing_value
+from workrun.runner.services import Services, new_id
 
 __all__ = [
     "KIND",
@@ -71,7 +72,7 @@ def _node_lookup(context: dict[str, Any]) -> Callable[[str], Any]:
         if parts[0] == "data" and len(parts) == 2:  # the run's data when the node started (R-K4)
             return (context.get("data") or {}).get(parts[1])
         if parts[0] == "nodes" and len(parts) >= 3 and parts[1] in context["nodes"]:
-            return _walk(context["nodes"][parts[1]]["result"], parts[3:], ref)
+            return walk(context["nodes"][parts[1]]["result"], parts[3:], ref)
         raise KeyError(ref)
 
     return lookup

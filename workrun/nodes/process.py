@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from workrun.apps import load_app
-from workrun.backoff import backoff_delay
-from workrun.errors import ConfigError
-from workrun.models import NodeSpec, OutputField, ProcessNode
+from workrun.core.backoff import backoff_delay
+from workrun.core.errors import ConfigError
+from workrun.core.models import NodeSpec, OutputField, ProcessNode
+from workrun.core.outcomes import Failure, NodeOutcome, brief
+from workrun.core.templates import render
+from workrun.effects.operations import call_app
 from workrun.nodes.base import NodeJob, Where
-from workrun.operations import call_app
-from workrun.outcomes import Failure, NodeOutcome, brief
-from workrun.services import Services
-from workrun.templates import render
+from workrun.runner.apps import load_app
+from workrun.runner.services import Services
 
 __all__ = ["ProcessExecutor"]
 

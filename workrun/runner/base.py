@@ -1,6 +1,6 @@
 """The contract between the runner of App processes and everything above it (R-A7, R-A8, R-R3).
 
-:class:`AppRunner` is what :mod:`workrun.operations` and the node executors use;
+:class:`AppRunner` is what :mod:`workrun.effects.operations` and the node executors use;
 :class:`workrun.runner.local.LocalRunner` implements it with uv environments and
 real process groups, and tests hand the engine a fake one. Nothing here touches
 the journal: the caller journals intent before :meth:`AppRunner.start` and the
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workrun.outcomes import Failure
+from workrun.core.outcomes import Failure
 
 if TYPE_CHECKING:
-    from workrun.outbound import PreparedRequest, SendResult
+    from workrun.outbound.http import PreparedRequest, SendResult
 
 __all__ = ["CLAIM_WAIT", "RUNNING_AFTER", "AppRunner", "Collected", "Outcome", "Started"]
 
@@ -115,7 +115,7 @@ class AppRunner(Protocol):
 
     - :meth:`prepare` returns the python of the project's environment, preparing it
       first when needed (``uv sync --locked``, never rewriting ``uv.lock``), and raises
-      :class:`~workrun.errors.EnvironmentUnavailableError` when it cannot (R-A8).
+      :class:`~workrun.core.errors.EnvironmentUnavailableError` when it cannot (R-A8).
     - :meth:`start` writes ``input.json`` into an existing empty call directory and
       starts the App's supervisor (forked by the environment's fork server, or the
       SDK's launcher spawned) in its own process group with a clean environment;

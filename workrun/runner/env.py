@@ -15,9 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from workrun.errors import EnvironmentUnavailableError
-from workrun.filestamps import StampedCache
-from workrun.paths import real_path, user_umask
+from workrun.core.errors import EnvironmentUnavailableError
+from workrun.core.filestamps import StampedCache
+from workrun.core.paths import real_path, user_umask
 from workrun_sdk import _wire
 
 __all__ = ["EnvManager", "app_environment", "clean_env", "existing_sdk_path", "sdk_path", "uv_bin"]

@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workrun.errors import UsageError
-from workrun.paths import real_path
+from workrun.core.errors import UsageError
+from workrun.core.paths import real_path
 from workrun_sdk import _wire
 
 __all__ = ["LAUNCH_ENV", "REQUEST_MAX", "ForkServers", "ForkServerError", "ForkedProcess", "RequestTooLarge",
@@ -321,7 +321,7 @@ def prestart(python: str, sdk_dir: Path, env: dict[str, str], cwd: Path) -> None
             return
         _EARLY[(ident, state)] = early
     try:
-        # the umask a runner has once its data dir is open (workrun.paths.private_umask), which this
+        # the umask a runner has once its data dir is open (workrun.core.paths.private_umask), which this
         # process may not have set yet: calls forked from it get the same one as from any other server
         server = _Server(python, sdk_dir, server_env, cwd, None, umask=0o077)
         if server.ready.get("ready"):

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workrun.outbound import PreparedRequest, SendResult, allow_from_env, parse_allow, send
-from workrun.outcomes import Failure
+from workrun.core.outcomes import Failure
+from workrun.outbound.http import PreparedRequest, SendResult, allow_from_env, parse_allow, send
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
 from workrun.runner.env import EnvManager, app_environment, existing_sdk_path, sdk_path

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workrun.lock import SchedulerLock
-from workrun.operator import actor
+from workrun.core.lock import SchedulerLock
+from workrun.repair.operator import actor
 
 __all__ = ["ActionResult", "run_action", "ui_actor"]
 

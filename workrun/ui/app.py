@@ -2,7 +2,7 @@
 
 Pages: Runs, Run, Compensations, Tickets, Apps (R-U2). Each page's changing part is re-fetched as
 an HTML fragment (``?fragment=1``) by ``static/app.js`` every 0.5 s, so a journal commit shows
-within 1 s without a reload (R-U3). ``/api/…`` answers with the functions of :mod:`workrun.views`
+within 1 s without a reload (R-U3). ``/api/…`` answers with the functions of :mod:`workrun.app.views`
 that the CLI prints with ``--json`` (R-U7). Actions run the CLI's own commands (see
 :mod:`workrun.ui.actions`, R-U4). :class:`workrun.ui.security.Guard` wraps everything (R-U5).
 
@@ -30,9 +30,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from workrun import views
-from workrun.errors import NotFoundError, WorkrunError
-from workrun.services import Services
+from workrun.app import views
+from workrun.core.errors import NotFoundError, WorkrunError
+from workrun.runner.services import Services
 from workrun.ui import graph
 from workrun.ui.actions import ActionResult, run_action
 from workrun.ui.security import Guard, csrf_token
@@ -305,7 +305,7 @@ def apps_page(request: Request) -> Response:
 def apps_view(d: Dashboard) -> list[dict[str, Any]]:
     """Projects with their Apps: config (entry, compensation, output contract), tools from the tool listing
     cache, and whether the code fingerprint changed since the App's last call."""
-    from workrun.apps import diff_fingerprints, fingerprint, load_project
+    from workrun.runner.apps import diff_fingerprints, fingerprint, load_project
 
     # Apps only: an http node's request or a remote agent's task is an operation, but no App of a project
     calls = [c for c in d.journal.latest_app_calls() if c["kind"] in APP_KINDS]

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from workrun.apps import load_app
-from workrun.errors import ConfigError
-from workrun.models import AgentNode, NodeSpec, OutputField
+from workrun.core.errors import ConfigError
+from workrun.core.models import AgentNode, NodeSpec, OutputField
+from workrun.core.outcomes import NodeOutcome
 from workrun.nodes.agent.loop import run_agent_node
 from workrun.nodes.base import NodeJob, Where
-from workrun.outcomes import NodeOutcome
-from workrun.services import Services
+from workrun.runner.apps import load_app
+from workrun.runner.services import Services
 
 __all__ = ["AgentExecutor"]
 

@@ -24,17 +24,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workrun.apps import load_app
-from workrun.errors import WorkrunError
-from workrun.models import AgentNode, AppSpec
+from workrun.core.errors import WorkrunError
+from workrun.core.models import AgentNode, AppSpec
+from workrun.core.outcomes import NodeOutcome
+from workrun.core.templates import render
+from workrun.effects.operations import call_app
 from workrun.nodes.agent.backend import Backend, ToolCall
 from workrun.nodes.agent.openai_backend import OpenAIBackend
 from workrun.nodes.agent.tools import discover
 from workrun.nodes.base import NodeJob
-from workrun.operations import call_app
-from workrun.outcomes import NodeOutcome
-from workrun.services import Services
-from workrun.templates import render
+from workrun.runner.apps import load_app
+from workrun.runner.services import Services
 
 __all__ = ["ScriptedBackend", "run_agent_node"]
 

@@ -27,8 +27,8 @@ import os
 from collections import deque
 from typing import Any
 
-from workrun.errors import WorkrunError
-from workrun.models import AgentNode
+from workrun.core.errors import WorkrunError
+from workrun.core.models import AgentNode
 from workrun.nodes.agent.backend import ToolCall
 from workrun_sdk import _wire
 

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workrun.apps import fingerprint
-from workrun.errors import ConfigError
-from workrun.models import AppSpec
-from workrun.services import Services, new_id
+from workrun.core.errors import ConfigError
+from workrun.core.models import AppSpec
+from workrun.runner.apps import fingerprint
+from workrun.runner.services import Services, new_id
 
 __all__ = ["DISCOVERY_TIMEOUT", "discover"]
 

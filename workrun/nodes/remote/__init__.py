@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from workrun.errors import ConfigError
-from workrun.models import NodeSpec, OutputField, RemoteAgentNode
+from workrun.core.errors import ConfigError
+from workrun.core.models import NodeSpec, OutputField, RemoteAgentNode
+from workrun.core.outcomes import NodeOutcome
 from workrun.nodes.base import NodeJob, Where
 from workrun.nodes.remote.a2a import MISSING_EXTRA, a2a_available, cancel_open_tasks, run_remote_node, url_problem
-from workrun.outcomes import NodeOutcome
-from workrun.services import Services
+from workrun.runner.services import Services
 
 __all__ = ["RemoteExecutor"]
 

@@ -45,12 +45,12 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 from urllib.parse import urlsplit
 
-from workrun.errors import ConfigError
-from workrun.models import RemoteAgentNode
-from workrun.outcomes import NodeOutcome
-from workrun.services import Services
-from workrun.states import TERMINAL_REMOTE_STATES as TERMINAL_STATES
-from workrun.templates import render
+from workrun.core.errors import ConfigError
+from workrun.core.models import RemoteAgentNode
+from workrun.core.outcomes import NodeOutcome
+from workrun.core.states import TERMINAL_REMOTE_STATES as TERMINAL_STATES
+from workrun.core.templates import render
+from workrun.runner.services import Services
 
 __all__ = ["MAX_ANSWER", "MAX_RESPONSE", "MISSING_EXTRA", "REQUEST_TIMEOUT", "TERMINAL_STATES", "a2a_available",
            "cancel_open_tasks", "run_remote_node", "url_problem"]

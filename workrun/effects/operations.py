@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workrun import metrics, tracing
-from workrun.apps import check_contract, diff_fingerprints, fingerprint
-from workrun.backoff import backoff_delay
-from workrun.errors import EnvironmentUnavailableError, StaleStatusError
-from workrun.models import AppSpec
-from workrun.outcomes import Failure
-from workrun.paths import real_path
+from workrun.core import metrics, tracing
+from workrun.core.backoff import backoff_delay
+from workrun.core.errors import EnvironmentUnavailableError, StaleStatusError
+from workrun.core.models import AppSpec
+from workrun.core.outcomes import Failure
+from workrun.core.paths import real_path
 from workrun.runner import Outcome
+from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.runner.process import alive, proc_start_time
-from workrun.services import Services, new_id
-from workrun.snapshots import materialize, take
+from workrun.runner.services import Services, new_id
+from workrun.runner.snapshots import materialize, take
 
 __all__ = [
     "Attempted",

@@ -6,14 +6,14 @@ id and a lease its heartbeat renews:
 - **Run claims: the scheduler.** A worker (``workrun worker``) claims a run that
   needs work — nodes to run, compensations to attempt, a remote cancel owed —
   with the journal's ``claim_run`` and drives it with the same code as a local
-  ``workrun run``/``resume`` (:func:`workrun.recovery.drive`: the engine, then
+  ``workrun run``/``resume`` (:func:`workrun.engine.recovery.drive`: the engine, then
   compensation in reverse dependency order with hold-back). One scheduler per run
   decides its order and hold-back (R-C3, R-C4).
 - **Call claims: the executors.** The scheduler does not start App processes
   itself: each node call and compensation attempt it decides to start is queued
-  in ``dispatched_calls`` (:class:`workrun.dispatch.DispatchRunner`), and the
+  in ``dispatched_calls`` (:class:`workrun.cluster.dispatch.DispatchRunner`), and the
   executor slots of any worker claim queued calls, run them and store their
-  outcomes (:class:`workrun.dispatch.Executors`). So one run's calls spread over
+  outcomes (:class:`workrun.cluster.dispatch.Executors`). So one run's calls spread over
   the fleet while its order is decided in one place. HTTP requests and reverse
   actions are sent by the run's scheduler itself.
 
@@ -41,7 +41,7 @@ scheduler drives its run inside the journal's ``fenced`` (run, worker, epoch): e
 write it makes for the run is conditional on the claim still being that one. A
 worker frozen past its lease whose run another worker took writes nothing more to
 it: its scheduler stops at its first refused write
-(:class:`~workrun.errors.ClaimLostError`), says so on its own stderr (never in the
+(:class:`~workrun.core.errors.ClaimLostError`), says so on its own stderr (never in the
 journal) and the worker goes on with other runs; its heartbeat, finding the claim
 gone, says so too. An executor that lost a call claim stores nothing (its write is
 conditional on the claim).
@@ -61,14 +61,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from workrun import logs, metrics, settings
-from workrun.dispatch import DispatchRunner, Executors
-from workrun.errors import ClaimLostError, ConfigError, DatabaseUnreachableError, SchedulerBusyError
+from workrun.cluster.dispatch import DispatchRunner, Executors
+from workrun.core import logs, metrics, settings
+from workrun.core.errors import ClaimLostError, ConfigError, DatabaseUnreachableError, SchedulerBusyError
+from workrun.engine.recovery import drive
 from workrun.journal import open_journal
 from workrun.journal.base import RunClaims, SharedJournal
-from workrun.recovery import drive
 from workrun.runner.process import alive
-from workrun.services import Reporter, Services, new_id
+from workrun.runner.services import Reporter, Services, new_id
 
 __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "dispatching", "drive_claimed", "holding", "lease_seconds",
            "claim_lost", "fenced", "needs_workers", "resume_shared", "say_claim_lost", "shared"]
@@ -79,7 +79,8 @@ RECLAIM_DELAY = 15.0  # a run given back unfinished (e.g. environment unavailabl
 
 
 def lease_seconds() -> float:
-    """The claim lease in seconds: ``WORKRUN_LEASE`` (a number >= 1), default 30; checked by :mod:`workrun.settings`.
+    """The claim lease in seconds: ``WORKRUN_LEASE`` (a number >= 1), default 30; checked by
+    :mod:`workrun.core.settings`.
 
     Raises:
         ConfigError: the variable is not a number >= 1 (exit 2).
@@ -219,7 +220,7 @@ def say_claim_lost(run_id: str, worker_id: str) -> None:
 @contextmanager
 def dispatching(svc: Services, run_id: str) -> Iterator[None]:
     """While scheduling ``run_id`` on a shared journal, start its App processes through executors' claims
-    (:class:`~workrun.dispatch.DispatchRunner`), and settle its in-flight ones from their claims (R-R3)."""
+    (:class:`~workrun.cluster.dispatch.DispatchRunner`), and settle its in-flight ones from their claims (R-R3)."""
     runner = svc.runner
     svc.runner = DispatchRunner(shared(svc), runner, run_id)
     try:

@@ -2,7 +2,7 @@
 
 Used by ``http`` nodes and HTTP reverse actions; it knows nothing of runs or the journal.
 
-Load time (before anything runs; every problem is a :class:`~workrun.errors.ConfigError`):
+Load time (before anything runs; every problem is a :class:`~workrun.core.errors.ConfigError`):
 :func:`parse_url` keeps scheme, host and port literal (a template there is refused) and
 :func:`check_templates` checks brace balance, where ``{{ env.NAME }}`` may appear (header
 values only) and that every named environment variable is set.
@@ -13,7 +13,7 @@ kept out of what is shown), then :func:`send` resolves the host once, checks eve
 against the guard (:func:`check_address`), connects to a checked address with the right
 ``Host`` header and TLS server name, follows no redirect, bounds sizes and runs the whole
 exchange under one timeout. The outcome is data (:class:`SendResult` with a
-:class:`~workrun.outcomes.Failure` kind), never an exception.
+:class:`~workrun.core.outcomes.Failure` kind), never an exception.
 
 Rules of the guard (R-H3): refused unless allowed by ``http_allow`` or ``WORKRUN_HTTP_ALLOW``:
 unspecified, loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from workrun import settings
-from workrun.errors import ConfigError
-from workrun.outcomes import Failure
-from workrun.redact import redact_value
-from workrun.templates import strings
+from workrun.core import settings
+from workrun.core.errors import ConfigError
+from workrun.core.outcomes import Failure
+from workrun.core.redact import redact_value
+from workrun.core.templates import strings
 from workrun_sdk import _wire
 
 if TYPE_CHECKING:  # socket and ssl are imported where a request is sent: a workflow load needs neither (R-P3)

@@ -13,8 +13,8 @@ import os
 import stat
 from pathlib import Path
 
-from workrun import settings
-from workrun.errors import ConfigError
+from workrun.core import settings
+from workrun.core.errors import ConfigError
 
 __all__ = ["data_dir", "keep_copy", "private_umask", "real_path", "user_umask"]
 

@@ -22,12 +22,12 @@ import getpass
 from pathlib import Path
 from typing import Any
 
-from workrun import settings
 from workrun.compensation import compensate_run, refresh_holds
-from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
-from workrun.paths import keep_copy
-from workrun.services import Services
-from workrun.states import COMPENSATION_DONE
+from workrun.core import settings
+from workrun.core.errors import ActionRefusedError, StaleStatusError, UsageError
+from workrun.core.paths import keep_copy
+from workrun.core.states import COMPENSATION_DONE
+from workrun.runner.services import Services
 
 __all__ = ["actor", "confirm", "note", "resolve", "retry", "retry_refusal"]
 

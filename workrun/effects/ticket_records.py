@@ -2,10 +2,10 @@
 
 Pure functions of their arguments (no journal, no clock): the engine writes what
 they build in the one transaction that makes a node ``waiting`` or handled
-(R-M1, R-M3, R-M4), and :mod:`workrun.ticket_actions` and :mod:`workrun.tickets`
+(R-M1, R-M3, R-M4), and :mod:`workrun.effects.ticket_actions` and :mod:`workrun.repair.tickets`
 reuse them. An action's request is prepared here, once, when it is registered (R-X1):
-its templates are filled from the file's text by :func:`workrun.outbound.prepare` and
-the journal keeps the prepared values (:meth:`~workrun.outbound.PreparedRequest.queued`)
+its templates are filled from the file's text by :func:`workrun.outbound.http.prepare` and
+the journal keeps the prepared values (:meth:`~workrun.outbound.http.PreparedRequest.queued`)
 with ``{{ env.NAME }}`` in header values as typed references, read only when the
 request is sent (R-H5). Nothing that sends a stored request fills a template again, so
 a value from outside (an input, a result, an answer, an error line) that contains
@@ -18,9 +18,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from workrun.mail import prepare_mail
-from workrun.models import HttpAction
-from workrun.outbound import (
+from workrun.core.models import HttpAction
+from workrun.outbound.http import (
     EnvLater,
     RequestError,
     UnsafeRequestError,
@@ -29,6 +28,7 @@ from workrun.outbound import (
     parse_url,
     prepare,
 )
+from workrun.outbound.mail import prepare_mail
 
 __all__ = [
     "SYSTEM_ACTOR",
@@ -108,7 +108,7 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
 
     Returns:
         ``{method, url, headers, body, timeout, prepared}``: the request as shown (``{{ env.NAME }}`` as text)
-        and ``prepared``, its :meth:`~workrun.outbound.PreparedRequest.queued` form that is sent; or, when a
+        and ``prepared``, its :meth:`~workrun.outbound.http.PreparedRequest.queued` form that is sent; or, when a
         filled value makes it unsafe (an empty value in the URL, a dot segment), ``unsendable`` (the reason,
         final) and ``prepared`` None.
 

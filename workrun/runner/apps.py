@@ -22,11 +22,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workrun.errors import ConfigError
-from workrun.filestamps import Stamp, StampedCache, settled, stamp
-from workrun.models import AppSpec
-from workrun.outbound import check_action
-from workrun.paths import real_path
+from workrun.core.errors import ConfigError
+from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
+from workrun.core.models import AppSpec
+from workrun.core.paths import real_path
+from workrun.outbound.http import check_action
 
 __all__ = [
     "FINGERPRINT_EXCLUDED_DIRS",
@@ -200,7 +200,7 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     """Read and validate every App of a project.
 
     The parsed ``pyproject.toml`` is kept per process while its stat stamp holds
-    (:mod:`workrun.filestamps`): an edited file is always read again. Entry paths are
+    (:mod:`workrun.core.filestamps`): an edited file is always read again. Entry paths are
     checked on every call.
 
     Args:
@@ -343,7 +343,7 @@ def _fingerprinted_files(project: Path) -> list[str]:
 
     Outside a git work tree the listing is kept per process while the stat stamps of every directory it
     walked hold (an added, removed or renamed entry changes its directory's stamp) and no ``.git`` appears
-    in the project or a parent (:mod:`workrun.filestamps`, issue 14); inside one it is listed every time
+    in the project or a parent (:mod:`workrun.core.filestamps`, issue 14); inside one it is listed every time
     (what git ignores depends on more than the directories: its index, config and exclude files)."""
     root = os.path.abspath(project)
     probes = [os.path.join(folder, ".git") for folder in _ancestors(real_path(root))]
@@ -419,7 +419,7 @@ _HASHES: StampedCache[str] = StampedCache(size=4096)
 
 
 def _file_hash(path: str) -> str:
-    """sha256 hex of one file, kept while its stat stamp holds (:mod:`workrun.filestamps`).
+    """sha256 hex of one file, kept while its stat stamp holds (:mod:`workrun.core.filestamps`).
 
     Raises:
         OSError: the file cannot be read.

@@ -25,17 +25,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-from workrun import metrics, tracing
 from workrun.compensation.records import plan_records
+from workrun.core import metrics, tracing
+from workrun.core.models import FailurePolicy, NodeSpec, WorkflowSpec
+from workrun.core.outcomes import NodeOutcome
+from workrun.core.states import NODE_ENDED
+from workrun.core.templates import missing_value, node_dependencies
 from workrun.effects import settle_operations
-from workrun.models import FailurePolicy, NodeSpec, WorkflowSpec
-from workrun.nodes.base import NodeExecutor, NodeJob
-from workrun.outbound import RequestError
-from workrun.outcomes import NodeOutcome
-from workrun.services import Services, new_id
-from workrun.states import NODE_ENDED
-from workrun.templates import missing_value, node_dependencies
-from workrun.ticket_records import (
+from workrun.effects.ticket_records import (
     SYSTEM_ACTOR,
     action_row,
     data_updates,
@@ -48,6 +45,9 @@ from workrun.ticket_records import (
     ticket_message,
     ticket_row,
 )
+from workrun.nodes.base import NodeExecutor, NodeJob
+from workrun.outbound.http import RequestError
+from workrun.runner.services import Services, new_id
 
 __all__ = ["STOP_POLL_SECONDS", "Engine", "create_run"]
 
@@ -282,7 +282,7 @@ class Engine:
         """Drive a ``running`` run until it succeeds, fails or is stopped; return its status.
 
         In-flight calls from a runner that died are settled first (R-R1, R-R3).
-        Compensation is not run here; see :func:`workrun.recovery.drive`.
+        Compensation is not run here; see :func:`workrun.engine.recovery.drive`.
 
         The scheduling loop runs in a thread of its own (``workrun-scheduler``), which runs a node itself when it
         is the only one that can run (a chain: no hand-over between threads per step, issue 14); this thread

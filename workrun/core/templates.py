@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from workrun.errors import ConfigError
+from workrun.core.errors import ConfigError
 
 __all__ = ["REFERENCE", "TemplateValueError", "check_template_braces", "node_dependencies", "parse_inputs", "render",
            "strings", "template_refs"]

@@ -37,7 +37,7 @@ tasks are sent by the run's scheduler itself.
 **HTTP requests** (:meth:`DispatchRunner.send_request`): the scheduler journals
 the intent (``starting``) and queues the request as prepared, except that
 ``{{ env.NAME }}`` in header values stays a reference
-(:meth:`~workrun.outbound.PreparedRequest.queued`): nothing secret is stored. The
+(:meth:`~workrun.outbound.http.PreparedRequest.queued`): nothing secret is stored. The
 executor that claims it reads ``env.NAME`` from **its own** environment at send
 time (so every worker that may send must have those variables, and
 ``WORKRUN_HTTP_ALLOW`` if the request needs it; the run's ``http_allow`` travels
@@ -45,7 +45,7 @@ with the request), passes the same outbound guard, and commits "about to send"
 (:meth:`~workrun.journal.postgres.PostgresJournal.http_sending`: the claim's mark
 and the operation's or attempt's ``running``, in one transaction, only while it
 holds the claim and the operation/attempt is still ``starting``) before a byte
-leaves (R-H1, R-H2). It stores the :class:`~workrun.outbound.SendResult` with
+leaves (R-H1, R-H2). It stores the :class:`~workrun.outbound.http.SendResult` with
 the same conditional write as an App call's outcome; the scheduler journals it
 exactly as a request it sent itself. Takeover of a request whose executor's
 lease passed: no "about to send" mark -> it was never sent: queued again
@@ -72,11 +72,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from workrun import settings
-from workrun.errors import DatabaseUnreachableError, EnvironmentUnavailableError
+from workrun.core import settings
+from workrun.core.errors import DatabaseUnreachableError, EnvironmentUnavailableError
+from workrun.core.outcomes import Failure
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
-from workrun.outbound import (
+from workrun.outbound.http import (
     EnvLater,
     PreparedRequest,
     RequestError,
@@ -86,13 +87,12 @@ from workrun.outbound import (
     parse_allow,
     send,
 )
-from workrun.outcomes import Failure
 from workrun.runner import calldir
 from workrun.runner.base import AppRunner, Collected, Outcome, Started
 from workrun.runner.forkserver import launch_mode
 from workrun.runner.local import LocalRunner
 from workrun.runner.process import kill_group, proc_start_time
-from workrun.snapshots import materialize
+from workrun.runner.snapshots import materialize
 
 __all__ = ["DispatchRunner", "Executors"]
 
@@ -232,13 +232,13 @@ class DispatchRunner:
 
         Args:
             call_id: the request's id (the operation id, or ``<compensation id>.<attempt number>``).
-            request: from :func:`~workrun.outbound.prepare` (only its :meth:`queued` form is stored).
+            request: from :func:`~workrun.outbound.http.prepare` (only its :meth:`queued` form is stored).
             allow: the run's ``http_allow`` entries (the sender adds its own ``WORKRUN_HTTP_ALLOW``).
             mark: what "about to send" sets ``running``: ``{"operation_id"}`` or ``{"compensation_id",
                 "number"}`` (its intent is already journaled ``starting``).
 
         Returns:
-            The stored :class:`~workrun.outbound.SendResult`; ``unknown`` when its executor's lease passed
+            The stored :class:`~workrun.outbound.http.SendResult`; ``unknown`` when its executor's lease passed
             after "about to send"; not sent when it was stopped before any executor claimed it.
         """
         call = {"kind": "http", "request": request.queued(), "allow": list(allow), "mark": mark}
@@ -355,7 +355,7 @@ class Executors:
 
     Args:
         data_dir: the worker's data directory (call directories ``calls/exec-<call id>``, environments).
-        beat: the worker's :class:`~workrun.workers.Heartbeat` (its id, host and lease; it renews the
+        beat: the worker's :class:`~workrun.cluster.workers.Heartbeat` (its id, host and lease; it renews the
             claims listed in ``beat.calls``).
         slots: App processes run at once.
         runs: None to claim any run's calls, or a function returning the run ids to claim calls of.

@@ -4,7 +4,7 @@ A message is prepared once (its body template filled, R-X1) and sent through the
 the host goes through the outbound guard (R-H3, ``http_allow``/``WORKRUN_HTTP_ALLOW``), the connection
 goes to the checked address (the TLS server name stays the host), ``starttls`` or implicit ``tls``,
 AUTH with ``username``/``password`` (``{{ env.NAME }}`` read now, never shown: redacted from every
-answer, R-X2). Outcomes (:class:`~workrun.outbound.SendResult`, ``smtp_code`` the last reply code):
+answer, R-X2). Outcomes (:class:`~workrun.outbound.http.SendResult`, ``smtp_code`` the last reply code):
 
 - 2xx after the message: succeeded;
 - refused before the message was sent (a refused connection; MAIL, RCPT or DATA answered 4xx/5xx):
@@ -30,8 +30,10 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Any
 
-from workrun.errors import ConfigError
-from workrun.outbound import (
+from workrun.core.errors import ConfigError
+from workrun.core.outcomes import Failure
+from workrun.core.redact import redact
+from workrun.outbound.http import (
     AllowList,
     RequestError,
     SendResult,
@@ -39,8 +41,6 @@ from workrun.outbound import (
     fill_text,
     resolve_host,
 )
-from workrun.outcomes import Failure
-from workrun.redact import redact
 
 __all__ = ["check_smtp", "prepare_mail", "send_mail"]
 
@@ -149,7 +149,7 @@ def _message(smtp: Any, mail: Mapping[str, Any]) -> bytes:
 def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
               before_send: Callable[[], None] | None = None,
               environ: Mapping[str, str] | None = None) -> SendResult:
-    """Send one prepared message (:func:`prepare_mail`) through ``smtp`` (an :class:`~workrun.models.SmtpSpec`);
+    """Send one prepared message (:func:`prepare_mail`) through ``smtp`` (an :class:`~workrun.core.models.SmtpSpec`);
     never raises for network or server trouble: the outcome is data (see the module doc).
 
     Args:

@@ -14,10 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workrun.apps import load_app, one_reading, parse_toml, pydantic_error, toml_type
-from workrun.errors import ConfigError, ConfigErrors
-from workrun.mail import check_smtp
-from workrun.models import (
+from workrun.core.errors import ConfigError, ConfigErrors
+from workrun.core.models import (
     NODE_MODELS,
     AgentNode,
     AppSpec,
@@ -33,8 +31,9 @@ from workrun.models import (
     SmtpSpec,
     WorkflowSpec,
 )
+from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeExecutor, Where
-from workrun.outbound import (
+from workrun.outbound.http import (
     allow_from_env,
     check_action,
     check_request,
@@ -42,7 +41,8 @@ from workrun.outbound import (
     parse_allow,
     whole_reference,
 )
-from workrun.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
+from workrun.outbound.mail import check_smtp
+from workrun.runner.apps import load_app, one_reading, parse_toml, pydantic_error, toml_type
 
 __all__ = ["load_workflow", "parse_policy"]
 
@@ -54,7 +54,7 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
 
     Raises:
         ConfigError: naming the field (or sub-field) for anything but the written forms of
-            :class:`~workrun.models.FailurePolicy`.
+            :class:`~workrun.core.models.FailurePolicy`.
     """
     try:
         return FailurePolicy.parse(value)
@@ -190,7 +190,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
     Raises:
         ConfigError: bad TOML, unknown keys, missing nodes, cycles, bad templates,
-            unknown Apps, App config errors, bad failure policies; :class:`~workrun.errors.ConfigErrors`
+            unknown Apps, App config errors, bad failure policies; :class:`~workrun.core.errors.ConfigErrors`
             when there are several (each node's first error, then the workflow's: all reported, R-L1).
     """
     path = Path(path)

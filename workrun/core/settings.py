@@ -1,6 +1,6 @@
 """Every ``WORKRUN_*`` environment setting, read and checked in one place before anything runs (SPEC §17).
 
-A bad value is a :class:`~workrun.errors.ConfigError` (exit 2) whose one line
+A bad value is a :class:`~workrun.core.errors.ConfigError` (exit 2) whose one line
 names the variable and what it accepts, e.g.
 ``error: WORKRUN_CONCURRENCY: must be an integer from 1 to 1024, not 'abc'``.
 Unset or empty means the default. ``WORKRUN_CALL_DIR`` is not a setting: the
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workrun.errors import ConfigError
+from workrun.core.errors import ConfigError
 
 __all__ = ["VARIABLES", "Settings", "current", "parse_allow_entry"]
 

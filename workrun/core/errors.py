@@ -9,7 +9,7 @@
       SchedulerBusyError(WorkrunError)            exit 3: another scheduler holds the data dir (R-J3)
       JournalError(WorkrunError)                  exit 1: the journal cannot be read or written
         JournalVersionError                       the journal is newer than this Workrun
-        InvalidTransitionError                    a status change outside workrun/states.py (a bug)
+        InvalidTransitionError                    a status change outside workrun/core/states.py (a bug)
         StaleStatusError                          a conditional write found the row changed meanwhile
       EnvironmentUnavailableError(WorkrunError)   exit 1: an App's uv environment cannot be prepared
 """

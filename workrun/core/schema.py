@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workrun.models import NODE_MODELS, AppSpec, ConnectorSpec, HttpAction, RetryPolicy, SmtpSpec
+from workrun.core.models import NODE_MODELS, AppSpec, ConnectorSpec, HttpAction, RetryPolicy, SmtpSpec
 
 __all__ = ["DRAFT", "app_schema", "workflow_schema"]
 

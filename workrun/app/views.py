@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from workrun.core.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED, TICKET_STATUSES
 from workrun.journal import Journal
-from workrun.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED, TICKET_STATUSES
 
 __all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "attempt_view", "compensation_detail", "compensation_full",
            "compensation_rollup", "compensation_view", "compensations_list", "iso", "not_undone_rollup",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
-from workrun import settings
+from workrun.core import settings
 
 __all__ = ["hit", "hit_all"]
 

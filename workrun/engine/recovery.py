@@ -24,11 +24,11 @@ from typing import Any
 
 from workrun.compensation import compensate_run, plan_records
 from workrun.effects import for_compensation, for_operation, settle_operations
-from workrun.engine import Engine
+from workrun.effects.ticket_actions import notify_dead_letters, run_actions, send_notifications
+from workrun.engine.driver import Engine
 from workrun.nodes import NodeExecutor, default_executors
 from workrun.runner.base import CLAIM_WAIT
-from workrun.services import Services
-from workrun.ticket_actions import notify_dead_letters, run_actions, send_notifications
+from workrun.runner.services import Services
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
            "stop_orphaned_run", "unfinished_runs"]

@@ -1,6 +1,6 @@
 """Opt-in code snapshots (``compensation = { entry = ..., code = "snapshot" }``; R-C8, issue 4).
 
-At call time the project's fingerprinted files (``workrun.apps.fingerprint``)
+At call time the project's fingerprinted files (``workrun.runner.apps.fingerprint``)
 are copied into a content-addressed store in the data dir:
 ``objects/<sha256>`` holds each file once (deduplicated by hash) and
 ``snapshots/<fingerprint>.json`` lists ``{path: sha256}``. Compensation runs
@@ -24,9 +24,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from workrun import settings
-from workrun.apps import Fingerprint
-from workrun.states import COMPENSATION_DONE
+from workrun.core import settings
+from workrun.core.states import COMPENSATION_DONE
+from workrun.runner.apps import Fingerprint
 
 __all__ = ["Store", "gc", "materialize", "max_bytes", "take"]
 

@@ -72,7 +72,7 @@ Attempts (one compensation process)::
 
 from __future__ import annotations
 
-from workrun.errors import InvalidTransitionError
+from workrun.core.errors import InvalidTransitionError
 
 __all__ = ["ACTIVE_OPERATION", "COMPENSATION_DONE", "COMPENSATION_HOLDING", "COMPENSATION_STATUSES", "NODE_ENDED",
            "OPERATION_ENDED", "TERMINAL_REMOTE_STATES", "TICKET_STATUSES", "TRANSITIONS", "allowed", "check"]
@@ -163,4 +163,4 @@ def check(table: str, key: tuple[object, ...], old: str, new: str) -> None:
     if not allowed(table, old, new):
         raise InvalidTransitionError(
             f"{table} {'/'.join(map(str, key))}: {old} -> {new} is not a transition "
-            "of the state machine (workrun/states.py); nothing was written")
+            "of the state machine (workrun/core/states.py); nothing was written")

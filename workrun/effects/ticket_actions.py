@@ -19,16 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workrun import faults
-from workrun.backoff import backoff_delay
-from workrun.errors import ActionRefusedError, ConfigError
-from workrun.mail import send_mail
-from workrun.models import HttpAction, SmtpSpec, WorkflowSpec
-from workrun.outbound import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
-from workrun.outcomes import Failure
-from workrun.services import Services, new_id
-from workrun.templates import missing_value
-from workrun.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
+from workrun.core import faults
+from workrun.core.backoff import backoff_delay
+from workrun.core.errors import ActionRefusedError, ConfigError
+from workrun.core.models import HttpAction, SmtpSpec, WorkflowSpec
+from workrun.core.outcomes import Failure
+from workrun.core.templates import missing_value
+from workrun.effects.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
+from workrun.outbound.http import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
+from workrun.outbound.mail import send_mail
+from workrun.runner.services import Services, new_id
 
 __all__ = [
     "notify_dead_letters",
@@ -46,7 +46,7 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
     """Send a stored request through the outbound guard of the run's workflow (R-H3..R-H5, R-X1).
 
     Args:
-        request: as :func:`~workrun.ticket_records.render_request` stored it: ``prepared`` holds the values
+        request: as :func:`~workrun.effects.ticket_records.render_request` stored it: ``prepared`` holds the values
             filled once at registration, with ``{{ env.NAME }}`` in header values as typed references, read
             now; no template is filled here. ``unsendable`` (R-X3) fails it at once, not sent, final.
 

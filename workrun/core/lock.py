@@ -16,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from workrun.errors import SchedulerBusyError
+from workrun.core.errors import SchedulerBusyError
 
 __all__ = ["SchedulerLock"]
 

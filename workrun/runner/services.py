@@ -16,10 +16,10 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
-from workrun import settings
+from workrun.core import settings
+from workrun.core.paths import data_dir as default_data_dir
+from workrun.core.paths import private_umask
 from workrun.journal import Journal, open_journal
-from workrun.paths import data_dir as default_data_dir
-from workrun.paths import private_umask
 from workrun.runner import AppRunner, LocalRunner, calldir
 from workrun.runner.forkserver import launch_mode
 
@@ -130,13 +130,13 @@ class Services:
     """Everything a scheduling or reading command needs, created once per command.
 
     Args:
-        data_dir: the data directory (default: :func:`workrun.paths.data_dir`).
+        data_dir: the data directory (default: :func:`workrun.core.paths.data_dir`).
         reporter: receives progress messages.
         check: run the journal's integrity check on open.
         writable: the command writes to the data dir (False: a read command, which may read a
             data dir it cannot write; SPEC §17).
 
-    Tunables (environment, checked by :mod:`workrun.settings`): ``WORKRUN_CONCURRENCY`` (parallel
+    Tunables (environment, checked by :mod:`workrun.core.settings`): ``WORKRUN_CONCURRENCY`` (parallel
     calls, default 4), ``WORKRUN_GRACE`` (seconds between SIGTERM and SIGKILL, default 5).
 
     Raises:

@@ -26,17 +26,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from workrun.engine import Engine
-from workrun.errors import ActionRefusedError, StaleStatusError, UsageError
-from workrun.models import WorkflowSpec
+from workrun.core.errors import ActionRefusedError, StaleStatusError, UsageError
+from workrun.core.models import WorkflowSpec
+from workrun.core.paths import keep_copy
+from workrun.core.templates import template_refs
+from workrun.effects.ticket_actions import run_action, send_notifications
+from workrun.effects.ticket_records import event_row
+from workrun.engine.driver import Engine
+from workrun.engine.recovery import compensate_now, drive
 from workrun.nodes import default_executors
-from workrun.operator import actor
-from workrun.paths import keep_copy
-from workrun.recovery import compensate_now, drive
-from workrun.services import Services
-from workrun.templates import template_refs
-from workrun.ticket_actions import run_action, send_notifications
-from workrun.ticket_records import event_row
+from workrun.repair.operator import actor
+from workrun.runner.services import Services
 from workrun_sdk import _wire
 
 __all__ = [
