@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from workrun.app.checks import check
 from workrun.app.results import Finished, _inputs
 from workrun.app.session import reading, run_claim, scheduling, shared_journal, viewing
 from workrun.core.errors import ActionRefusedError, UsageError, WorkrunError
+from workrun.core.rows import CompensationRow, OperationRow, RunClaimRow, RunRow
 from workrun.core.states import COMPENSATION_DONE
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
                         note="" if handled else "nothing to resume")
 
 
-def check_compensate(run: dict[str, Any], *, lasting_only: bool = False) -> None:
+def check_compensate(run: RunRow, *, lasting_only: bool = False) -> None:
     """Refuse ``compensate`` of this run row (exit 2): an evaluation run, or one running, succeeded or waiting
     for a person.
 
@@ -292,7 +293,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     owed = run_row["status"] in ("failed", "stopped", "terminated") and not run_row["eval"]
     if owed:
         for rec in plan_records([o for o in ops if o["operation_id"] not in comps], svc.now()):
-            comps[rec["operation_id"]] = rec
+            comps[rec["operation_id"]] = cast(CompensationRow, rec)
     items = [Item(o["operation_id"], o["node_key"] or "", tuple(o["depends_on"] or ()),
                   comps[o["operation_id"]]["compensation_id"] if o["operation_id"] in comps else None,
                   comps[o["operation_id"]]["status"] if o["operation_id"] in comps else None,
@@ -362,7 +363,7 @@ def _describe_action(action: dict[str, Any]) -> str:
     return f"{action.get('method', '')} {action.get('url', '')}{via}".strip()
 
 
-def _reverse_order(ops: list[dict[str, Any]]) -> list[str]:
+def _reverse_order(ops: list[OperationRow]) -> list[str]:
     """Operation ids in compensation order: a call before every call it depends on, the newest first among
     independent ones (as :func:`workrun.compensation.compensate_run` starts them, R-C3)."""
     ids = [o["operation_id"] for o in ops]
@@ -463,11 +464,11 @@ def _dispatching(svc: Services, run_id: str) -> Any:
     return dispatching(svc, run_id)
 
 
-def _claim_of(svc: Services, run_id: str) -> dict[str, Any] | None:
+def _claim_of(svc: Services, run_id: str) -> RunClaimRow | None:
     """The run's claim on a shared journal (its ``lease_until``), or None."""
     from workrun.cluster.workers import shared
 
-    claim: dict[str, Any] | None = shared(svc).run_claim(run_id)
+    claim: RunClaimRow | None = shared(svc).run_claim(run_id)
     return claim
 
 
@@ -489,7 +490,7 @@ class _StopClaim:
             self.beat.stop()
             raise SchedulerBusyError("held by a worker")
 
-    def holder(self) -> dict[str, Any]:
+    def holder(self) -> RunClaimRow:
         return _claim_of(self.svc, self.run_id) or {}
 
     def release(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from workrun.core.rows import AttemptRow, CompensationRow, RunRow, TicketRow
 from workrun.core.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED, TICKET_STATUSES
 from workrun.journal import Journal
 
@@ -25,7 +26,7 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
 
 
-def attempt_view(a: dict[str, Any]) -> dict[str, Any]:
+def attempt_view(a: AttemptRow) -> dict[str, Any]:
     """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, http_status, response_tail,
     trigger, status, error, result}`` (``http_status``/``response_tail`` for a reverse action, R-H7)."""
     return {"number": a["number"], "started_at": iso(a["started_at"]), "ended_at": iso(a["ended_at"]),
@@ -35,7 +36,7 @@ def attempt_view(a: dict[str, Any]) -> dict[str, Any]:
             "trigger": a["trigger"], "status": a["status"], "error": a["error"], "result": a["result"]}
 
 
-def compensation_view(c: dict[str, Any], attempts: list[dict[str, Any]]) -> dict[str, Any]:
+def compensation_view(c: CompensationRow, attempts: list[AttemptRow]) -> dict[str, Any]:
     """One compensation as in SPEC §9, plus the context it was given and its timestamps."""
     return {"compensation_id": c["compensation_id"], "status": c["status"],
             "attempts": [attempt_view(a) for a in attempts], "result": c["result"], "reason": c["reason"],
@@ -45,7 +46,7 @@ def compensation_view(c: dict[str, Any], attempts: list[dict[str, Any]]) -> dict
             "updated_at": iso(c["updated_at"])}
 
 
-def run_summary(run: dict[str, Any]) -> dict[str, Any]:
+def run_summary(run: RunRow) -> dict[str, Any]:
     """``{run_id, workflow, workflow_path, status, started_at, ended_at, eval, verify, rerun_of}`` (``runs list
     --json``; ``verify``: a run of ``workrun verify``, R-V1)."""
     return {"run_id": run["run_id"], "workflow": run["workflow"], "workflow_path": run["workflow_path"],
@@ -63,7 +64,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
     run_id = run["run_id"]
     messages = journal.messages(run_id)
     comps = {c["operation_id"]: c for c in journal.compensations(run_id)}
-    attempts: dict[str, list[dict[str, Any]]] = {}
+    attempts: dict[str, list[AttemptRow]] = {}
     for a in journal.attempts_of_run(run_id):
         attempts.setdefault(a["compensation_id"], []).append(a)
 
@@ -99,7 +100,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
             "tickets": [ticket_view(journal, t) for t in journal.tickets(run_id)]}
 
 
-def ticket_view(journal: Journal, t: dict[str, Any]) -> dict[str, Any]:
+def ticket_view(journal: Journal, t: TicketRow) -> dict[str, Any]:
     """One ticket as in SPEC §12: ``ticket_id``, ``run_id``, ``node_key``, ``status``, ``error``, ``action``
     (null or ``{status, attempts, result, reason, request, max_attempts}``), ``history`` (every event:
     ``{at, actor, action, args, text, attachment}``), plus ``policy``, ``notifications`` and timestamps.
@@ -237,7 +238,7 @@ def run_detail(journal: Journal, run_id: str) -> dict[str, Any]:
     return with_rollup(view, counts, journal)
 
 
-def compensation_full(journal: Journal, c: dict[str, Any]) -> dict[str, Any]:
+def compensation_full(journal: Journal, c: CompensationRow) -> dict[str, Any]:
     """One compensation row as in ``compensations list --json``: the §9 object plus ``operation_id``,
     ``run_id``, ``node_key`` and its operator ``events``."""
     view = compensation_view(c, journal.attempts(c["compensation_id"]))

@@ -75,6 +75,7 @@ from typing import Any
 from workrun.core import settings
 from workrun.core.errors import DatabaseUnreachableError, EnvironmentUnavailableError
 from workrun.core.outcomes import Failure
+from workrun.core.rows import DispatchedCallRow
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
 from workrun.outbound.http import (
@@ -215,7 +216,7 @@ class DispatchRunner:
             with self._mutex:
                 self._waiting.discard(call_id)
 
-    def _say_unclaimed(self, row: dict[str, Any]) -> None:
+    def _say_unclaimed(self, row: DispatchedCallRow) -> None:
         """Once per scheduler: say on the run why it waits when a call stays queued (no executor claims it)."""
         waited = time.time() - float(row["queued_at"])
         if self._said_unclaimed or waited < UNCLAIMED_SAY or self.run_id is None:
@@ -283,7 +284,7 @@ class DispatchRunner:
                 _STORED.wait(pause)
             pause = min(POLL_MAX, pause * 1.5)
 
-    def _settle(self, row: dict[str, Any], *, ending: bool) -> Outcome | None:
+    def _settle(self, row: DispatchedCallRow, *, ending: bool) -> Outcome | None:
         """Decide a call whose executor's lease passed (R-R3) and store it on the expired claim; None when
         it was queued again (its process provably never started) or someone stored an outcome first."""
         exec_dir = Path(row["exec_dir"])

@@ -64,6 +64,7 @@ from typing import Any, cast
 from workrun.cluster.dispatch import DispatchRunner, Executors
 from workrun.core import logs, metrics, settings
 from workrun.core.errors import ClaimLostError, ConfigError, DatabaseUnreachableError, SchedulerBusyError
+from workrun.core.rows import RunClaimRow
 from workrun.engine.recovery import drive
 from workrun.journal import open_journal
 from workrun.journal.base import RunClaims, SharedJournal
@@ -180,7 +181,7 @@ class Heartbeat:
         with self._mutex:
             self.calls.discard(call_id)
 
-    def claim(self, journal: RunClaims, run_id: str | None = None) -> dict[str, Any] | None:
+    def claim(self, journal: RunClaims, run_id: str | None = None) -> RunClaimRow | None:
         """Claim a run (any that needs work, or ``run_id``) for this worker; remember it for renewal."""
         with self._mutex:  # renewals of a claim being taken wait, so a fresh claim is never reported lost
             got = journal.claim_run(self.worker_id, time.time(), self.lease, run_id, exclude=self.held)
@@ -229,7 +230,7 @@ def dispatching(svc: Services, run_id: str) -> Iterator[None]:
         svc.runner = runner
 
 
-def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
+def drive_claimed(svc: Services, claim: RunClaimRow) -> str:
     """Drive a claimed run with the local engine and compensation (after R-R3 recovery on takeover)."""
     run_id = claim["run_id"]
     if claim["takeover"]:
@@ -244,21 +245,21 @@ def drive_claimed(svc: Services, claim: dict[str, Any]) -> str:
         return drive(svc, run_id)
 
 
-def claim_lost(journal: SharedJournal, claim: dict[str, Any]) -> bool:
+def claim_lost(journal: SharedJournal, claim: RunClaimRow) -> bool:
     """True when ``claim`` is no longer the run's claim (another claim, a higher epoch, was taken since)."""
     now = journal.run_claim(claim["run_id"]) or {}
     return (now.get("worker_id"), now.get("epoch")) != (claim["worker_id"], claim["epoch"])
 
 
 @contextmanager
-def fenced(svc: Services, claim: dict[str, Any]) -> Iterator[None]:
+def fenced(svc: Services, claim: RunClaimRow) -> Iterator[None]:
     """While inside, every write of ``svc``'s journal is conditional on ``claim`` (its worker and epoch, R-F2)."""
     with shared(svc).fenced(claim["run_id"], claim["worker_id"], claim["epoch"]):
         yield
 
 
 @contextmanager
-def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[dict[str, Any]]:
+def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[RunClaimRow]:
     """Hold one run's claim (with a heartbeat) for a command that schedules it: ``run``, ``compensate``, ``retry``.
 
     Raises:
@@ -328,7 +329,7 @@ class Worker:
         """This worker's id (``wkr_…``), recorded on each claim."""
         return self.beat.worker_id
 
-    def _slot(self, claim: dict[str, Any]) -> str:
+    def _slot(self, claim: RunClaimRow) -> str:
         svc = Services(self.data_dir, self.reporter, check=False)
         try:
             try:

@@ -10,6 +10,7 @@ import hashlib
 from typing import Any
 
 from workrun import effects
+from workrun.core.rows import OperationRow
 
 __all__ = ["compensation_id_for", "plan_records"]
 
@@ -19,7 +20,7 @@ def compensation_id_for(operation_id: str) -> str:
     return "cmp_" + hashlib.sha256(operation_id.encode()).hexdigest()[:12]
 
 
-def plan_records(ops: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+def plan_records(ops: list[OperationRow], now: float) -> list[dict[str, Any]]:
     """Compensation records for every succeeded call of a finally failed run (R-C1, SPEC §10).
 
     A call whose config snapshot has a compensation entry (a script, or an HTTP reverse action: an http

@@ -14,6 +14,7 @@ from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
 from workrun.core.outcomes import Failure, brief
+from workrun.core.rows import CompensationRow
 from workrun.effects import for_compensation
 from workrun.effects.operations import Attempted
 from workrun.runner.services import Services
@@ -21,11 +22,11 @@ from workrun.runner.services import Services
 __all__ = ["compensate_run", "refresh_holds"]
 
 
-def _label(comp: dict[str, Any]) -> str:
+def _label(comp: CompensationRow) -> str:
     return f"compensation {comp['compensation_id']} of {comp['node_key']}"
 
 
-def _holders_text(by_id: dict[str, dict[str, Any]], holders: list[str]) -> str:
+def _holders_text(by_id: dict[str, CompensationRow], holders: list[str]) -> str:
     parts = []
     for h in holders:
         c = by_id.get(h)
@@ -33,7 +34,7 @@ def _holders_text(by_id: dict[str, dict[str, Any]], holders: list[str]) -> str:
     return "held back by " + ", ".join(parts) + ": their calls depend on its call, so it waits until they are cleared"
 
 
-def _announce(svc: Services, comp: dict[str, Any], old: str | None) -> None:
+def _announce(svc: Services, comp: CompensationRow, old: str | None) -> None:
     if comp["status"] != old:
         text = f"{_label(comp)}: {comp['status']}" + (f" ({comp['reason']})" if comp.get("reason") else "")
         if comp["status"] == "succeeded" and comp.get("result") is not None:
@@ -75,7 +76,7 @@ def refresh_holds(svc: Services, run_id: str,
     return decision, by_id, set(decision.release)
 
 
-def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) -> list[dict[str, Any]]:
+def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) -> list[CompensationRow]:
     """Run the run's compensations until none can make progress now; return them afterwards.
 
     Args:

@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Any
 
+from workrun.core.rows import AttemptRow, CompensationRow, NodeRow, OperationRow, RunRow
+
 __all__ = ["attempt_span", "enabled", "node_span", "operation_span", "run_span", "trace_id_of", "traceparent"]
 
 _STATE: dict[str, Any] = {}
@@ -126,20 +128,20 @@ def _record(name: str, trace_id: int, parent_span: int, start: float | None, end
         pass
 
 
-def run_span(run: dict[str, Any]) -> None:
+def run_span(run: RunRow) -> None:
     """A run (or the part this process drove) ended or paused: ``run`` span with its status."""
     rid = run["run_id"]
     _record("run", trace_id_of(rid), _span_id(rid, "root"), run.get("created_at"), run.get("ended_at"),
             {"workrun.run_id": rid, "workrun.status": run.get("status")})
 
 
-def node_span(run_id: str, node: dict[str, Any]) -> None:
+def node_span(run_id: str, node: NodeRow) -> None:
     """A node ended: ``node`` span (child of the run's)."""
     _record("node", trace_id_of(run_id), _span_id(run_id, "root"), node.get("started_at"), node.get("ended_at"),
             {"workrun.run_id": run_id, "workrun.node_key": node.get("node_key"), "workrun.status": node.get("status")})
 
 
-def operation_span(op: dict[str, Any]) -> None:
+def operation_span(op: OperationRow) -> None:
     """An operation ended: ``operation`` span (and ``http.request`` for an http node's), in its run's trace."""
     rid = op.get("run_id")
     if not rid:
@@ -154,7 +156,7 @@ def operation_span(op: dict[str, Any]) -> None:
                 {**attrs, "http.request.method": (op.get("input") or {}).get("method")})
 
 
-def attempt_span(comp: dict[str, Any], attempt: dict[str, Any] | None) -> None:
+def attempt_span(comp: CompensationRow, attempt: AttemptRow | None) -> None:
     """A compensation attempt ended (``attempt`` span); when its compensation is final, a ``compensation`` span."""
     rid = comp.get("run_id")
     if not rid:

@@ -12,8 +12,8 @@ must treat calls differently by kind asks :func:`for_operation` or :func:`for_co
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from workrun.core.rows import CompensationRow, OperationRow
 from workrun.effects.app_call import AppCall
 from workrun.effects.base import Compensator, Effect, Planned
 from workrun.effects.data import DataUpdate
@@ -58,12 +58,12 @@ register_action(Email())  # an email reverse action, planned by the HTTP kind as
 register_action(DataUpdate())  # an update_data reverse action, likewise (R-K4)
 
 
-def for_operation(op: dict[str, Any]) -> Effect:
+def for_operation(op: OperationRow) -> Effect:
     """The effect that made ``op`` (by its ``kind``; an App call for any kind not registered)."""
     return _BY_OPERATION_KIND.get(op.get("kind") or "", _BY_OPERATION_KIND["process"])
 
 
-def for_compensation(comp: dict[str, Any]) -> Compensator:
+def for_compensation(comp: CompensationRow) -> Compensator:
     """The effect that runs ``comp``'s attempts: the one its record names (``context.effect``), else an HTTP
     reverse action when the record carries one, else an App's compensation script."""
     context = comp.get("context") or {}
@@ -73,7 +73,7 @@ def for_compensation(comp: dict[str, Any]) -> Compensator:
     return _BY_NAME.get(name, _BY_NAME[_DEFAULT])
 
 
-def plan(op: dict[str, Any]) -> Planned | None:
+def plan(op: OperationRow) -> Planned | None:
     """How a succeeded call is compensated (the first registered effect that compensates it), or None."""
     for effect in _PLANNERS:
         planned = effect.plan(op)
@@ -82,7 +82,7 @@ def plan(op: dict[str, Any]) -> Planned | None:
     return None
 
 
-def settle_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
+def settle_operations(svc: Services, run_id: str | None) -> list[OperationRow]:
     """Settle the in-flight operations of a run (of standalone calls when ``run_id`` is None) after a restart.
 
     Only calls whose owner is gone are settled: a call whose owning process still lives (another

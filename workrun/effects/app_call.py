@@ -4,9 +4,9 @@ compensation script's attempt. The journaling around the process lives in :mod:`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from workrun.core.models import AppSpec
+from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.effects.actions import knobs
 from workrun.effects.base import Planned
 from workrun.effects.operations import (
@@ -27,7 +27,7 @@ class AppCall:
 
     name = "app"
 
-    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+    def settle_operation(self, svc: Services, op: OperationRow, *, claim_wait: float) -> OperationRow:
         """Wait for a live process group (bounded by its deadline), then its exit record decides; none at all:
         ``unknown`` (R-R3). A call whose launcher never claimed its directory is fenced: not started."""
         outcome = svc.runner.recover(op["pid"], op["proc_start"], process_call_dir(op), op["deadline"],
@@ -35,15 +35,15 @@ class AppCall:
         # a call never journaled running: its supervisor, as its claim names it, is journaled with it
         return finish_operation(svc, op, outcome, process=outcome.process if op.get("pid") is None else None)
 
-    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+    def end_operation(self, svc: Services, op: OperationRow) -> OperationRow:
         """End the process group now (SIGTERM, grace, SIGKILL); a call that had finished keeps its outcome."""
         outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         return finish_operation(svc, op, outcome)
 
-    def describe(self, op: dict[str, Any]) -> str:
+    def describe(self, op: OperationRow) -> str:
         return f"App {op['app']} ({op['project']})"
 
-    def plan(self, op: dict[str, Any]) -> Planned | None:
+    def plan(self, op: OperationRow) -> Planned | None:
         """A compensation script declared by the call's App config snapshot (R-A5: adding one later never
         compensates older calls)."""
         if op.get("kind") not in ("process", "tool"):
@@ -53,20 +53,20 @@ class AppCall:
             return None
         return Planned(self.name, {}, knobs(comp.max_retries, comp.timeout, comp.backoff, comp.idempotent))
 
-    def no_compensation(self, op: dict[str, Any]) -> str:
+    def no_compensation(self, op: OperationRow) -> str:
         return f"App {op['app']!r} has no compensation entry"
 
-    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """Run the compensation script once (fingerprint checked first, R-C8)."""
         return run_attempt(svc, comp, op, trigger)
 
-    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
-                        claim_wait: float) -> dict[str, Any]:
+    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+                        claim_wait: float) -> CompensationRow:
         """As :meth:`settle_operation`, for a compensation script's attempt."""
         outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
                                      attempt["deadline"], claim_wait=claim_wait)
         return finish_attempt(svc, comp, attempt, outcome)
 
-    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
         """Run the compensation script once more with the same context (:func:`run_attempt_again`)."""
         return run_attempt_again(svc, comp, op)

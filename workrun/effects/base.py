@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workrun.core.errors import StaleStatusError
+from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 
 if TYPE_CHECKING:
     from workrun.effects.operations import Attempted
@@ -54,14 +55,14 @@ class Compensator(Protocol):
 
     name: str
 
-    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """Make one attempt of a compensation this kind runs (R-C7); journaled as intent -> running -> finished."""
 
-    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
-                        claim_wait: float) -> dict[str, Any]:
+    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+                        claim_wait: float) -> CompensationRow:
         """Settle an attempt a dead runner left in flight (R-R3); return the compensation row afterwards."""
 
-    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
         """Make a succeeded compensation's attempt once more with the same context and key, outside the journal
         (``workrun verify``'s idempotency check, R-V1); None when it succeeded again, else why not."""
 
@@ -70,20 +71,20 @@ class Effect(Compensator, Protocol):
     """One kind of journaled side effect that a node's operation can be (see the module doc): it also settles,
     ends, describes and plans the compensation of its operations."""
 
-    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+    def settle_operation(self, svc: Services, op: OperationRow, *, claim_wait: float) -> OperationRow:
         """Decide an operation a dead runner left in flight (R-R3) and journal it; return the row afterwards.
         ``claim_wait``: seconds left of the recovery pass's window for a launcher's claim."""
 
-    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+    def end_operation(self, svc: Services, op: OperationRow) -> OperationRow:
         """End an in-flight operation of a run whose scheduler is gone (``workrun stop``, R-C9); return the row."""
 
-    def describe(self, op: dict[str, Any]) -> str:
+    def describe(self, op: OperationRow) -> str:
         """What the operation called, for people: ``App NAME (PROJECT)``, ``http node KEY``."""
 
-    def plan(self, op: dict[str, Any]) -> Planned | None:
+    def plan(self, op: OperationRow) -> Planned | None:
         """How this kind compensates ``op`` (a succeeded call), or None when it does not."""
 
-    def no_compensation(self, op: dict[str, Any]) -> str:
+    def no_compensation(self, op: OperationRow) -> str:
         """The reason a call of this kind has no compensation (a ``skipped`` record's reason)."""
 
 
@@ -94,12 +95,12 @@ class ActionOnly:
 
     name = "action"
 
-    def begin_attempt(self, svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
+    def begin_attempt(self, svc: Services, comp: CompensationRow, trigger: str) -> AttemptRow | None:
         """As :func:`begin_attempt`."""
         return begin_attempt(svc, comp, trigger)
 
 
-def begin_attempt(svc: Services, comp: dict[str, Any], trigger: str) -> dict[str, Any] | None:
+def begin_attempt(svc: Services, comp: CompensationRow, trigger: str) -> AttemptRow | None:
     """Journal the intent of a compensation's next attempt with no process of its own (a reverse action, R-C3):
     ``{"compensation_id", "number", "trigger"}``, or None when another process moved the compensation on first
     (its status is no longer ``comp["status"]``: nothing was written, nothing may be sent)."""

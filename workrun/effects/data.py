@@ -7,9 +7,10 @@ across kill -9 and resume: an attempt that died before that transaction is ``not
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from workrun.core.models import HttpRequestSpec
+from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.core.templates import missing_value
 from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent, recover_http_attempt
 from workrun.effects.base import ActionOnly
@@ -26,7 +27,7 @@ class DataUpdate(ActionOnly):
 
     name = "data"
 
-    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """Intent; then the write and the attempt's success in one transaction (the receipt)."""
         cid = comp["compensation_id"]
         attempt = self.begin_attempt(svc, comp, trigger)
@@ -46,11 +47,11 @@ class DataUpdate(ActionOnly):
         svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid}: data updated: {', '.join(updates)}")
         return Attempted(after, None)
 
-    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
-                        claim_wait: float) -> dict[str, Any]:
+    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+                        claim_wait: float) -> CompensationRow:
         """Left ``starting`` (its write was never committed): not started, run again."""
-        return recover_http_attempt(svc, comp, {**attempt, "status": "starting"})
+        return recover_http_attempt(svc, comp, cast(AttemptRow, {**attempt, "status": "starting"}))
 
-    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
         """Setting the same values again changes nothing: idempotent by construction."""
         return None

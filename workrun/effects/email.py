@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from workrun.core.models import HttpRequestSpec, SmtpSpec
+from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.core.templates import missing_value
 from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent, recover_http_attempt
 from workrun.effects.base import ActionOnly
@@ -22,7 +23,7 @@ from workrun.runner.services import Services
 __all__ = ["Email", "message_of"]
 
 
-def message_of(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> tuple[dict[str, Any], SmtpSpec, Any]:
+def message_of(svc: Services, comp: CompensationRow, op: OperationRow) -> tuple[dict[str, Any], SmtpSpec, Any]:
     """The reverse action's message, filled once, the run's ``[smtp]`` and its guard's allow list.
 
     Raises:
@@ -45,7 +46,7 @@ class Email(ActionOnly):
 
     name = "email"
 
-    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """One attempt: intent, then "about to send" once the guard let the SMTP host through, then the outcome."""
         cid = comp["compensation_id"]
         attempt = self.begin_attempt(svc, comp, trigger)
@@ -67,12 +68,12 @@ class Email(ActionOnly):
         got = send_mail(mail, smtp, allow, before_send=about_to_send)
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
-    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
-                        claim_wait: float) -> dict[str, Any]:
+    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+                        claim_wait: float) -> CompensationRow:
         """``starting``: never sent (not started); ``running``: it may have been: ``unknown`` (R-R3)."""
         return recover_http_attempt(svc, comp, attempt)
 
-    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
         """Send the message once more, the same Message-ID (a receiver de-duplicates), outside the journal."""
         try:
             mail, smtp, allow = message_of(svc, comp, op)

@@ -20,6 +20,7 @@ from workrun.core import metrics, tracing
 from workrun.core.errors import ConfigError
 from workrun.core.models import AppSpec, HttpNode, HttpRequestSpec
 from workrun.core.outcomes import Failure
+from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.core.templates import missing_value
 from workrun.effects.actions import action_lookup, finish_http_attempt, knobs, not_sent, recover_http_attempt
 from workrun.effects.base import Planned, begin_attempt
@@ -44,7 +45,7 @@ __all__ = ["KIND", "HttpRequest", "finish_request_operation", "reverse_action_of
 KIND = "http"  # the kind of an http node's operations
 
 
-def finish_request_operation(svc: Services, op_id: str, got: SendResult) -> dict[str, Any]:
+def finish_request_operation(svc: Services, op_id: str, got: SendResult) -> OperationRow:
     """Journal an http node's request outcome (``op.finished``): 2xx ``succeeded`` with ``{status, headers,
     body}``; sent and unanswered ``unknown``; anything else ``failed``. Returns the operation row."""
     if got.succeeded:
@@ -53,8 +54,8 @@ def finish_request_operation(svc: Services, op_id: str, got: SendResult) -> dict
         svc.journal.finish_operation(op_id, status="unknown" if got.failure is Failure.UNKNOWN else "failed",
                                      failure=got.failure, error=got.error, at=svc.now())
     row = svc.journal.operation(op_id)
-    begun = row.get("started_at") or row.get("created_at")
-    metrics.count_call(KIND, str(row["status"]), (row["ended_at"] - begun) if begun and row.get("ended_at") else None)
+    begun, ended = row.get("started_at") or row.get("created_at"), row.get("ended_at")
+    metrics.count_call(KIND, str(row["status"]), (ended - begun) if begun and ended else None)
     if tracing.enabled():
         tracing.operation_span(row)
     return row
@@ -66,7 +67,7 @@ class HttpRequest:
 
     name = KIND
 
-    def settle_operation(self, svc: Services, op: dict[str, Any], *, claim_wait: float) -> dict[str, Any]:
+    def settle_operation(self, svc: Services, op: OperationRow, *, claim_wait: float) -> OperationRow:
         """``starting``: the guard had not let it out, nothing was sent -> ``failed`` (not started: it may be
         sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
         On a shared journal the request's claim decides instead (R-S2, R-R3)."""
@@ -74,32 +75,32 @@ class HttpRequest:
         got = svc.runner.settle_request(op["operation_id"], op["status"])
         return finish_request_operation(svc, op["operation_id"], got)
 
-    def end_operation(self, svc: Services, op: dict[str, Any]) -> dict[str, Any]:
+    def end_operation(self, svc: Services, op: OperationRow) -> OperationRow:
         """No process to end: its request was sent or not (as :meth:`settle_operation`)."""
         return self.settle_operation(svc, op, claim_wait=0.0)
 
-    def describe(self, op: dict[str, Any]) -> str:
+    def describe(self, op: OperationRow) -> str:
         return f"http node {op['node_key']}"
 
-    def plan(self, op: dict[str, Any]) -> Planned | None:
+    def plan(self, op: OperationRow) -> Planned | None:
         """An http node's ``compensation`` table or an App's ``compensation = { http = … }`` (R-H6)."""
         action, settings = reverse_action_of(op)
         if action is None:
             return None
         return Planned(self.name, {"reverse_action": action.model_dump(mode="json")}, settings)
 
-    def no_compensation(self, op: dict[str, Any]) -> str:
+    def no_compensation(self, op: OperationRow) -> str:
         return f"http node {op['node_key']!r} has no reverse action (compensation table)"
 
-    def run_attempt(self, svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         return run_http_attempt(svc, comp, op, trigger)
 
-    def recover_attempt(self, svc: Services, comp: dict[str, Any], attempt: dict[str, Any], *,
-                        claim_wait: float) -> dict[str, Any]:
+    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+                        claim_wait: float) -> CompensationRow:
         del claim_wait
         return recover_http_attempt(svc, comp, attempt)
 
-    def run_again(self, svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
         """Send the reverse action once more, prepared afresh with the same Idempotency-Key (the compensation
         id), outside the journal; None on a 2xx answer."""
         action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
@@ -119,7 +120,7 @@ class HttpRequest:
 # -- reverse actions --------------------------------------------------------------------------------------------------
 
 
-def reverse_action_of(op: dict[str, Any]) -> tuple[HttpRequestSpec | None, dict[str, Any]]:
+def reverse_action_of(op: OperationRow) -> tuple[HttpRequestSpec | None, dict[str, Any]]:
     """The reverse action of an operation's config snapshot, and its attempt settings (R-H6, R-C7).
 
     Returns:
@@ -145,12 +146,12 @@ def reverse_action_of(op: dict[str, Any]) -> tuple[HttpRequestSpec | None, dict[
 
 
 
-def is_reverse_action(comp: dict[str, Any]) -> bool:
+def is_reverse_action(comp: CompensationRow) -> bool:
     """True when the compensation is an HTTP reverse action (its record carries the action)."""
     return bool((comp.get("context") or {}).get("reverse_action"))
 
 
-def _prepare_action(svc: Services, action: HttpRequestSpec, comp: dict[str, Any], op: dict[str, Any],
+def _prepare_action(svc: Services, action: HttpRequestSpec, comp: CompensationRow, op: OperationRow,
                     run_spec: dict[str, Any]) -> PreparedRequest:
     """A reverse action's request, filled once (R-X1): through its connector (R-K1); a whole-template URL
     resolved against the original request's origin (or the connector's base URL, R-K6).
@@ -175,7 +176,7 @@ def _prepare_action(svc: Services, action: HttpRequestSpec, comp: dict[str, Any]
                    connector=connector, origin=origin)
 
 
-def run_http_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+def run_http_attempt(svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
     """Run one attempt of an HTTP reverse action; return the compensation row afterwards and the failure kind
     (R-H6, R-H7, R-C7).
 

@@ -19,7 +19,7 @@ import signal as _signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from workrun.core import metrics, tracing
 from workrun.core.backoff import backoff_delay
@@ -27,6 +27,7 @@ from workrun.core.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.core.models import AppSpec
 from workrun.core.outcomes import Failure
 from workrun.core.paths import real_path
+from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.runner import Outcome
 from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.runner.process import alive, proc_start_time
@@ -68,7 +69,7 @@ def _last_line(text: str) -> str:
 def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
              node_key: str | None, depends_on: list[str], tool_name: str | None = None,
              tool_call_index: int | None = None, standalone: bool = False, node_started_at: float | None = None,
-             ends_node: bool = False) -> dict[str, Any]:
+             ends_node: bool = False) -> OperationRow:
     """Make one journaled App call and return its final operation row.
 
     Args:
@@ -150,12 +151,13 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
 
     svc.tidy()  # earlier calls' directories, while this one's App runs
     outcome = svc.runner.wait(started_process, deadline, running=running)
-    return finish_operation(svc, {**row, **process, "status": "running" if written else "starting"}, outcome,
+    as_started = cast(OperationRow, {**row, **process, "status": "running" if written else "starting"})
+    return finish_operation(svc, as_started, outcome,
                             config=app, whole_row=True, process=None if written else process,
                             ends_node=ends_node)
 
 
-def process_call_dir(row: dict[str, Any]) -> Path:
+def process_call_dir(row: OperationRow | AttemptRow) -> Path:
     """The call directory of a process call or attempt.
 
     Raises:
@@ -167,7 +169,7 @@ def process_call_dir(row: dict[str, Any]) -> Path:
     return Path(row["call_dir"])
 
 
-def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, failure: Failure) -> dict[str, Any]:
+def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, failure: Failure) -> OperationRow:
     """Journal a call that failed before its process started (the directory is fenced first, so no
     late start is possible); return the operation row."""
     svc.runner.fence(call_dir)
@@ -176,9 +178,9 @@ def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, 
     return svc.journal.operation(op_id)
 
 
-def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
+def finish_operation(svc: Services, op: OperationRow, outcome: Outcome, *,
                      config: AppSpec | None = None, whole_row: bool = False, process: dict[str, Any] | None = None,
-                     ends_node: bool = False) -> dict[str, Any]:
+                     ends_node: bool = False) -> OperationRow:
     """Decide and journal a call's outcome (``op.finished``), live or after a restart.
 
     Exit 0 with a valid result = ``succeeded``; a result that is not JSON, over
@@ -226,21 +228,22 @@ def finish_operation(svc: Services, op: dict[str, Any], outcome: Outcome, *,
         fields.update(status="failed",
                       error=_describe_exit(outcome, config.timeout) + (f": {detail}" if detail else ""))
     at = svc.now()
-    node = (op["run_id"], op["node_key"]) if ends_node and fields["status"] == "succeeded" else None
+    node = (op["run_id"] or "", op["node_key"] or "") if ends_node and fields["status"] == "succeeded" else None
     svc.journal.finish_operation(op["operation_id"], failure=failure, at=at, process=process, node_succeeded=node,
                                  **fields)
     begun = (process or {}).get("started_at") or op.get("started_at") or op.get("created_at")
     metrics.count_call(str(op.get("kind") or "process"), "stopped" if failure is Failure.STOPPED else fields["status"],
                        at - begun if begun else None)
     if tracing.enabled():
-        tracing.operation_span({**op, **fields, "started_at": begun, "ended_at": at})
+        tracing.operation_span(cast(OperationRow, {**op, **fields, "started_at": begun, "ended_at": at}))
     # the outcome is journaled: the directory goes, off the call's path; its files are reused only when the
     # supervisor marked every process of the call ended (SPEC §17): none can write to them any more
     svc.discard(call_dir, recycle=got is not None and outcome.failure is None and outcome.ended)
     if not whole_row:
         return svc.journal.operation(op["operation_id"])
-    return {**op, "error": None, "result": None, "stdout_tail": None, "stderr_tail": None, "resources": [],
-            **fields, "failure": None if failure is None else str(failure), "ended_at": at}
+    return cast(OperationRow, {**op, "error": None, "result": None, "stdout_tail": None, "stderr_tail": None,
+                               "resources": [], **fields, "failure": None if failure is None else str(failure),
+                               "ended_at": at})
 
 
 def current_owner() -> tuple[int, str | None]:
@@ -256,29 +259,32 @@ def current_owner() -> tuple[int, str | None]:
 _OWNER: dict[int, tuple[int, str | None]] = {}
 
 
-def owner_gone(op: dict[str, Any]) -> bool:
+def owner_gone(op: OperationRow) -> bool:
     """True when the process that made the in-flight call ``op`` is no longer alive (or was never recorded)."""
-    return op.get("owner_pid") is None or not alive(op["owner_pid"], op.get("owner_start"))
+    pid = op.get("owner_pid")
+    return pid is None or not alive(pid, op.get("owner_start"))
 
 
-def _recorded_dependencies(svc: Services, op: dict[str, Any], wanted: list[str]) -> list[str]:
+def _recorded_dependencies(svc: Services, op: OperationRow, wanted: list[str]) -> list[str]:
     """Dependencies an App recorded with ``process.depends_on``: kept only when they are earlier
     succeeded calls of the same run (so the call graph stays acyclic)."""
-    if not wanted or not op.get("run_id"):
+    run_id = op.get("run_id")
+    if not wanted or not run_id:
         return []
-    ok = {o["operation_id"] for o in svc.journal.operation_statuses(op["run_id"]) if o["status"] == "succeeded"}
+    ok = {o["operation_id"] for o in svc.journal.operation_statuses(run_id) if o["status"] == "succeeded"}
     have = set(op["depends_on"] or [])
     return [d for d in dict.fromkeys(wanted) if d in ok and d not in have and d != op["operation_id"]]
 
 
-def _compensation_source(svc: Services, op: dict[str, Any]) -> tuple[Path, str | None]:
+def _compensation_source(svc: Services, op: OperationRow) -> tuple[Path, str | None]:
     """Where the compensation runs from: the live project, or its snapshot (R-C8) -> (dir, code-change reason)."""
     project = Path(op["project"])
-    if op.get("snapshot"):
+    snapshot = op.get("snapshot")
+    if snapshot:
         try:
-            return materialize(svc.data_dir, op["snapshot"], svc.journal), None
+            return materialize(svc.data_dir, snapshot, svc.journal), None
         except (OSError, ValueError, KeyError) as exc:  # removed by hand: block, never crash the scheduler
-            return project, (f"code snapshot {op['snapshot'][:12]} is missing from the data dir ({exc}); "
+            return project, (f"code snapshot {snapshot[:12]} is missing from the data dir ({exc}); "
                              "`--accept-code-change` runs today's project instead")
     now = fingerprint(project) if project.is_dir() else None
     if now is None:
@@ -300,11 +306,11 @@ class Attempted:
             environment could not be prepared: the compensation waits for ``resume``), else None.
     """
 
-    compensation: dict[str, Any]
+    compensation: CompensationRow
     failure: Failure | None
 
 
-def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger: str) -> Attempted:
+def run_attempt(svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
     """Run one attempt of a compensation (R-C7); return the compensation row afterwards and the failure kind.
 
     Before the attempt the code fingerprint is checked (R-C8): a change blocks
@@ -337,7 +343,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     parent = tracing.traceparent(comp["run_id"], f"{cid}.{number}")
     if parent:
         envelope["traceparent"] = parent
-    attempt = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
+    attempt: AttemptRow = {"compensation_id": cid, "number": number, "call_dir": str(call_dir), "trigger": trigger}
     try:
         started_process = svc.runner.start(python, source, source / config.compensation.entry, call_dir, envelope)
     except OSError as exc:
@@ -352,7 +358,7 @@ def run_attempt(svc: Services, comp: dict[str, Any], op: dict[str, Any], trigger
     return Attempted(finish_attempt(svc, comp, attempt, outcome), outcome.failure)
 
 
-def run_attempt_again(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -> str | None:
+def run_attempt_again(svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
     """Run a succeeded compensation's script once more with the same context, outside the journal: the
     idempotency check of ``workrun verify`` (R-V1). Returns None when it exited 0, else why not (one line).
 
@@ -389,8 +395,8 @@ def run_attempt_again(svc: Services, comp: dict[str, Any], op: dict[str, Any]) -
             _describe_exit(outcome, float(comp["timeout"]))) + (f": {tail}" if tail else "")
 
 
-def finish_attempt(svc: Services, comp: dict[str, Any], attempt: dict[str, Any], outcome: Outcome,
-                   error: str | None = None) -> dict[str, Any]:
+def finish_attempt(svc: Services, comp: CompensationRow, attempt: AttemptRow, outcome: Outcome,
+                   error: str | None = None) -> CompensationRow:
     """Journal an attempt's outcome and the compensation's new status in one transaction (``attempt.finished``).
 
     - exit 0: ``succeeded`` (its result saved; never run again, R-R2)

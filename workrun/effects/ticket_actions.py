@@ -17,13 +17,14 @@ ticket and never blocks the run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from workrun.core import faults
 from workrun.core.backoff import backoff_delay
 from workrun.core.errors import ActionRefusedError, ConfigError
 from workrun.core.models import HttpAction, SmtpSpec, WorkflowSpec
 from workrun.core.outcomes import Failure
+from workrun.core.rows import NotificationRow, TicketActionRow, TicketRow
 from workrun.core.templates import missing_value
 from workrun.effects.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
 from workrun.outbound.http import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
@@ -82,7 +83,7 @@ def _spec(svc: Services, run_id: str) -> WorkflowSpec:
     return WorkflowSpec.model_validate(svc.journal.run(run_id)["spec"])
 
 
-def _dead_letter(svc: Services, ticket: dict[str, Any], action: dict[str, Any], number: int,
+def _dead_letter(svc: Services, ticket: TicketRow, action: TicketActionRow, number: int,
                  error: str | None = None) -> None:
     """Record the notification intent of an action that ended ``failed`` (R-M8).
 
@@ -178,7 +179,7 @@ def recover_actions(svc: Services, run_id: str | None = None) -> None:
         _finish_notification(svc, n, "unknown", None, "the runner stopped while it was being sent; not sent again")
 
 
-def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str, Any]:
+def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> TicketActionRow:
     """Make one attempt of a ``pending`` action now; return the action row afterwards.
 
     Raises:
@@ -235,14 +236,14 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> dict[str
     return row
 
 
-def run_actions(svc: Services, run_id: str) -> list[dict[str, Any]]:
+def run_actions(svc: Services, run_id: str) -> list[TicketActionRow]:
     """Run the run's pending actions until none is due any more (waiting out backoff); then send the
     run's pending notifications. Stops early when a stop is requested. Returns the actions afterwards."""
     recover_actions(svc, run_id)
     notify_dead_letters(svc, run_id)
     while not svc.stopping():
-        due: list[dict[str, Any]] = []
-        later: list[dict[str, Any]] = []
+        due: list[TicketActionRow] = []
+        later: list[TicketActionRow] = []
         for a in svc.journal.open_ticket_actions(run_id):
             if a["status"] != "pending":
                 continue
@@ -256,14 +257,14 @@ def run_actions(svc: Services, run_id: str) -> list[dict[str, Any]]:
         if not due and not later:
             break
         if not due:
-            wait = min(a["next_attempt_at"] for a in later) - svc.now()
+            wait = min(a["next_attempt_at"] or 0.0 for a in later) - svc.now()
             if svc.stop_event.wait(max(0.0, min(wait, 1.0))):
                 break
     send_notifications(svc, run_id)
     return [a for a in (svc.journal.ticket_action(t["ticket_id"]) for t in svc.journal.tickets(run_id)) if a]
 
 
-def _finish_notification(svc: Services, n: dict[str, Any], status: str, http_status: int | None,
+def _finish_notification(svc: Services, n: NotificationRow, status: str, http_status: int | None,
                          error: str | None) -> None:
     now = svc.now()
     event = None
@@ -291,7 +292,7 @@ def send_notifications(svc: Services, run_id: str) -> None:
 
         answer = send_request(svc, run_id, request, timeout=float(request.get("timeout") or 30),
                               idempotency_key=nid, before_send=about_to_send)
-        row = {**n, "status": "sending" if sending else "pending"}
+        row = cast(NotificationRow, {**n, "status": "sending" if sending else "pending"})
         if answer.succeeded:
             _finish_notification(svc, row, "sent", answer.status, None)
         else:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workrun.core.models import HttpAction
+from workrun.core.rows import RunRow
 from workrun.outbound.http import (
     EnvLater,
     RequestError,
@@ -74,7 +75,7 @@ def _lookup(ref: str, values: dict[str, Any]) -> Any:
     return values[ref]
 
 
-def run_data(run: dict[str, Any]) -> dict[str, Any]:
+def run_data(run: RunRow) -> dict[str, Any]:
     """A run's ``data`` (R-K4): its current value, or its inputs for a run journaled before data existed."""
     data = run.get("data")
     return dict(data) if isinstance(data, dict) else dict(run.get("inputs") or {})

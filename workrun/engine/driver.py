@@ -23,12 +23,13 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, cast
 
 from workrun.compensation.records import plan_records
 from workrun.core import metrics, tracing
 from workrun.core.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.core.outcomes import NodeOutcome
+from workrun.core.rows import NodeRow, NodeStatus, OperationRow, RunRow, TicketRow
 from workrun.core.states import NODE_ENDED
 from workrun.core.templates import missing_value, node_dependencies
 from workrun.effects import settle_operations
@@ -110,8 +111,8 @@ class Engine:
             return True
         return False
 
-    def _effective_ops(self, key: str, spec: WorkflowSpec, nodes: dict[str, dict[str, Any]],
-                       ops_of: Callable[[str], list[dict[str, Any]]], seen: frozenset[str] = frozenset()) -> list[str]:
+    def _effective_ops(self, key: str, spec: WorkflowSpec, nodes: dict[str, NodeRow],
+                       ops_of: Callable[[str], list[OperationRow]], seen: frozenset[str] = frozenset()) -> list[str]:
         """Succeeded operations a downstream call depends on through node ``key`` (looking through
         nodes without calls, and through a fallback that ran in its place). ``ops_of(node key)``: that
         node's operation statuses (read only for the nodes looked at, issue 14)."""
@@ -132,7 +133,7 @@ class Engine:
 
     # -- running one node --------------------------------------------------
 
-    def _run_node(self, run_id: str, spec: WorkflowSpec, key: str, nodes: dict[str, dict[str, Any]] | None = None,
+    def _run_node(self, run_id: str, spec: WorkflowSpec, key: str, nodes: dict[str, NodeRow] | None = None,
                   inputs: dict[str, Any] | None = None) -> NodeOutcome:
         """Run one node to its outcome and journal it.
 
@@ -158,9 +159,9 @@ class Engine:
                 svc.journal.start_node(run_id, key, at=start)
                 start = None
             svc.say(run_id, key, "info", f"{key}: running")
-        read: dict[str, list[dict[str, Any]]] = {}
+        read: dict[str, list[OperationRow]] = {}
 
-        def ops_of(node_key: str) -> list[dict[str, Any]]:
+        def ops_of(node_key: str) -> list[OperationRow]:
             if node_key not in read:
                 read[node_key] = svc.journal.operation_statuses(run_id, node_key)
             return read[node_key]
@@ -183,7 +184,8 @@ class Engine:
         if job.started_at is not None:  # no call carried the node's start (it ended before one): write it now
             svc.journal.start_node(run_id, key, at=job.started_at)
         if tracing.enabled():
-            tracing.node_span(run_id, {"node_key": key, "status": outcome.status, "started_at": start or time.time(),
+            node_status = cast(NodeStatus, outcome.status)
+            tracing.node_span(run_id, {"node_key": key, "status": node_status, "started_at": start or time.time(),
                                        "ended_at": time.time()})
         if outcome.status == "failed" and policy.opens_ticket:
             return self._open_ticket(run_id, spec, key, policy, outcome, context)
@@ -314,7 +316,7 @@ class Engine:
             raise box["error"]
         return str(box["status"])
 
-    def _drive(self, run_id: str, run: dict[str, Any], ending: threading.Event) -> str:
+    def _drive(self, run_id: str, run: RunRow, ending: threading.Event) -> str:
         """The scheduling loop of :meth:`execute` (in its scheduler thread); returns the run's status.
         ``ending`` is set once no node runs any more and the run is ended (:meth:`finish`)."""
         svc = self.svc
@@ -327,7 +329,7 @@ class Engine:
         terminated = False
         futures: dict[Future[NodeOutcome], str] = {}
 
-        known: dict[str, dict[str, Any]] = {}  # node rows read so far, in workflow order
+        known: dict[str, NodeRow] = {}  # node rows read so far, in workflow order
         seen_token: object = None
         dependents: dict[str, set[str]] = {k: set() for k in spec.nodes}
         for k, ds in deps.items():
@@ -344,7 +346,7 @@ class Engine:
             a whole row (with its result) read again only when its state changed."""
             nonlocal seen_token
 
-            def changed(state: dict[str, Any]) -> bool:
+            def changed(state: NodeRow) -> bool:
                 k = known.get(state["node_key"])
                 return k is None or k["status"] != state["status"] or k["handled"] != state["handled"]
 
@@ -422,7 +424,7 @@ class Engine:
                 self.executors[kind].after_run(self.svc, run_id)
 
     def finish(self, run_id: str, failed_node: str | None, *, by_ticket: tuple[str, dict[str, Any]] | None = None,
-               terminated_by: dict[str, Any] | None = None) -> str:
+               terminated_by: TicketRow | None = None) -> str:
         """End (or pause) a run and return its status.
 
         ``stopped`` when a stop was requested; ``terminated`` when a node's policy is ``terminate``

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from workrun.compensation import compensate_run, plan_records
+from workrun.core.rows import OperationRow, RunRow
 from workrun.effects import for_compensation, for_operation, settle_operations
 from workrun.effects.ticket_actions import notify_dead_letters, run_actions, send_notifications
 from workrun.engine.driver import Engine
@@ -34,7 +34,7 @@ __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "rec
            "stop_orphaned_run", "unfinished_runs"]
 
 
-def recover_operations(svc: Services, run_id: str | None) -> list[dict[str, Any]]:
+def recover_operations(svc: Services, run_id: str | None) -> list[OperationRow]:
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
     return settle_operations(svc, run_id)
 
@@ -58,7 +58,7 @@ def recover_attempts(svc: Services, run_id: str) -> None:
                                                 at=svc.now(), held_back_by=comp["held_back_by"])
 
 
-def ensure_planned(svc: Services, run: dict[str, Any]) -> None:
+def ensure_planned(svc: Services, run: RunRow) -> None:
     """Write missing compensation records of a failed run, or of a stopped run an operator asked to compensate."""
     if run["eval"]:
         return

@@ -31,6 +31,24 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from workrun.core.rows import (
+    AttemptRow,
+    CompensationRow,
+    DispatchedCallRow,
+    EventRow,
+    MessageRow,
+    NodeRow,
+    NotificationRow,
+    OperationRow,
+    RemoteTaskRow,
+    RunClaimRow,
+    RunRow,
+    TicketActionRow,
+    TicketAttemptRow,
+    TicketEventRow,
+    TicketRow,
+)
+
 __all__ = ["FAULT_POINTS", "CallClaims", "CallRecords", "CompensationRecords", "Journal", "Listings",
            "RemoteTaskRecords", "Row", "RunClaims", "RunRecords", "SharedJournal", "SnapshotStore", "TicketRecords"]
 
@@ -94,23 +112,23 @@ class RunRecords(Protocol):
     def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
         """Append a progress message to a node (or to the run when ``node_key`` is None)."""
 
-    def run(self, run_id: str) -> Row:
+    def run(self, run_id: str) -> RunRow:
         """One run by exact id or unique prefix.
 
         Raises:
             NotFoundError: no run, or the prefix matches several.
         """
 
-    def runs(self, limit: int | None = None) -> list[Row]:
+    def runs(self, limit: int | None = None) -> list[RunRow]:
         """All runs, newest first (at most ``limit``)."""
 
-    def runs_with_status(self, *statuses: str) -> list[Row]:
+    def runs_with_status(self, *statuses: str) -> list[RunRow]:
         """Runs whose status is one of ``statuses``, oldest first."""
 
-    def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[Row]:
+    def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[NodeRow]:
         """The run's nodes in workflow order (only those named in ``keys`` when given)."""
 
-    def node_states(self, run_id: str) -> list[Row]:
+    def node_states(self, run_id: str) -> list[NodeRow]:
         """``{node_key, status, handled}`` of the run's nodes in workflow order: the scheduler's cheap look
         (no result to decode, issue 14)."""
 
@@ -123,7 +141,7 @@ class RunRecords(Protocol):
         then reads afresh every time). The scheduler reads only the rows its own threads changed while the
         token holds (issue 14)."""
 
-    def messages(self, run_id: str) -> list[Row]:
+    def messages(self, run_id: str) -> list[MessageRow]:
         """All messages of a run, oldest first."""
 
 
@@ -165,21 +183,21 @@ class CallRecords(Protocol):
 
         Fault points: ``op.finished``, then ``node.finished`` (with ``node_succeeded``)."""
 
-    def operation(self, operation_id: str) -> Row:
+    def operation(self, operation_id: str) -> OperationRow:
         """One operation by id.
 
         Raises:
             NotFoundError: unknown id.
         """
 
-    def operations(self, run_id: str, node_key: str | None = None) -> list[Row]:
+    def operations(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """The run's operations (of one node when ``node_key`` is given), in the order they were recorded."""
 
-    def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[Row]:
+    def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """``{operation_id, node_key, status}`` of the run's operations (of one node when ``node_key`` is
         given), in order (cheap: no JSON to decode; one node's costs the same at any run length, issue 14)."""
 
-    def operations_in_flight(self, run_id: str | None = None) -> list[Row]:
+    def operations_in_flight(self, run_id: str | None = None) -> list[OperationRow]:
         """Operations ``starting`` or ``running`` of a run (of standalone calls when ``run_id`` is None)."""
 
     def adopt_operation(self, operation_id: str, *, owner_pid: int, owner_start: str | None,
@@ -260,29 +278,29 @@ class CompensationRecords(Protocol):
         ``http_status`` and ``response_tail`` (first 2 KiB of the body) record a reverse action's answer (R-H7).
         """
 
-    def compensations(self, run_id: str) -> list[Row]:
+    def compensations(self, run_id: str) -> list[CompensationRow]:
         """The run's compensations in the order they were planned."""
 
-    def compensation(self, compensation_id: str) -> Row:
+    def compensation(self, compensation_id: str) -> CompensationRow:
         """One compensation by exact id or unique prefix.
 
         Raises:
             NotFoundError: no compensation, or the prefix matches several.
         """
 
-    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[Row]:
+    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[CompensationRow]:
         """Compensations filtered by status and run, oldest first."""
 
-    def attempts(self, compensation_id: str) -> list[Row]:
+    def attempts(self, compensation_id: str) -> list[AttemptRow]:
         """Attempts of a compensation, by number."""
 
-    def attempts_of_run(self, run_id: str) -> list[Row]:
+    def attempts_of_run(self, run_id: str) -> list[AttemptRow]:
         """All attempts of a run's compensations."""
 
-    def attempts_in_flight(self, run_id: str) -> list[Row]:
+    def attempts_in_flight(self, run_id: str) -> list[AttemptRow]:
         """Attempts of the run whose outcome is not recorded yet."""
 
-    def events(self, compensation_id: str) -> list[Row]:
+    def events(self, compensation_id: str) -> list[EventRow]:
         """Operator events of a compensation, oldest first."""
 
     def runs_with_open_compensation(self) -> list[str]:
@@ -352,35 +370,35 @@ class TicketRecords(Protocol):
                             error: str | None, event: Row | None = None) -> None:
         """Record a notification's outcome, and on its ticket the event when it did not go out (R-M8)."""
 
-    def ticket(self, ticket_id: str) -> Row:
+    def ticket(self, ticket_id: str) -> TicketRow:
         """One ticket by id or unique prefix.
 
         Raises:
             NotFoundError: no ticket, or the prefix matches several.
         """
 
-    def tickets(self, run_id: str) -> list[Row]:
+    def tickets(self, run_id: str) -> list[TicketRow]:
         """The run's tickets, oldest first."""
 
-    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[Row]:
+    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[TicketRow]:
         """Tickets by status and run, oldest first."""
 
-    def ticket_action(self, ticket_id: str) -> Row | None:
+    def ticket_action(self, ticket_id: str) -> TicketActionRow | None:
         """The ticket's action job, or None."""
 
-    def ticket_attempts(self, ticket_id: str) -> list[Row]:
+    def ticket_attempts(self, ticket_id: str) -> list[TicketAttemptRow]:
         """Attempts of a ticket's action, by number."""
 
-    def ticket_events(self, ticket_id: str) -> list[Row]:
+    def ticket_events(self, ticket_id: str) -> list[TicketEventRow]:
         """A ticket's history, oldest first."""
 
-    def open_ticket_actions(self, run_id: str | None = None) -> list[Row]:
+    def open_ticket_actions(self, run_id: str | None = None) -> list[TicketActionRow]:
         """Action jobs ``pending`` or ``running`` (of one run, or all), oldest first."""
 
     def runs_with_open_tickets_work(self) -> list[str]:
         """Ids of runs with an action job or a notification still owed (R-M7, R-M8)."""
 
-    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[Row]:
+    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[NotificationRow]:
         """Notifications (of one run, with one of ``statuses``), oldest first."""
 
 
@@ -401,7 +419,7 @@ class RemoteTaskRecords(Protocol):
         then ``sent`` | ``error`` | ``unknown`` with the answer. ``state`` (when given) is the task's state
         from the answer. Fault point: ``remote.cancel`` for ``sending``."""
 
-    def remote_tasks(self, run_id: str) -> list[Row]:
+    def remote_tasks(self, run_id: str) -> list[RemoteTaskRow]:
         """Remote A2A tasks of a run."""
 
     def runs_with_open_remote_tasks(self) -> list[str]:
@@ -414,7 +432,7 @@ class Listings(Protocol):
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
                       offset: int = 0, verify: bool | None = None, text: str | None = None,
                       since: float | None = None, until: float | None = None, sort: str = "started",
-                      descending: bool = True) -> list[Row]:
+                      descending: bool = True) -> list[RunRow]:
         """Runs (summary columns: run_id, workflow, workflow_path, status, eval, verify, rerun_of, created_at,
         ended_at; ``verify`` filters verify runs in or out, None: both),
         newest first, filtered by exact status and workflow name; ``limit`` None: all."""
@@ -472,7 +490,7 @@ class RunClaims(Protocol):
         """Mark a worker gone and free its claims."""
 
     def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None,
-                  exclude: Iterable[str] = ()) -> Row | None:
+                  exclude: Iterable[str] = ()) -> RunClaimRow | None:
         """Claim a run that needs work (or ``run_id``), not one of ``exclude``; None when there is none."""
 
     def run_needs_work(self, run_id: str) -> bool:
@@ -485,10 +503,10 @@ class RunClaims(Protocol):
         """While inside, every write is conditional on ``worker_id`` holding ``run_id``'s claim at ``epoch``;
         a refused write raises :class:`~workrun.core.errors.ClaimLostError` (R-F2)."""
 
-    def run_claim(self, run_id: str) -> Row | None:
+    def run_claim(self, run_id: str) -> RunClaimRow | None:
         """The run's claim (``worker_id``, ``lease_until``, ``takeovers``, the worker's ``host`` and ``pid``)."""
 
-    def held_runs_needing_work(self, now: float) -> list[Row]:
+    def held_runs_needing_work(self, now: float) -> list[RunClaimRow]:
         """Runs needing work under a live, unreleased claim (``run_id``, ``worker_id``, ``lease_until``,
         the worker's ``host`` and ``pid``)."""
 
@@ -504,7 +522,7 @@ class CallClaims(Protocol):
         """Give a queued call its timeout in seconds; executors claim only calls that have one."""
 
     def claim_calls(self, worker_id: str, host: str, now: float, lease: float, limit: int, exec_root: str,
-                    run_ids: list[str] | None = None) -> list[Row]:
+                    run_ids: list[str] | None = None) -> list[DispatchedCallRow]:
         """Claim up to ``limit`` queued calls, oldest first (``SKIP LOCKED``); each goes to exactly one claimer."""
 
     def call_started(self, call_id: str, worker_id: str, pid: int, proc_start: str | None, deadline: float) -> bool:
@@ -534,10 +552,10 @@ class CallClaims(Protocol):
     def renew_calls(self, worker_id: str, now: float, lease: float, call_ids: Iterable[str]) -> dict[str, bool]:
         """Renew call claims; ``{call_id: stop_requested}`` for those still ``worker_id``'s."""
 
-    def dispatched_call(self, call_id: str) -> Row | None:
+    def dispatched_call(self, call_id: str) -> DispatchedCallRow | None:
         """One dispatched call's row, or None."""
 
-    def dispatched_calls(self, run_id: str) -> list[Row]:
+    def dispatched_calls(self, run_id: str) -> list[DispatchedCallRow]:
         """A run's dispatched calls, in queue order."""
 
     def wait_for_calls(self, timeout: float) -> None:

@@ -29,6 +29,21 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from workrun.core.errors import NotFoundError, StaleStatusError
+from workrun.core.rows import (
+    AttemptRow,
+    CompensationRow,
+    EventRow,
+    MessageRow,
+    NodeRow,
+    NotificationRow,
+    OperationRow,
+    RemoteTaskRow,
+    RunRow,
+    TicketActionRow,
+    TicketAttemptRow,
+    TicketEventRow,
+    TicketRow,
+)
 from workrun.core.states import check
 from workrun.journal.base import FAULT_POINTS
 
@@ -110,7 +125,7 @@ class SqlJournal(ABC):
         """
 
     @abstractmethod
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """Run one read; rows as dicts, JSON columns decoded.
 
         Raises:
@@ -319,7 +334,7 @@ class SqlJournal(ABC):
                    (status, answer, at, state, at, run_id, node_key))],
                  "remote.cancel" if status == "sending" else None)
 
-    def _one(self, table: str, column: str, given: str, noun: str, field: str) -> dict[str, Any]:
+    def _one(self, table: str, column: str, given: str, noun: str, field: str) -> Any:
         """The row of ``table`` whose ``column`` is ``given`` or starts with it (a unique prefix).
 
         Raises:
@@ -337,7 +352,7 @@ class SqlJournal(ABC):
                                 f"{given!r} matches several {noun}s ({some})", field=field)
         return rows[0]
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> RunRow:
         """Return one run by exact id or unique prefix.
 
         Raises:
@@ -345,12 +360,12 @@ class SqlJournal(ABC):
         """
         return self._one("runs", "run_id", run_id, "run", "RUN")
 
-    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def runs(self, limit: int | None = None) -> list[RunRow]:
         """All runs, newest first."""
         sql = "SELECT * FROM runs ORDER BY created_at DESC, rowid DESC"
         return self._query(sql + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
 
-    def runs_with_status(self, *statuses: str) -> list[dict[str, Any]]:
+    def runs_with_status(self, *statuses: str) -> list[RunRow]:
         """Runs whose status is one of ``statuses``, oldest first."""
         marks = ",".join("?" for _ in statuses)
         return self._query(f"SELECT * FROM runs WHERE status IN ({marks}) ORDER BY created_at", statuses)
@@ -368,7 +383,7 @@ class SqlJournal(ABC):
             "AND NOT EXISTS (SELECT 1 FROM compensations c WHERE c.operation_id = o.operation_id))")
         return [r["run_id"] for r in rows]
 
-    def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def nodes(self, run_id: str, keys: Sequence[str] | None = None) -> list[NodeRow]:
         """The run's nodes in workflow order (only those named in ``keys`` when given)."""
         if keys is None:
             return self._query("SELECT * FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
@@ -377,7 +392,7 @@ class SqlJournal(ABC):
         return self._query(f"SELECT * FROM nodes WHERE run_id = ? AND node_key IN ({', '.join('?' * len(keys))}) "
                            "ORDER BY position", (run_id, *keys))
 
-    def node_states(self, run_id: str) -> list[dict[str, Any]]:
+    def node_states(self, run_id: str) -> list[NodeRow]:
         """``{node_key, status, handled}`` of the run's nodes in workflow order (no JSON to decode)."""
         return self._query("SELECT node_key, status, handled FROM nodes WHERE run_id = ? ORDER BY position", (run_id,))
 
@@ -386,12 +401,12 @@ class SqlJournal(ABC):
         rows = self._query("SELECT stop_requested FROM runs WHERE run_id = ?", (run_id,))
         return bool(rows and rows[0]["stop_requested"])
 
-    def messages(self, run_id: str) -> list[dict[str, Any]]:
+    def messages(self, run_id: str) -> list[MessageRow]:
         """All messages of a run, oldest first (those this process holds are written first)."""
         self.flush_messages()
         return self._query("SELECT * FROM messages WHERE run_id = ? ORDER BY id", (run_id,))
 
-    def operation(self, operation_id: str) -> dict[str, Any]:
+    def operation(self, operation_id: str) -> OperationRow:
         """One operation by id.
 
         Raises:
@@ -402,14 +417,14 @@ class SqlJournal(ABC):
             raise NotFoundError(f"no operation {operation_id!r}")
         return rows[0]
 
-    def operations(self, run_id: str, node_key: str | None = None) -> list[dict[str, Any]]:
+    def operations(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """The run's operations (of one node when ``node_key`` is given) in the order they were recorded."""
         if node_key is not None:
             return self._query("SELECT * FROM operations WHERE run_id = ? AND node_key = ? ORDER BY created_at, rowid",
                                (run_id, node_key))
         return self._query("SELECT * FROM operations WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
 
-    def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[dict[str, Any]]:
+    def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """``{operation_id, node_key, status}`` of the run's operations (of one node), in order (no JSON to decode)."""
         if node_key is None:
             return self._query("SELECT operation_id, node_key, status FROM operations WHERE run_id = ? "
@@ -417,7 +432,7 @@ class SqlJournal(ABC):
         return self._query("SELECT operation_id, node_key, status FROM operations WHERE run_id = ? AND node_key = ? "
                            "ORDER BY created_at, rowid", (run_id, node_key))
 
-    def operations_in_flight(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    def operations_in_flight(self, run_id: str | None = None) -> list[OperationRow]:
         """Operations whose outcome is not recorded yet (``starting`` or ``running``)."""
         sql = "SELECT * FROM operations WHERE status IN ('starting', 'running')"
         return self._query(sql + (" AND run_id = ?" if run_id else " AND run_id IS NULL"), (run_id,) if run_id else ())
@@ -426,11 +441,11 @@ class SqlJournal(ABC):
         """Number of operations in the journal."""
         return self._query("SELECT COUNT(*) AS n FROM operations")[0]["n"]
 
-    def compensations(self, run_id: str) -> list[dict[str, Any]]:
+    def compensations(self, run_id: str) -> list[CompensationRow]:
         """The run's compensations in the order they were planned."""
         return self._query("SELECT * FROM compensations WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
 
-    def compensation(self, compensation_id: str) -> dict[str, Any]:
+    def compensation(self, compensation_id: str) -> CompensationRow:
         """One compensation by exact id or unique prefix.
 
         Raises:
@@ -438,7 +453,7 @@ class SqlJournal(ABC):
         """
         return self._one("compensations", "compensation_id", compensation_id, "compensation", "COMPENSATION_ID")
 
-    def _filtered(self, table: str, status: str | None, run_id: str | None) -> list[dict[str, Any]]:
+    def _filtered(self, table: str, status: str | None, run_id: str | None) -> list[Any]:
         """Rows of ``table`` with the given status and run (None: any), oldest first."""
         where, params = [], []
         if status:
@@ -450,29 +465,29 @@ class SqlJournal(ABC):
         sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(where) if where else "")
         return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
 
-    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[CompensationRow]:
         """Compensations filtered by status and run, oldest first."""
         return self._filtered("compensations", status, run_id)
 
-    def attempts(self, compensation_id: str) -> list[dict[str, Any]]:
+    def attempts(self, compensation_id: str) -> list[AttemptRow]:
         """Attempts of a compensation, by number."""
         return self._query("SELECT * FROM attempts WHERE compensation_id = ? ORDER BY number", (compensation_id,))
 
-    def attempts_of_run(self, run_id: str) -> list[dict[str, Any]]:
+    def attempts_of_run(self, run_id: str) -> list[AttemptRow]:
         """All attempts of a run's compensations."""
         return self._query("SELECT a.* FROM attempts a JOIN compensations c USING (compensation_id) "
                            "WHERE c.run_id = ? ORDER BY a.compensation_id, a.number", (run_id,))
 
-    def attempts_in_flight(self, run_id: str) -> list[dict[str, Any]]:
+    def attempts_in_flight(self, run_id: str) -> list[AttemptRow]:
         """Attempts of the run whose outcome is not recorded yet."""
         return self._query("SELECT a.* FROM attempts a JOIN compensations c USING (compensation_id) "
                            "WHERE c.run_id = ? AND a.status IN ('starting', 'running')", (run_id,))
 
-    def events(self, compensation_id: str) -> list[dict[str, Any]]:
+    def events(self, compensation_id: str) -> list[EventRow]:
         """Operator events of a compensation, oldest first."""
         return self._query("SELECT * FROM events WHERE compensation_id = ? ORDER BY id", (compensation_id,))
 
-    def remote_tasks(self, run_id: str) -> list[dict[str, Any]]:
+    def remote_tasks(self, run_id: str) -> list[RemoteTaskRow]:
         """Remote A2A tasks of a run."""
         return self._query("SELECT * FROM remote_tasks WHERE run_id = ? ORDER BY updated_at", (run_id,))
 
@@ -639,7 +654,7 @@ class SqlJournal(ABC):
             stmts.append(_insert("ticket_events", event))
         self._tx(stmts, "notify.finished", [("notifications", (notification_id,), status, None)])
 
-    def ticket(self, ticket_id: str) -> dict[str, Any]:
+    def ticket(self, ticket_id: str) -> TicketRow:
         """One ticket by exact id or unique prefix.
 
         Raises:
@@ -647,28 +662,28 @@ class SqlJournal(ABC):
         """
         return self._one("tickets", "ticket_id", ticket_id, "ticket", "TICKET")
 
-    def tickets(self, run_id: str) -> list[dict[str, Any]]:
+    def tickets(self, run_id: str) -> list[TicketRow]:
         """The run's tickets, oldest first."""
         return self._query("SELECT * FROM tickets WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
 
-    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[TicketRow]:
         """Tickets filtered by status and run, oldest first."""
         return self._filtered("tickets", status, run_id)
 
-    def ticket_action(self, ticket_id: str) -> dict[str, Any] | None:
+    def ticket_action(self, ticket_id: str) -> TicketActionRow | None:
         """The ticket's action job, or None when its policy registered none."""
         rows = self._query("SELECT * FROM ticket_actions WHERE ticket_id = ?", (ticket_id,))
         return rows[0] if rows else None
 
-    def ticket_attempts(self, ticket_id: str) -> list[dict[str, Any]]:
+    def ticket_attempts(self, ticket_id: str) -> list[TicketAttemptRow]:
         """Attempts of a ticket's action, by number."""
         return self._query("SELECT * FROM ticket_attempts WHERE ticket_id = ? ORDER BY number", (ticket_id,))
 
-    def ticket_events(self, ticket_id: str) -> list[dict[str, Any]]:
+    def ticket_events(self, ticket_id: str) -> list[TicketEventRow]:
         """A ticket's history (opening, operator actions, notes, notification outcomes), oldest first."""
         return self._query("SELECT * FROM ticket_events WHERE ticket_id = ? ORDER BY id", (ticket_id,))
 
-    def open_ticket_actions(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    def open_ticket_actions(self, run_id: str | None = None) -> list[TicketActionRow]:
         """Action jobs still to run (``pending``) or left ``running`` by a runner that died, oldest first."""
         sql = "SELECT * FROM ticket_actions WHERE status IN ('pending', 'running')"
         if run_id:
@@ -696,7 +711,7 @@ class SqlJournal(ABC):
                 ids.append(r["run_id"])
         return ids
 
-    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    def notifications(self, run_id: str | None = None, statuses: tuple[str, ...] = ()) -> list[NotificationRow]:
         """Notifications of a run (or all), optionally with one of ``statuses``, oldest first."""
         where, params = [], []
         if run_id:
@@ -751,7 +766,7 @@ class SqlJournal(ABC):
     def run_summaries(self, *, status: str | None = None, workflow: str | None = None, limit: int | None = None,
                       offset: int = 0, verify: bool | None = None, text: str | None = None,
                       since: float | None = None, until: float | None = None, sort: str = "started",
-                      descending: bool = True) -> list[dict[str, Any]]:
+                      descending: bool = True) -> list[RunRow]:
         """Runs (summary columns only), newest first, filtered by exact status and workflow name.
 
         Args:

@@ -65,10 +65,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from workrun.core import faults, logs, metrics, settings
 from workrun.core.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError
+from workrun.core.rows import (
+    DispatchedCallRow,
+    RunClaimRow,
+)
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _check_status, _insert, _status_query, _update
 
@@ -345,7 +349,7 @@ class PostgresJournal(SqlJournal):
                                "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
         faults.hit_all(fault)
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:
             return self._attempt(lambda pg: pg.execute(to_pg(sql), _flags(params)).fetchall(), write=False)
         except self._psycopg.Error as exc:
@@ -454,7 +458,7 @@ class PostgresJournal(SqlJournal):
     )"""
 
     def claim_run(self, worker_id: str, now: float, lease: float, run_id: str | None = None,
-                  exclude: Iterable[str] = ()) -> dict[str, Any] | None:
+                  exclude: Iterable[str] = ()) -> RunClaimRow | None:
         """Claim one run that needs work (oldest first), or the given one; return the claim or None.
 
         ``SELECT … FOR UPDATE SKIP LOCKED`` picks a run no other worker is claiming right now and
@@ -520,7 +524,7 @@ class PostgresJournal(SqlJournal):
         self._exec("UPDATE run_claims SET lease_until = %s, claimed_at = %s WHERE run_id = %s AND worker_id = %s",
                    (not_before, not_before, run_id, worker_id))
 
-    def held_runs_needing_work(self, now: float) -> list[dict[str, Any]]:
+    def held_runs_needing_work(self, now: float) -> list[RunClaimRow]:
         """Runs that need work under a live claim its holder never released (``run_id``, ``worker_id``,
         ``lease_until``, and the worker's ``host`` and ``pid``): what a ``resume`` cannot claim yet."""
         return self._query(
@@ -528,7 +532,7 @@ class PostgresJournal(SqlJournal):
             "LEFT JOIN workers w USING (worker_id) WHERE k.lease_until >= ? AND k.lease_until > k.claimed_at "
             f"AND {self._NEEDS_WORK} ORDER BY r.created_at", (now,))
 
-    def run_claim(self, run_id: str) -> dict[str, Any] | None:
+    def run_claim(self, run_id: str) -> RunClaimRow | None:
         """The run's claim row (``worker_id``, ``lease_until``, ``takeovers``) joined with its worker, or None."""
         rows = self._query("SELECT k.*, w.host, w.pid FROM run_claims k LEFT JOIN workers w USING (worker_id) "
                            "WHERE k.run_id = ?", (run_id,))
@@ -558,7 +562,7 @@ class PostgresJournal(SqlJournal):
             self._exec("NOTIFY workrun_calls", ())
 
     def claim_calls(self, worker_id: str, host: str, now: float, lease: float, limit: int, exec_root: str,
-                    run_ids: list[str] | None = None) -> list[dict[str, Any]]:
+                    run_ids: list[str] | None = None) -> list[DispatchedCallRow]:
         """Claim up to ``limit`` queued calls, oldest first, with ``SELECT … FOR UPDATE SKIP LOCKED``: of
         racing executors each row goes to exactly one. Each claim records the worker, its host, the lease
         (``now + lease``) and the directory it will run in (``exec_root`` + call id + ``.`` + claim number:
@@ -698,7 +702,7 @@ class PostgresJournal(SqlJournal):
                           (now + lease, worker_id, list(call_ids), now))
         return {r["call_id"]: bool(r["stop_requested"]) for r in rows}
 
-    def dispatched_call(self, call_id: str) -> dict[str, Any] | None:
+    def dispatched_call(self, call_id: str) -> DispatchedCallRow | None:
         """One dispatched call's row (``call``, ``outcome``, ``collected`` decoded), or None."""
         rows = self._query("SELECT * FROM dispatched_calls WHERE call_id = ?", (call_id,))
         return _decode_call(rows[0]) if rows else None
@@ -707,7 +711,7 @@ class PostgresJournal(SqlJournal):
         """How many dispatched calls are queued and not claimed (``workrun_dispatch_queue_depth``, R-F4)."""
         return int(self._query("SELECT COUNT(*) AS n FROM dispatched_calls WHERE status = 'queued'")[0]["n"])
 
-    def dispatched_calls(self, run_id: str) -> list[dict[str, Any]]:
+    def dispatched_calls(self, run_id: str) -> list[DispatchedCallRow]:
         """A run's dispatched calls, in the order they were queued."""
         return [_decode_call(r) for r in self._query(
             "SELECT * FROM dispatched_calls WHERE run_id = ? ORDER BY queued_at, rowid", (run_id,))]
@@ -798,11 +802,11 @@ class PostgresJournal(SqlJournal):
         return bytes(rows[0]["data"])
 
 
-def _decode_call(row: dict[str, Any]) -> dict[str, Any]:
+def _decode_call(row: dict[str, Any]) -> DispatchedCallRow:
     for name in ("call", "outcome", "collected"):
         if isinstance(row.get(name), str):
             row[name] = json.loads(row[name])
-    return row
+    return cast(DispatchedCallRow, row)
 
 
 def _flags(params: Any) -> Any:

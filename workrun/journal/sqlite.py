@@ -252,7 +252,7 @@ class SqliteJournal(SqlJournal):
             except (JournalError, sqlite3.ProgrammingError):  # the next write reports it; closed meanwhile
                 pass
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         with self._lock:
             try:
                 cursor = self._db.cursor()

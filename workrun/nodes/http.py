@@ -27,6 +27,7 @@ from workrun.core.backoff import backoff_delay
 from workrun.core.errors import ConfigError
 from workrun.core.models import HttpNode, NodeSpec, OutputField
 from workrun.core.outcomes import Failure, NodeOutcome, brief
+from workrun.core.rows import OperationRow
 from workrun.core.templates import missing_value
 from workrun.effects.actions import walk
 from workrun.effects.http_request import KIND, finish_request_operation
@@ -78,14 +79,14 @@ def _node_lookup(context: dict[str, Any]) -> Callable[[str], Any]:
     return lookup
 
 
-def _key_of(op: dict[str, Any]) -> str:
+def _key_of(op: OperationRow) -> str:
     """The Idempotency-Key an operation was sent with."""
     headers = (op.get("input") or {}).get("headers") or {}
     return next((v for k, v in headers.items() if k.lower() == "idempotency-key"), op["operation_id"])
 
 
 def _send_operation(svc: Services, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
-                    depends_on: list[str], spec_allow: list[str]) -> dict[str, Any]:
+                    depends_on: list[str], spec_allow: list[str]) -> OperationRow:
     row = {
         "operation_id": op_id, "run_id": run_id, "node_key": node.key, "tool_call_index": None, "app": KIND,
         "project": "", "kind": KIND, "tool_name": None, "config": node.model_dump(mode="json"),

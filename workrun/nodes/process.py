@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from workrun.core.backoff import backoff_delay
 from workrun.core.errors import ConfigError
 from workrun.core.models import NodeSpec, OutputField, ProcessNode
 from workrun.core.outcomes import Failure, NodeOutcome, brief
+from workrun.core.rows import OperationRow
 from workrun.core.templates import render
 from workrun.effects.operations import call_app
 from workrun.nodes.base import NodeJob, Where
@@ -18,7 +19,7 @@ from workrun.runner.services import Services
 __all__ = ["ProcessExecutor"]
 
 
-def _counts(op: dict[str, Any]) -> bool:
+def _counts(op: OperationRow) -> bool:
     """True when a failed operation used up one of its node's calls (R-W7)."""
     return op["failure"] is None or Failure(op["failure"]).counts
 

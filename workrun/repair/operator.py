@@ -26,6 +26,7 @@ from workrun.compensation import compensate_run, refresh_holds
 from workrun.core import settings
 from workrun.core.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.core.paths import keep_copy
+from workrun.core.rows import CompensationRow
 from workrun.core.states import COMPENSATION_DONE
 from workrun.runner.services import Services
 
@@ -49,13 +50,13 @@ def actor() -> str:
         return "unknown"
 
 
-def _event(svc: Services, comp: dict[str, Any], action: str, args: dict[str, Any], text: str | None = None,
+def _event(svc: Services, comp: CompensationRow, action: str, args: dict[str, Any], text: str | None = None,
            attachment: str | None = None) -> dict[str, Any]:
     return {"compensation_id": comp["compensation_id"], "run_id": comp["run_id"], "at": svc.now(), "actor": actor(),
             "action": action, "args": args, "text": text, "attachment": attachment}
 
 
-def _refuse(comp: dict[str, Any], action: str, why: str) -> ActionRefusedError:
+def _refuse(comp: CompensationRow, action: str, why: str) -> ActionRefusedError:
     return ActionRefusedError(f"cannot {action} {comp['compensation_id']} ({comp['status']}): {why}",
                               field="COMPENSATION_ID")
 
@@ -76,7 +77,7 @@ def _conditional(svc: Services, cid: str, status: str, *, reason: str, seen: str
         raise ActionRefusedError(exc.detail, field="COMPENSATION_ID") from None
 
 
-def retry_refusal(comp: dict[str, Any], *, lasting_only: bool = False) -> ActionRefusedError | None:
+def retry_refusal(comp: CompensationRow, *, lasting_only: bool = False) -> ActionRefusedError | None:
     """Why the compensation row ``comp`` cannot be retried now (done, running, unknown outcome, held back), or
     None.
 
@@ -99,7 +100,7 @@ def retry_refusal(comp: dict[str, Any], *, lasting_only: bool = False) -> Action
     return None
 
 
-def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = False) -> dict[str, Any]:
+def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = False) -> CompensationRow:
     """Run a new attempt now (trigger ``operator``), then whatever it releases (SPEC §10).
 
     Returns:
@@ -124,7 +125,7 @@ def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = Fal
     return svc.journal.compensation(cid)
 
 
-def note(svc: Services, compensation_id: str, text: str, attach: Path | None = None) -> dict[str, Any]:
+def note(svc: Services, compensation_id: str, text: str, attach: Path | None = None) -> CompensationRow:
     """Add a note (and optionally a copy of a file) to a compensation's history.
 
     Raises:

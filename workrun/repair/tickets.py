@@ -29,6 +29,7 @@ from typing import Any
 from workrun.core.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.core.models import WorkflowSpec
 from workrun.core.paths import keep_copy
+from workrun.core.rows import TicketActionRow, TicketRow
 from workrun.core.templates import template_refs
 from workrun.effects.ticket_actions import run_action, send_notifications
 from workrun.effects.ticket_records import event_row
@@ -61,7 +62,7 @@ def _as_refusal() -> Iterator[None]:
         raise ActionRefusedError(exc.detail, field="TICKET") from None
 
 
-def _refuse(t: dict[str, Any], action: str, why: str) -> ActionRefusedError:
+def _refuse(t: TicketRow, action: str, why: str) -> ActionRefusedError:
     return ActionRefusedError(f"cannot {action} {t['ticket_id']} ({t['status']}): {why}", field="TICKET")
 
 
@@ -107,7 +108,7 @@ def check_result(spec: WorkflowSpec, key: str, result: Any) -> None:
             value = value[part]
 
 
-def check(svc: Services, ticket_id: str, action: str, *, result: Any = None) -> dict[str, Any]:
+def check(svc: Services, ticket_id: str, action: str, *, result: Any = None) -> TicketRow:
     """Refuse ``action`` on the ticket unless the table in the module doc allows it; read only.
 
     Returns:
@@ -168,7 +169,7 @@ def resume(svc: Services, ticket_id: str, result: Any) -> str:
     return drive(svc, run_id)
 
 
-def resolve(svc: Services, ticket_id: str, text: str | None = None) -> dict[str, Any]:
+def resolve(svc: Services, ticket_id: str, text: str | None = None) -> TicketRow:
     """Close a pending ticket by hand; the run is NOT advanced (seed 000: closing is not resuming).
 
     Returns:
@@ -210,7 +211,7 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True, reason:
     return status
 
 
-def retry(svc: Services, ticket_id: str) -> dict[str, Any]:
+def retry(svc: Services, ticket_id: str) -> TicketActionRow:
     """Send the ticket's failed action again now (trigger ``operator``); earlier attempts are kept.
 
     Returns:
@@ -227,7 +228,7 @@ def retry(svc: Services, ticket_id: str) -> dict[str, Any]:
     return row
 
 
-def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = None) -> dict[str, Any]:
+def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = None) -> TicketActionRow:
     """Settle an action whose outcome is unknown: ``done`` -> ``succeeded``; else ``failed`` (retryable).
 
     Returns:
@@ -248,7 +249,7 @@ def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = Non
     return row
 
 
-def note(svc: Services, ticket_id: str, text: str, attach: Path | None = None) -> dict[str, Any]:
+def note(svc: Services, ticket_id: str, text: str, attach: Path | None = None) -> TicketRow:
     """Add a note (and optionally a copy of a file, kept in the data dir) to a ticket's history.
 
     Raises:
