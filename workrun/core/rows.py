@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
-__all__ = ["AttemptRow", "AttemptStatus", "CompensationRow", "CompensationStatus", "DispatchedCallRow", "EventRow",
-           "MessageRow", "NodeRow", "NodeStatus", "NotificationRow", "NotificationStatus", "OperationRow",
+__all__ = ["AppCallRow", "AttemptRow", "AttemptStatus", "CompensationRow", "CompensationStatus", "DispatchedCallRow",
+           "EventRow", "MessageRow", "NodeRow", "NodeStatus", "NotificationRow", "NotificationStatus", "OperationRow",
            "OperationStatus", "RemoteTaskRow", "RunClaimRow", "RunRow", "RunStatus", "TicketActionRow",
            "TicketActionStatus", "TicketAttemptRow", "TicketAttemptStatus", "TicketEventRow", "TicketRow",
            "TicketStatus", "WorkerRow"]
@@ -321,4 +321,18 @@ class WorkerRow(TypedDict, total=False):
     started_at: float
     heartbeat_at: float
     stopped_at: float | None
+
+
+class AppCallRow(TypedDict, total=False):
+    """``latest_app_calls``: each App's newest call (its project, name, kind, config and fingerprint) and how many
+    calls it had."""
+
+    project: str
+    app: str
+    kind: str
+    config: Any
+    fingerprint: str
+    fingerprint_files: Any
+    created_at: float
+    calls: int
 

@@ -32,6 +32,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from workrun.core.rows import (
+    AppCallRow,
     AttemptRow,
     CompensationRow,
     DispatchedCallRow,
@@ -447,14 +448,14 @@ class Listings(Protocol):
     def compensation_counts(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
         """``{run_id: {status: count}}`` of compensations of the given runs (None: every run)."""
 
-    def latest_app_calls(self) -> list[Row]:
+    def latest_app_calls(self) -> list[AppCallRow]:
         """The newest operation of each (project, App): project, app, kind, config, fingerprint,
         fingerprint_files, created_at, calls (their number); by project then App."""
 
-    def events_of_run(self, run_id: str) -> list[Row]:
+    def events_of_run(self, run_id: str) -> list[EventRow]:
         """Every operator event of a run (run-level and per compensation), oldest first."""
 
-    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[Row], int]:
+    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[CompensationRow], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
         oldest first within a status; at most ``limit`` rows, and how many match in all."""
 

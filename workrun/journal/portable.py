@@ -30,6 +30,7 @@ from typing import Any
 
 from workrun.core.errors import NotFoundError, StaleStatusError
 from workrun.core.rows import (
+    AppCallRow,
     AttemptRow,
     CompensationRow,
     EventRow,
@@ -150,7 +151,7 @@ class SqlJournal(ABC):
         """See :meth:`workrun.journal.base.Journal.adopt_operation`."""
 
     @abstractmethod
-    def latest_app_calls(self) -> list[dict[str, Any]]:
+    def latest_app_calls(self) -> list[AppCallRow]:
         """The newest operation of each (project, App), with its call count."""
 
     def _set(self, table: str, key: tuple[Any, ...], fault: str | None, fields: dict[str, Any],
@@ -810,11 +811,11 @@ class SqlJournal(ABC):
             out.setdefault(r["run_id"], {})[r["status"]] = r["n"]
         return out
 
-    def events_of_run(self, run_id: str) -> list[dict[str, Any]]:
+    def events_of_run(self, run_id: str) -> list[EventRow]:
         """Every operator event of a run (run-level and per compensation), oldest first."""
         return self._query("SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,))
 
-    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[dict[str, Any]], int]:
+    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[CompensationRow], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
         oldest first within a status; at most ``limit`` rows, and how many match in all."""
         where, params = (" WHERE status = ?", (status,)) if status else ("", ())

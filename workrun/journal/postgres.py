@@ -70,6 +70,7 @@ from typing import Any, TypeVar, cast
 from workrun.core import faults, logs, metrics, settings
 from workrun.core.errors import ClaimLostError, DatabaseUnreachableError, JournalError, JournalVersionError
 from workrun.core.rows import (
+    AppCallRow,
     DispatchedCallRow,
     RunClaimRow,
 )
@@ -385,7 +386,7 @@ class PostgresJournal(SqlJournal):
         node's state at every look (as it did before issue 14's shortcut)."""
         return None
 
-    def latest_app_calls(self) -> list[dict[str, Any]]:
+    def latest_app_calls(self) -> list[AppCallRow]:
         """As :meth:`SqliteJournal.latest_app_calls` (``DISTINCT ON`` for SQLite's bare columns with ``MAX``)."""
         return self._query(
             "SELECT DISTINCT ON (o.project, o.app) o.project, o.app, o.kind, o.config, o.fingerprint, "

@@ -30,6 +30,7 @@ from typing import Any
 
 from workrun.core import faults, settings
 from workrun.core.errors import ConfigError, JournalError, JournalVersionError
+from workrun.core.rows import AppCallRow
 from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import (
@@ -325,7 +326,7 @@ class SqliteJournal(SqlJournal):
                 raise JournalError(f"journal write failed: {exc}", file=str(self.path)) from None
         return cur.rowcount == 1
 
-    def latest_app_calls(self) -> list[dict[str, Any]]:
+    def latest_app_calls(self) -> list[AppCallRow]:
         """The newest operation of each (project, App): ``{project, app, kind, config, fingerprint,
         fingerprint_files, created_at, calls}``, by project then App."""
         return self._query("SELECT project, app, kind, config, fingerprint, fingerprint_files, MAX(created_at) "
