@@ -155,3 +155,18 @@ def test_the_house_is_at_most_nine_layers_of_packages():
     assert packages <= named, f"packages outside the house contract: {sorted(packages - named)}"
     modules = {p.stem for p in PACKAGE.glob("*.py")}
     assert modules == {"__init__", "__main__", "api", "testing"}, sorted(modules)
+
+
+def test_no_untyped_row_crosses_the_journal_boundary():
+    """Issue 27: the journal's roles read and write typed rows (``workrun.core.rows``), never ``dict[str, Any]``;
+    JSON documents kept in one column are ``JsonObject``, and a role has at most 25 methods."""
+    source = (PACKAGE / "journal" / "base.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+        assert len(methods) <= 25, f"{cls.name} has {len(methods)} methods"
+        for fn in methods:
+            annotations = [a.annotation for a in (*fn.args.args, *fn.args.kwonlyargs) if a.annotation] + [fn.returns]
+            for ann in filter(None, annotations):
+                text = ast.get_source_segment(source, ann) or ""
+                assert "dict[str, Any]" not in text and text != "Row", f"{cls.name}.{fn.name}: {text}"

@@ -116,8 +116,9 @@ def test_a_frozen_workers_call_is_decided_not_started_again(pg_url, tmp_path, mo
     try:
         wait_for(started.exists, 120, "slow's call to start")
         os.kill(a.pid, signal.SIGSTOP)
-        b = fleet.start_worker(home, tmp_path, "B", concurrency=1, idle_exit=8)
-        b.wait(timeout=180)
+        b = fleet.start_worker(home, tmp_path, "B", concurrency=1)
+        fleet.wait_all_ended(journal, [run_id], timeout=180, procs=[b])  # B took over after the lease
+        fleet.stop_workers([b])
         before = _rows_of(pg_url, run_id)
         os.kill(a.pid, signal.SIGCONT)  # A wakes up mid-call with a claim that is no longer its own
         wait_for(lambda: "lost its claim on run " + run_id in a.log_path.read_text(), 60,

@@ -129,13 +129,11 @@ def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_pat
         (tmp_path / "homeA").rename(tmp_path / "homeA-on-another-machine")
     done_before = {m["name"] for m in fleet.markers(shared["log"])}
     assert done_before == {"c"}  # c was undone (and saved) before b started
-    b = fleet.start_worker(tmp_path / "homeB", tmp_path, "B", concurrency=1, idle_exit=8)  # > the lease
-    try:
-        b.wait(timeout=180)
+    b = fleet.start_worker(tmp_path / "homeB", tmp_path, "B", concurrency=1)
+    try:  # B waits out the lease, takes over (or the live scheduler decides), and the run settles
+        fleet.wait_all_ended(journal, [run_id], timeout=180, procs=[b, *others])
     finally:
-        if b.poll() is None:
-            b.kill()
-        fleet.stop_workers(others)
+        fleet.stop_workers([b, *others])  # SIGTERM: each finishes what it holds and exits 0
     out = (tmp_path / "B.out").read_text()
     assert b.returncode == 0, out[-3000:]
     assert all(p.returncode == 0 for p in others), [(tmp_path / "S.out").read_text()[-3000:]]
@@ -145,7 +143,8 @@ def test_kill_9_worker_mid_attempt_claims_taken_over_after_lease(shared, tmp_pat
     assert len(attempts_b) == 1  # never re-sent
     call_b = _call_of(journal, comps["b"])
     assert call_b["worker_id"] == executor and call_b["claims"] == 1  # never claimed again
-    time.sleep(3.0 if case != "no-exit-record" else 0)  # an App nobody waited for ends by itself
+    if case == "other-machine":  # the App nobody could wait for ends by itself: its marker comes
+        wait_for(lambda: "b" in {m["name"] for m in fleet.markers(shared["log"])}, 30, "b's App to end by itself")
     names = [m["name"] for m in fleet.markers(shared["log"])]
     assert names.count("c") == 1  # saved success: never run again (R-R2)
     if case == "exit-record":

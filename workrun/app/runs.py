@@ -17,17 +17,18 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from workrun.app.checks import check
 from workrun.app.results import Finished, _inputs
 from workrun.app.session import reading, run_claim, scheduling, shared_journal, viewing
 from workrun.core.errors import ActionRefusedError, UsageError, WorkrunError
-from workrun.core.rows import CompensationRow, OperationRow, RunClaimRow, RunRow
+from workrun.core.rows import OperationRow, RunClaimRow, RunRow
 from workrun.core.states import COMPENSATION_DONE
 
 if TYPE_CHECKING:
-    from workrun.runner.services import Confirm, Reporter, Services
+    from workrun.runner.context import Confirm, Reporter
+    from workrun.runner.services import Services
 
 __all__ = ["EXIT", "Finished", "check", "check_compensate", "compensate", "compensation_plan", "rerun", "resume",
            "run", "runs", "show", "stop"]
@@ -293,7 +294,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     owed = run_row["status"] in ("failed", "stopped", "terminated") and not run_row["eval"]
     if owed:
         for rec in plan_records([o for o in ops if o["operation_id"] not in comps], svc.now()):
-            comps[rec["operation_id"]] = cast(CompensationRow, rec)
+            comps[rec["operation_id"]] = rec
     items = [Item(o["operation_id"], o["node_key"] or "", tuple(o["depends_on"] or ()),
                   comps[o["operation_id"]]["compensation_id"] if o["operation_id"] in comps else None,
                   comps[o["operation_id"]]["status"] if o["operation_id"] in comps else None,

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workrun.journal import Journal
-    from workrun.runner.services import Reporter, Services
+    from workrun.runner.context import Reporter
+    from workrun.runner.services import Services
 
 __all__ = ["reading", "run_claim", "scheduling", "serve_metrics", "shared_journal", "viewing"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: the quick path imports nothing it does not run
-    from workrun.runner.services import Confirm, Reporter
+    from workrun.runner.context import Confirm, Reporter
 
 __all__ = ["check_workflow", "reporter_for", "rerun_run", "run_workflow"]
 

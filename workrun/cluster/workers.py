@@ -68,8 +68,9 @@ from workrun.core.rows import RunClaimRow
 from workrun.engine.recovery import drive
 from workrun.journal import open_journal
 from workrun.journal.base import RunClaims, SharedJournal
+from workrun.runner.context import Reporter, new_id
 from workrun.runner.process import alive
-from workrun.runner.services import Reporter, Services, new_id
+from workrun.runner.services import Services
 
 __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "dispatching", "drive_claimed", "holding", "lease_seconds",
            "claim_lost", "fenced", "needs_workers", "resume_shared", "say_claim_lost", "shared"]

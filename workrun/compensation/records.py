@@ -7,10 +7,10 @@ Built here, written by the journal in the same transaction that marks the run
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import cast
 
 from workrun import effects
-from workrun.core.rows import OperationRow
+from workrun.core.rows import CompensationRow, OperationRow
 
 __all__ = ["compensation_id_for", "plan_records"]
 
@@ -20,7 +20,7 @@ def compensation_id_for(operation_id: str) -> str:
     return "cmp_" + hashlib.sha256(operation_id.encode()).hexdigest()[:12]
 
 
-def plan_records(ops: list[OperationRow], now: float) -> list[dict[str, Any]]:
+def plan_records(ops: list[OperationRow], now: float) -> list[CompensationRow]:
     """Compensation records for every succeeded call of a finally failed run (R-C1, SPEC §10).
 
     A call whose config snapshot has a compensation entry (a script, or an HTTP reverse action: an http
@@ -43,12 +43,12 @@ def plan_records(ops: list[OperationRow], now: float) -> list[dict[str, Any]]:
         if planned is not None:
             context.update(planned.context)
         knobs = planned.knobs if planned is not None else {}
-        records.append({
+        records.append(cast(CompensationRow, {
             "compensation_id": cid, "operation_id": op["operation_id"], "run_id": op["run_id"],
             "node_key": op["node_key"], "status": "pending" if owed else "skipped",
             "reason": None if owed else effects.for_operation(op).no_compensation(op),
             "context": context if owed else None,
             **(knobs if owed else {"max_attempts": 0, "timeout": 0, "backoff": 0, "idempotent": 0}),
             "created_at": now, "updated_at": now,
-        })
+        }))
     return records

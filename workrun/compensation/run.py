@@ -2,7 +2,7 @@
 
 :func:`compensate_run` uses :mod:`workrun.compensation.planning` for the order
 and hold-back, and :func:`workrun.effects.operations.run_attempt` for each attempt;
-concurrency is bounded by ``Services.concurrency``.
+concurrency is bounded by ``Context.concurrency``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from workrun.core.outcomes import Failure, brief
 from workrun.core.rows import CompensationRow
 from workrun.effects import for_compensation
 from workrun.effects.operations import Attempted
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["compensate_run", "refresh_holds"]
 
@@ -34,7 +34,7 @@ def _holders_text(by_id: dict[str, CompensationRow], holders: list[str]) -> str:
     return "held back by " + ", ".join(parts) + ": their calls depend on its call, so it waits until they are cleared"
 
 
-def _announce(svc: Services, comp: CompensationRow, old: str | None) -> None:
+def _announce(svc: Context, comp: CompensationRow, old: str | None) -> None:
     if comp["status"] != old:
         text = f"{_label(comp)}: {comp['status']}" + (f" ({comp['reason']})" if comp.get("reason") else "")
         if comp["status"] == "succeeded" and comp.get("result") is not None:
@@ -44,7 +44,7 @@ def _announce(svc: Services, comp: CompensationRow, old: str | None) -> None:
         svc.say(comp["run_id"], comp["node_key"], level, text)
 
 
-def refresh_holds(svc: Services, run_id: str,
+def refresh_holds(svc: Context, run_id: str,
                   in_flight: frozenset[str] | set[str] = frozenset()) -> tuple[Plan, dict[str, Any], set[str]]:
     """Apply the planner's hold-back and release decisions to the journal (R-C4).
 
@@ -76,7 +76,7 @@ def refresh_holds(svc: Services, run_id: str,
     return decision, by_id, set(decision.release)
 
 
-def compensate_run(svc: Services, run_id: str, *, only: set[str] | None = None) -> list[CompensationRow]:
+def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -> list[CompensationRow]:
     """Run the run's compensations until none can make progress now; return them afterwards.
 
     Args:

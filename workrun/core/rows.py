@@ -15,10 +15,14 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict
 
 __all__ = ["AppCallRow", "AttemptRow", "AttemptStatus", "CompensationRow", "CompensationStatus", "DispatchedCallRow",
-           "EventRow", "MessageRow", "NodeRow", "NodeStatus", "NotificationRow", "NotificationStatus", "OperationRow",
-           "OperationStatus", "RemoteTaskRow", "RunClaimRow", "RunRow", "RunStatus", "TicketActionRow",
-           "TicketActionStatus", "TicketAttemptRow", "TicketAttemptStatus", "TicketEventRow", "TicketRow",
-           "TicketStatus", "WorkerRow"]
+           "EventRow", "JsonObject", "MessageRow", "NodeRow", "NodeStatus", "NotificationRow", "NotificationStatus",
+           "OperationRow", "OperationStatus", "RemoteTaskRow", "RunClaimRow", "RunRow", "RunStatus",
+           "TicketActionRow", "TicketActionStatus", "TicketAttemptRow", "TicketAttemptStatus", "TicketEventRow",
+           "TicketRow", "TicketStatus", "WorkerRow"]
+
+#: a JSON document kept in one column (a call handed to workers, its outcome, a snapshot manifest, an App's
+#: resources): not a row, so not typed by column
+JsonObject = dict[str, Any]
 
 RunStatus = Literal["running", "succeeded", "failed", "stopped", "waiting", "terminated"]
 NodeStatus = Literal["pending", "running", "succeeded", "failed", "stopped", "skipped", "waiting"]

@@ -21,7 +21,7 @@ from workrun.effects.email import Email
 from workrun.effects.http_request import HttpRequest
 from workrun.effects.operations import current_owner, owner_gone
 from workrun.runner.base import CLAIM_WAIT
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["Compensator", "Effect", "Planned", "for_compensation", "for_operation", "plan", "register",
            "register_action", "settle_operations"]
@@ -82,7 +82,7 @@ def plan(op: OperationRow) -> Planned | None:
     return None
 
 
-def settle_operations(svc: Services, run_id: str | None) -> list[OperationRow]:
+def settle_operations(svc: Context, run_id: str | None) -> list[OperationRow]:
     """Settle the in-flight operations of a run (of standalone calls when ``run_id`` is None) after a restart.
 
     Only calls whose owner is gone are settled: a call whose owning process still lives (another

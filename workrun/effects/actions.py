@@ -15,7 +15,7 @@ from workrun.core.outcomes import Failure
 from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.effects.operations import Attempted
 from workrun.outbound.http import SendResult
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["action_lookup", "walk", "finish_http_attempt", "knobs", "not_sent", "recover_http_attempt"]
 
@@ -38,7 +38,7 @@ def walk(value: Any, parts: list[str], ref: str) -> Any:
     return value
 
 
-def action_lookup(svc: Services, comp: CompensationRow, op: OperationRow) -> Callable[[str], Any]:
+def action_lookup(svc: Context, comp: CompensationRow, op: OperationRow) -> Callable[[str], Any]:
     """The values a reverse action's templates may name (R-X1, R-K4): ``original.input…``/``original.result…``
     (the compensated call), ``operation_id``, ``compensation_id``, ``run_id``, ``node_key``, ``data.NAME`` (the
     run's data now), ``inputs.NAME`` and ``error`` (the run's reason and the last failed node's error).
@@ -78,14 +78,14 @@ def action_lookup(svc: Services, comp: CompensationRow, op: OperationRow) -> Cal
     return lookup
 
 
-def not_sent(svc: Services, comp: CompensationRow, attempt: AttemptRow, error: str,
+def not_sent(svc: Context, comp: CompensationRow, attempt: AttemptRow, error: str,
              failure: Failure = Failure.NOT_SENT) -> Attempted:
     """Journal an attempt that sent nothing (a template without a value, a refused request) as
     :func:`finish_http_attempt` does; the compensation row afterwards and ``failure``."""
     return Attempted(finish_http_attempt(svc, comp, attempt, SendResult(False, failure=failure, error=error)), failure)
 
 
-def finish_http_attempt(svc: Services, comp: CompensationRow, attempt: AttemptRow,
+def finish_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow,
                         got: SendResult, run_data: tuple[str, dict[str, Any]] | None = None) -> CompensationRow:
     """Journal a reverse action attempt and the compensation's new status in one transaction (``attempt.finished``).
 
@@ -145,7 +145,7 @@ def finish_http_attempt(svc: Services, comp: CompensationRow, attempt: AttemptRo
     return after
 
 
-def recover_http_attempt(svc: Services, comp: CompensationRow, attempt: AttemptRow) -> CompensationRow:
+def recover_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow) -> CompensationRow:
     """Settle a reverse action attempt left in flight by a runner that died (R-R3, R-R4).
 
     ``starting``: nothing was sent -> ``not_started``, the compensation ``pending`` again (not counted).

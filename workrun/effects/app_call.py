@@ -17,7 +17,7 @@ from workrun.effects.operations import (
     run_attempt,
     run_attempt_again,
 )
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["AppCall"]
 
@@ -27,7 +27,7 @@ class AppCall:
 
     name = "app"
 
-    def settle_operation(self, svc: Services, op: OperationRow, *, claim_wait: float) -> OperationRow:
+    def settle_operation(self, svc: Context, op: OperationRow, *, claim_wait: float) -> OperationRow:
         """Wait for a live process group (bounded by its deadline), then its exit record decides; none at all:
         ``unknown`` (R-R3). A call whose launcher never claimed its directory is fenced: not started."""
         outcome = svc.runner.recover(op["pid"], op["proc_start"], process_call_dir(op), op["deadline"],
@@ -35,7 +35,7 @@ class AppCall:
         # a call never journaled running: its supervisor, as its claim names it, is journaled with it
         return finish_operation(svc, op, outcome, process=outcome.process if op.get("pid") is None else None)
 
-    def end_operation(self, svc: Services, op: OperationRow) -> OperationRow:
+    def end_operation(self, svc: Context, op: OperationRow) -> OperationRow:
         """End the process group now (SIGTERM, grace, SIGKILL); a call that had finished keeps its outcome."""
         outcome = svc.runner.end(op["pid"], op["proc_start"], Path(op["call_dir"]), op["deadline"])
         return finish_operation(svc, op, outcome)
@@ -56,17 +56,17 @@ class AppCall:
     def no_compensation(self, op: OperationRow) -> str:
         return f"App {op['app']!r} has no compensation entry"
 
-    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+    def run_attempt(self, svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """Run the compensation script once (fingerprint checked first, R-C8)."""
         return run_attempt(svc, comp, op, trigger)
 
-    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+    def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
         """As :meth:`settle_operation`, for a compensation script's attempt."""
         outcome = svc.runner.recover(attempt["pid"], attempt["proc_start"], Path(attempt["call_dir"]),
                                      attempt["deadline"], claim_wait=claim_wait)
         return finish_attempt(svc, comp, attempt, outcome)
 
-    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
+    def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Run the compensation script once more with the same context (:func:`run_attempt_again`)."""
         return run_attempt_again(svc, comp, op)

@@ -12,7 +12,7 @@ The life of a call, each step journaled before the next (R-J1, R-R3):
 
 The transport (this process, or a worker's executor through a shared journal) is the runner's
 (:class:`~workrun.runner.base.AppRunner`: ``start``/``wait`` for processes, ``send_request`` for
-requests), injected once in :class:`~workrun.runner.services.Services`: no effect names it.
+requests), injected once in :class:`~workrun.runner.services.Context`: no effect names it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 
 if TYPE_CHECKING:
     from workrun.effects.operations import Attempted
-    from workrun.runner.services import Services
+    from workrun.runner.context import Context
 
 __all__ = ["ActionOnly", "Compensator", "Effect", "Planned", "begin_attempt"]
 
@@ -55,14 +55,14 @@ class Compensator(Protocol):
 
     name: str
 
-    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+    def run_attempt(self, svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """Make one attempt of a compensation this kind runs (R-C7); journaled as intent -> running -> finished."""
 
-    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+    def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
         """Settle an attempt a dead runner left in flight (R-R3); return the compensation row afterwards."""
 
-    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
+    def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Make a succeeded compensation's attempt once more with the same context and key, outside the journal
         (``workrun verify``'s idempotency check, R-V1); None when it succeeded again, else why not."""
 
@@ -71,11 +71,11 @@ class Effect(Compensator, Protocol):
     """One kind of journaled side effect that a node's operation can be (see the module doc): it also settles,
     ends, describes and plans the compensation of its operations."""
 
-    def settle_operation(self, svc: Services, op: OperationRow, *, claim_wait: float) -> OperationRow:
+    def settle_operation(self, svc: Context, op: OperationRow, *, claim_wait: float) -> OperationRow:
         """Decide an operation a dead runner left in flight (R-R3) and journal it; return the row afterwards.
         ``claim_wait``: seconds left of the recovery pass's window for a launcher's claim."""
 
-    def end_operation(self, svc: Services, op: OperationRow) -> OperationRow:
+    def end_operation(self, svc: Context, op: OperationRow) -> OperationRow:
         """End an in-flight operation of a run whose scheduler is gone (``workrun stop``, R-C9); return the row."""
 
     def describe(self, op: OperationRow) -> str:
@@ -95,12 +95,12 @@ class ActionOnly:
 
     name = "action"
 
-    def begin_attempt(self, svc: Services, comp: CompensationRow, trigger: str) -> AttemptRow | None:
+    def begin_attempt(self, svc: Context, comp: CompensationRow, trigger: str) -> AttemptRow | None:
         """As :func:`begin_attempt`."""
         return begin_attempt(svc, comp, trigger)
 
 
-def begin_attempt(svc: Services, comp: CompensationRow, trigger: str) -> AttemptRow | None:
+def begin_attempt(svc: Context, comp: CompensationRow, trigger: str) -> AttemptRow | None:
     """Journal the intent of a compensation's next attempt with no process of its own (a reverse action, R-C3):
     ``{"compensation_id", "number", "trigger"}``, or None when another process moved the compensation on first
     (its status is no longer ``comp["status"]``: nothing was written, nothing may be sent)."""

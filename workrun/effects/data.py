@@ -17,7 +17,7 @@ from workrun.effects.base import ActionOnly
 from workrun.effects.operations import Attempted
 from workrun.effects.ticket_records import run_data
 from workrun.outbound.http import SendResult, fill_value
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["DataUpdate"]
 
@@ -27,7 +27,7 @@ class DataUpdate(ActionOnly):
 
     name = "data"
 
-    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+    def run_attempt(self, svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """Intent; then the write and the attempt's success in one transaction (the receipt)."""
         cid = comp["compensation_id"]
         attempt = self.begin_attempt(svc, comp, trigger)
@@ -47,11 +47,11 @@ class DataUpdate(ActionOnly):
         svc.say(comp["run_id"], comp["node_key"], "info", f"compensation {cid}: data updated: {', '.join(updates)}")
         return Attempted(after, None)
 
-    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+    def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
         """Left ``starting`` (its write was never committed): not started, run again."""
         return recover_http_attempt(svc, comp, cast(AttemptRow, {**attempt, "status": "starting"}))
 
-    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
+    def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Setting the same values again changes nothing: idempotent by construction."""
         return None

@@ -18,12 +18,12 @@ from workrun.effects.base import ActionOnly
 from workrun.effects.operations import Attempted
 from workrun.outbound.http import RequestError, allow_from_env, parse_allow
 from workrun.outbound.mail import prepare_mail, send_mail
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["Email", "message_of"]
 
 
-def message_of(svc: Services, comp: CompensationRow, op: OperationRow) -> tuple[dict[str, Any], SmtpSpec, Any]:
+def message_of(svc: Context, comp: CompensationRow, op: OperationRow) -> tuple[dict[str, Any], SmtpSpec, Any]:
     """The reverse action's message, filled once, the run's ``[smtp]`` and its guard's allow list.
 
     Raises:
@@ -46,7 +46,7 @@ class Email(ActionOnly):
 
     name = "email"
 
-    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+    def run_attempt(self, svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         """One attempt: intent, then "about to send" once the guard let the SMTP host through, then the outcome."""
         cid = comp["compensation_id"]
         attempt = self.begin_attempt(svc, comp, trigger)
@@ -68,12 +68,12 @@ class Email(ActionOnly):
         got = send_mail(mail, smtp, allow, before_send=about_to_send)
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
-    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+    def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
         """``starting``: never sent (not started); ``running``: it may have been: ``unknown`` (R-R3)."""
         return recover_http_attempt(svc, comp, attempt)
 
-    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
+    def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Send the message once more, the same Message-ID (a receiver de-duplicates), outside the journal."""
         try:
             mail, smtp, allow = message_of(svc, comp, op)

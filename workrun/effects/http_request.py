@@ -38,14 +38,14 @@ from workrun.outbound.http import (
     prepare,
     whole_reference,
 )
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["KIND", "HttpRequest", "finish_request_operation", "reverse_action_of", "run_http_attempt"]
 
 KIND = "http"  # the kind of an http node's operations
 
 
-def finish_request_operation(svc: Services, op_id: str, got: SendResult) -> OperationRow:
+def finish_request_operation(svc: Context, op_id: str, got: SendResult) -> OperationRow:
     """Journal an http node's request outcome (``op.finished``): 2xx ``succeeded`` with ``{status, headers,
     body}``; sent and unanswered ``unknown``; anything else ``failed``. Returns the operation row."""
     if got.succeeded:
@@ -67,7 +67,7 @@ class HttpRequest:
 
     name = KIND
 
-    def settle_operation(self, svc: Services, op: OperationRow, *, claim_wait: float) -> OperationRow:
+    def settle_operation(self, svc: Context, op: OperationRow, *, claim_wait: float) -> OperationRow:
         """``starting``: the guard had not let it out, nothing was sent -> ``failed`` (not started: it may be
         sent). ``running``: it may have been sent -> ``unknown`` (never re-sent unless the node is idempotent).
         On a shared journal the request's claim decides instead (R-S2, R-R3)."""
@@ -75,7 +75,7 @@ class HttpRequest:
         got = svc.runner.settle_request(op["operation_id"], op["status"])
         return finish_request_operation(svc, op["operation_id"], got)
 
-    def end_operation(self, svc: Services, op: OperationRow) -> OperationRow:
+    def end_operation(self, svc: Context, op: OperationRow) -> OperationRow:
         """No process to end: its request was sent or not (as :meth:`settle_operation`)."""
         return self.settle_operation(svc, op, claim_wait=0.0)
 
@@ -92,15 +92,15 @@ class HttpRequest:
     def no_compensation(self, op: OperationRow) -> str:
         return f"http node {op['node_key']!r} has no reverse action (compensation table)"
 
-    def run_attempt(self, svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+    def run_attempt(self, svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
         return run_http_attempt(svc, comp, op, trigger)
 
-    def recover_attempt(self, svc: Services, comp: CompensationRow, attempt: AttemptRow, *,
+    def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
         del claim_wait
         return recover_http_attempt(svc, comp, attempt)
 
-    def run_again(self, svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
+    def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Send the reverse action once more, prepared afresh with the same Idempotency-Key (the compensation
         id), outside the journal; None on a 2xx answer."""
         action = HttpRequestSpec.model_validate(comp["context"]["reverse_action"])
@@ -151,7 +151,7 @@ def is_reverse_action(comp: CompensationRow) -> bool:
     return bool((comp.get("context") or {}).get("reverse_action"))
 
 
-def _prepare_action(svc: Services, action: HttpRequestSpec, comp: CompensationRow, op: OperationRow,
+def _prepare_action(svc: Context, action: HttpRequestSpec, comp: CompensationRow, op: OperationRow,
                     run_spec: dict[str, Any]) -> PreparedRequest:
     """A reverse action's request, filled once (R-X1): through its connector (R-K1); a whole-template URL
     resolved against the original request's origin (or the connector's base URL, R-K6).
@@ -176,7 +176,7 @@ def _prepare_action(svc: Services, action: HttpRequestSpec, comp: CompensationRo
                    connector=connector, origin=origin)
 
 
-def run_http_attempt(svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+def run_http_attempt(svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
     """Run one attempt of an HTTP reverse action; return the compensation row afterwards and the failure kind
     (R-H6, R-H7, R-C7).
 

@@ -30,8 +30,8 @@ from workrun.core.paths import real_path
 from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.runner import Outcome
 from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
+from workrun.runner.context import Context, new_id
 from workrun.runner.process import alive, proc_start_time
-from workrun.runner.services import Services, new_id
 from workrun.runner.snapshots import materialize, take
 
 __all__ = [
@@ -66,7 +66,7 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
+def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
              node_key: str | None, depends_on: list[str], tool_name: str | None = None,
              tool_call_index: int | None = None, standalone: bool = False, node_started_at: float | None = None,
              ends_node: bool = False) -> OperationRow:
@@ -111,14 +111,15 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
     # environment syncs (``workrun gc`` removes one a killed runner left that way, once stale)
     call_dir = svc.call_dir(op_id)
     created = svc.now()
-    row = {
+    owner_pid, owner_start = current_owner()
+    row: OperationRow = {
         "operation_id": op_id, "run_id": run_id, "node_key": node_key, "tool_call_index": tool_call_index,
         "app": app.name, "project": str(project), "kind": app.kind, "tool_name": tool_name,
         "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
         "call_dir": str(call_dir), "created_at": created, "standalone": int(standalone),
         "deadline": created + app.timeout,  # recovery's, before the pid is (or if it never is) written
-        **dict(zip(("owner_pid", "owner_start"), current_owner(), strict=True)),
+        "owner_pid": owner_pid, "owner_start": owner_start,
     }
     svc.journal.start_operation(row, node_started_at=node_started_at)
     if refused:
@@ -140,7 +141,7 @@ def call_app(svc: Services, *, project: Path, app: AppSpec, input: dict[str, Any
                                     Failure.ENVIRONMENT)
     started = svc.now()
     deadline = started + app.timeout
-    process: dict[str, Any] = {"pid": started_process.pid, "proc_start": started_process.proc_start,
+    process: OperationRow = {"pid": started_process.pid, "proc_start": started_process.proc_start,
                                "started_at": started, "deadline": deadline}
     written: list[bool] = []
 
@@ -169,7 +170,7 @@ def process_call_dir(row: OperationRow | AttemptRow) -> Path:
     return Path(row["call_dir"])
 
 
-def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, failure: Failure) -> OperationRow:
+def _failed_before_start(svc: Context, op_id: str, call_dir: Path, error: str, failure: Failure) -> OperationRow:
     """Journal a call that failed before its process started (the directory is fenced first, so no
     late start is possible); return the operation row."""
     svc.runner.fence(call_dir)
@@ -178,8 +179,8 @@ def _failed_before_start(svc: Services, op_id: str, call_dir: Path, error: str, 
     return svc.journal.operation(op_id)
 
 
-def finish_operation(svc: Services, op: OperationRow, outcome: Outcome, *,
-                     config: AppSpec | None = None, whole_row: bool = False, process: dict[str, Any] | None = None,
+def finish_operation(svc: Context, op: OperationRow, outcome: Outcome, *,
+                     config: AppSpec | None = None, whole_row: bool = False, process: OperationRow | None = None,
                      ends_node: bool = False) -> OperationRow:
     """Decide and journal a call's outcome (``op.finished``), live or after a restart.
 
@@ -265,7 +266,7 @@ def owner_gone(op: OperationRow) -> bool:
     return pid is None or not alive(pid, op.get("owner_start"))
 
 
-def _recorded_dependencies(svc: Services, op: OperationRow, wanted: list[str]) -> list[str]:
+def _recorded_dependencies(svc: Context, op: OperationRow, wanted: list[str]) -> list[str]:
     """Dependencies an App recorded with ``process.depends_on``: kept only when they are earlier
     succeeded calls of the same run (so the call graph stays acyclic)."""
     run_id = op.get("run_id")
@@ -276,7 +277,7 @@ def _recorded_dependencies(svc: Services, op: OperationRow, wanted: list[str]) -
     return [d for d in dict.fromkeys(wanted) if d in ok and d not in have and d != op["operation_id"]]
 
 
-def _compensation_source(svc: Services, op: OperationRow) -> tuple[Path, str | None]:
+def _compensation_source(svc: Context, op: OperationRow) -> tuple[Path, str | None]:
     """Where the compensation runs from: the live project, or its snapshot (R-C8) -> (dir, code-change reason)."""
     project = Path(op["project"])
     snapshot = op.get("snapshot")
@@ -310,7 +311,7 @@ class Attempted:
     failure: Failure | None
 
 
-def run_attempt(svc: Services, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
+def run_attempt(svc: Context, comp: CompensationRow, op: OperationRow, trigger: str) -> Attempted:
     """Run one attempt of a compensation (R-C7); return the compensation row afterwards and the failure kind.
 
     Before the attempt the code fingerprint is checked (R-C8): a change blocks
@@ -358,7 +359,7 @@ def run_attempt(svc: Services, comp: CompensationRow, op: OperationRow, trigger:
     return Attempted(finish_attempt(svc, comp, attempt, outcome), outcome.failure)
 
 
-def run_attempt_again(svc: Services, comp: CompensationRow, op: OperationRow) -> str | None:
+def run_attempt_again(svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
     """Run a succeeded compensation's script once more with the same context, outside the journal: the
     idempotency check of ``workrun verify`` (R-V1). Returns None when it exited 0, else why not (one line).
 
@@ -395,7 +396,7 @@ def run_attempt_again(svc: Services, comp: CompensationRow, op: OperationRow) ->
             _describe_exit(outcome, float(comp["timeout"]))) + (f": {tail}" if tail else "")
 
 
-def finish_attempt(svc: Services, comp: CompensationRow, attempt: AttemptRow, outcome: Outcome,
+def finish_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow, outcome: Outcome,
                    error: str | None = None) -> CompensationRow:
     """Journal an attempt's outcome and the compensation's new status in one transaction (``attempt.finished``).
 
@@ -473,7 +474,7 @@ STALE_AFTER = 600.0
 removes it (one being made right now, by a standalone ``app run``, is not its runner's leftover)."""
 
 
-def gc_call_dirs(svc: Services, *, dry_run: bool = False) -> tuple[int, int, list[Path]]:
+def gc_call_dirs(svc: Context, *, dry_run: bool = False) -> tuple[int, int, list[Path]]:
     """Remove the call directories runners that were killed left behind (``workrun gc``); return
     ``(removed, kept, the paths that could not be removed)``.
 

@@ -24,12 +24,12 @@ from workrun.core.backoff import backoff_delay
 from workrun.core.errors import ActionRefusedError, ConfigError
 from workrun.core.models import HttpAction, SmtpSpec, WorkflowSpec
 from workrun.core.outcomes import Failure
-from workrun.core.rows import NotificationRow, TicketActionRow, TicketRow
+from workrun.core.rows import NotificationRow, TicketActionRow, TicketAttemptRow, TicketRow
 from workrun.core.templates import missing_value
 from workrun.effects.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
 from workrun.outbound.http import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
 from workrun.outbound.mail import send_mail
-from workrun.runner.services import Services, new_id
+from workrun.runner.context import Context, new_id
 
 __all__ = [
     "notify_dead_letters",
@@ -42,7 +42,7 @@ __all__ = [
 
 
 
-def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout: float, idempotency_key: str,
+def send_request(svc: Context, run_id: str, request: dict[str, Any], *, timeout: float, idempotency_key: str,
                  before_send: Callable[[], None] | None = None) -> SendResult:
     """Send a stored request through the outbound guard of the run's workflow (R-H3..R-H5, R-X1).
 
@@ -79,11 +79,11 @@ def send_request(svc: Services, run_id: str, request: dict[str, Any], *, timeout
     return result
 
 
-def _spec(svc: Services, run_id: str) -> WorkflowSpec:
+def _spec(svc: Context, run_id: str) -> WorkflowSpec:
     return WorkflowSpec.model_validate(svc.journal.run(run_id)["spec"])
 
 
-def _dead_letter(svc: Services, ticket: TicketRow, action: TicketActionRow, number: int,
+def _dead_letter(svc: Context, ticket: TicketRow, action: TicketActionRow, number: int,
                  error: str | None = None) -> None:
     """Record the notification intent of an action that ended ``failed`` (R-M8).
 
@@ -105,7 +105,7 @@ def _dead_letter(svc: Services, ticket: TicketRow, action: TicketActionRow, numb
              "error": error}, ticket_id=ticket["ticket_id"])
 
 
-def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, message: str,
+def _notify(svc: Context, notify: HttpAction, subject: str, run_id: str, message: str,
             values: dict[str, Any], *, ticket_id: str | None = None, compensation_id: str | None = None) -> None:
     run = svc.journal.run(run_id)
     values = {"inputs": run["inputs"], "nodes": {}, "ticket_id": ticket_id or "",
@@ -120,7 +120,7 @@ def _notify(svc: Services, notify: HttpAction, subject: str, run_id: str, messag
     svc.journal.add_notification(row)
 
 
-def notify_dead_letters(svc: Services, run_id: str) -> None:
+def notify_dead_letters(svc: Context, run_id: str) -> None:
     """Record one notification intent per compensation and per ticket action of the run that ended
     ``failed`` (R-M8). The subject names the attempt that ended it, so a dead letter is notified once,
     also when the runner died between the failure and its notification (this sweep finds it)."""
@@ -143,7 +143,7 @@ def notify_dead_letters(svc: Services, run_id: str) -> None:
                 compensation_id=c["compensation_id"])
 
 
-def recover_actions(svc: Services, run_id: str | None = None) -> None:
+def recover_actions(svc: Context, run_id: str | None = None) -> None:
     """Settle action attempts and notifications a runner that died left in flight (R-R3, R-M8)."""
     for action in svc.journal.open_ticket_actions(run_id):
         if action["status"] != "running":
@@ -163,6 +163,7 @@ def recover_actions(svc: Services, run_id: str | None = None) -> None:
             svc.say(ticket["run_id"], ticket["node_key"], "warning", f"ticket {tid}: action attempt {last['number']} "
                     "was not sent before the runner stopped; it will be sent")
             continue
+        after: TicketActionRow
         if action["idempotent"]:
             after = {"status": "pending", "reason": "outcome of the last attempt unknown; re-sent (idempotent = true)",
                      "updated_at": now}
@@ -179,7 +180,7 @@ def recover_actions(svc: Services, run_id: str | None = None) -> None:
         _finish_notification(svc, n, "unknown", None, "the runner stopped while it was being sent; not sent again")
 
 
-def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> TicketActionRow:
+def run_action(svc: Context, ticket_id: str, trigger: str = "auto") -> TicketActionRow:
     """Make one attempt of a ``pending`` action now; return the action row afterwards.
 
     Raises:
@@ -199,11 +200,11 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> TicketAc
     now = svc.now()
     used = sum(1 for a in attempts if a["trigger"] == "auto" and a["status"] != "not_started") + (trigger == "auto")
     lost = answer.failure == Failure.UNKNOWN
-    attempt = {"ended_at": now, "http_status": answer.status, "response_tail": answer.response_tail,
+    attempt: TicketAttemptRow = {"ended_at": now, "http_status": answer.status, "response_tail": answer.response_tail,
                "error": answer.error, "failure": answer.failure.value if answer.failure else None}
     if answer.smtp_code is not None:
         attempt["smtp_code"] = answer.smtp_code
-    after: dict[str, Any]
+    after: TicketActionRow
     if answer.succeeded:
         attempt["status"] = "succeeded"
         after = {"status": "succeeded", "result": answer.result(), "reason": None}
@@ -225,7 +226,7 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> TicketAc
     write = None
     if stored.get("kind") == "update_data" and answer.succeeded:  # the write and its success: one transaction
         write = (ticket["run_id"], {**run_data(svc.journal.run(ticket["run_id"])), **stored["updates"]})
-    svc.journal.finish_action_attempt(tid, number, attempt, {**after, "updated_at": now}, run_data=write)
+    svc.journal.finish_action_attempt(tid, number, attempt, after | {"updated_at": now}, run_data=write)
     level = "info" if after["status"] in ("succeeded", "pending") else "error"
     svc.say(ticket["run_id"], ticket["node_key"], level, f"ticket {tid}: action {after['status']}"
             + (f" ({after['reason']})" if after.get("reason") else ""))
@@ -236,7 +237,7 @@ def run_action(svc: Services, ticket_id: str, trigger: str = "auto") -> TicketAc
     return row
 
 
-def run_actions(svc: Services, run_id: str) -> list[TicketActionRow]:
+def run_actions(svc: Context, run_id: str) -> list[TicketActionRow]:
     """Run the run's pending actions until none is due any more (waiting out backoff); then send the
     run's pending notifications. Stops early when a stop is requested. Returns the actions afterwards."""
     recover_actions(svc, run_id)
@@ -264,7 +265,7 @@ def run_actions(svc: Services, run_id: str) -> list[TicketActionRow]:
     return [a for a in (svc.journal.ticket_action(t["ticket_id"]) for t in svc.journal.tickets(run_id)) if a]
 
 
-def _finish_notification(svc: Services, n: NotificationRow, status: str, http_status: int | None,
+def _finish_notification(svc: Context, n: NotificationRow, status: str, http_status: int | None,
                          error: str | None) -> None:
     now = svc.now()
     event = None
@@ -277,7 +278,7 @@ def _finish_notification(svc: Services, n: NotificationRow, status: str, http_st
         svc.say(n["run_id"], None, "warning", f"notification {n['notification_id']} {status}: {error}")
 
 
-def send_notifications(svc: Services, run_id: str) -> None:
+def send_notifications(svc: Context, run_id: str) -> None:
     """Send the run's notifications whose intent is journaled and not yet sent (R-M8). Never raises for
     a failed send: it is recorded (on the ticket when there is one)."""
     for n in svc.journal.notifications(run_id, ("pending",)):

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from workrun.core.models import HttpAction
-from workrun.core.rows import RunRow
+from workrun.core.rows import NotificationRow, RunRow, TicketActionRow, TicketEventRow, TicketRow, TicketStatus
 from workrun.outbound.http import (
     EnvLater,
     RequestError,
@@ -139,14 +139,15 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
 
 
 def ticket_row(ticket_id: str, run_id: str, node_key: str, policy: str, status: str, error: str | None,
-               now: float) -> dict[str, Any]:
+               now: float) -> TicketRow:
     """A ticket row (R-M1): ``status`` pending | resolved | terminated; ``now`` epoch seconds."""
-    return {"ticket_id": ticket_id, "run_id": run_id, "node_key": node_key, "policy": policy, "status": status,
+    return {"ticket_id": ticket_id, "run_id": run_id, "node_key": node_key, "policy": policy,
+            "status": cast(TicketStatus, status),
             "error": error, "result": None, "created_at": now, "updated_at": now}
 
 
 def action_row(ticket_id: str, run_id: str, action: HttpAction, request: dict[str, Any],
-               now: float) -> dict[str, Any]:
+               now: float) -> TicketActionRow:
     """The action job of a ticket (R-M3, R-M4): ``pending``, at most ``max_retries + 1`` attempts."""
     return {"ticket_id": ticket_id, "run_id": run_id, "status": "pending", "request": request, "result": None,
             "reason": None, "max_attempts": action.max_retries + 1, "timeout": action.timeout,
@@ -155,7 +156,7 @@ def action_row(ticket_id: str, run_id: str, action: HttpAction, request: dict[st
 
 
 def event_row(ticket_id: str, run_id: str, actor: str, action: str, args: dict[str, Any], now: float,
-              text: str | None = None, attachment: str | None = None) -> dict[str, Any]:
+              text: str | None = None, attachment: str | None = None) -> TicketEventRow:
     """One line of a ticket's history (R-M6, R-O2): who, when, what, with which arguments."""
     return {"ticket_id": ticket_id, "run_id": run_id, "at": now, "actor": actor, "action": action, "args": args,
             "text": text, "attachment": attachment}
@@ -178,7 +179,7 @@ def ticket_message(run_id: str, node_key: str, ticket_id: str, error: str | None
 def notification_row(notification_id: str, subject: str, run_id: str, message: str, notify: HttpAction,
                      values: dict[str, Any], now: float, *, ticket_id: str | None = None,
                      compensation_id: str | None = None, connectors: Mapping[str, Any] | None = None
-                     ) -> dict[str, Any]:
+                     ) -> NotificationRow:
     """A notification's intent (R-M8): ``subject`` is unique (one message per ticket / dead letter).
 
     Raises:

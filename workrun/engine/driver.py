@@ -29,7 +29,7 @@ from workrun.compensation.records import plan_records
 from workrun.core import metrics, tracing
 from workrun.core.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.core.outcomes import NodeOutcome
-from workrun.core.rows import NodeRow, NodeStatus, OperationRow, RunRow, TicketRow
+from workrun.core.rows import CompensationRow, NodeRow, NodeStatus, OperationRow, RunRow, TicketEventRow, TicketRow
 from workrun.core.states import NODE_ENDED
 from workrun.core.templates import missing_value, node_dependencies
 from workrun.effects import settle_operations
@@ -48,7 +48,7 @@ from workrun.effects.ticket_records import (
 )
 from workrun.nodes.base import NodeExecutor, NodeJob
 from workrun.outbound.http import RequestError
-from workrun.runner.services import Services, new_id
+from workrun.runner.context import Context, new_id
 
 __all__ = ["STOP_POLL_SECONDS", "Engine", "create_run"]
 
@@ -56,7 +56,7 @@ STOP_POLL_SECONDS = 0.05
 """How often (seconds) a running engine looks in the journal for a stop asked from another terminal (R-C9)."""
 
 
-def create_run(svc: Services, spec: WorkflowSpec, inputs: dict[str, Any], *, eval_run: bool = False,
+def create_run(svc: Context, spec: WorkflowSpec, inputs: dict[str, Any], *, eval_run: bool = False,
                rerun_of: str | None = None) -> str:
     """Record a new run (status ``running``) with its workflow snapshot and inputs; return its id (R-W2)."""
     run_id = new_id("run")
@@ -85,7 +85,7 @@ class Engine:
         executors: ``{kind: executor}`` for every node kind the run may hold.
     """
 
-    def __init__(self, svc: Services, executors: Mapping[str, NodeExecutor]) -> None:
+    def __init__(self, svc: Context, executors: Mapping[str, NodeExecutor]) -> None:
         self.svc = svc
         self.executors = executors
         self._stop_checked: dict[str, float] = {}  # run id -> monotonic time of the last journal look
@@ -247,10 +247,10 @@ class Engine:
                                                    subject=f"Workrun: {what} — {run_id} {key}")
                 action_note = "; its action is registered"
             except RequestError as exc:
-                action.update(status="failed", reason=f"{exc}: the action cannot be sent")
+                action["status"], action["reason"] = "failed", f"{exc}: the action cannot be sent"
                 action_note = f"; its action cannot be sent ({action['reason']})"
             except KeyError as exc:
-                action.update(status="failed", reason=f"{missing_value(exc)}: the action cannot be sent")
+                action["status"], action["reason"] = "failed", f"{missing_value(exc)}: the action cannot be sent"
                 action_note = f"; its action cannot be sent ({action['reason']})"
         notification = None
         if spec.notify is not None:
@@ -423,7 +423,7 @@ class Engine:
             if kind in kinds:
                 self.executors[kind].after_run(self.svc, run_id)
 
-    def finish(self, run_id: str, failed_node: str | None, *, by_ticket: tuple[str, dict[str, Any]] | None = None,
+    def finish(self, run_id: str, failed_node: str | None, *, by_ticket: tuple[str, TicketEventRow] | None = None,
                terminated_by: TicketRow | None = None) -> str:
         """End (or pause) a run and return its status.
 
@@ -443,7 +443,7 @@ class Engine:
         now = svc.now()
         run = svc.journal.run(run_id)
 
-        def end(status: str, reason: str | None, records: list[dict[str, Any]] | None = None) -> None:
+        def end(status: str, reason: str | None, records: list[CompensationRow] | None = None) -> None:
             if by_ticket is not None:
                 svc.journal.end_run_by_ticket(by_ticket[0], by_ticket[1], status, at=now, reason=reason,
                                               compensations=records or [])

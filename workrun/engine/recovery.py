@@ -28,18 +28,18 @@ from workrun.effects.ticket_actions import notify_dead_letters, run_actions, sen
 from workrun.engine.driver import Engine
 from workrun.nodes import NodeExecutor, default_executors
 from workrun.runner.base import CLAIM_WAIT
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
            "stop_orphaned_run", "unfinished_runs"]
 
 
-def recover_operations(svc: Services, run_id: str | None) -> list[OperationRow]:
+def recover_operations(svc: Context, run_id: str | None) -> list[OperationRow]:
     """Settle the in-flight operations of a run (or of standalone calls when ``run_id`` is None)."""
     return settle_operations(svc, run_id)
 
 
-def recover_attempts(svc: Services, run_id: str) -> None:
+def recover_attempts(svc: Context, run_id: str) -> None:
     """Settle compensation attempts that were in flight when the runner died."""
     claim_by = time.monotonic() + CLAIM_WAIT  # one window for every attempt of this pass (see CLAIM_WAIT)
     for attempt in svc.journal.attempts_in_flight(run_id):
@@ -58,7 +58,7 @@ def recover_attempts(svc: Services, run_id: str) -> None:
                                                 at=svc.now(), held_back_by=comp["held_back_by"])
 
 
-def ensure_planned(svc: Services, run: RunRow) -> None:
+def ensure_planned(svc: Context, run: RunRow) -> None:
     """Write missing compensation records of a failed run, or of a stopped run an operator asked to compensate."""
     if run["eval"]:
         return
@@ -70,7 +70,7 @@ def ensure_planned(svc: Services, run: RunRow) -> None:
             svc.journal.plan_compensations(records)
 
 
-def drive(svc: Services, run_id: str, executors: Mapping[str, NodeExecutor] | None = None) -> str:
+def drive(svc: Context, run_id: str, executors: Mapping[str, NodeExecutor] | None = None) -> str:
     """Take one run as far as it can go now: nodes, then compensation; return the run's status.
 
     Args:
@@ -93,7 +93,7 @@ def drive(svc: Services, run_id: str, executors: Mapping[str, NodeExecutor] | No
     return str(svc.journal.run(run_id)["status"])
 
 
-def compensate_now(svc: Services, run_id: str) -> None:
+def compensate_now(svc: Context, run_id: str) -> None:
     """Settle in-flight attempts, plan what is owed, and run the run's pending compensations."""
     recover_attempts(svc, run_id)
     ensure_planned(svc, svc.journal.run(run_id))
@@ -103,7 +103,7 @@ def compensate_now(svc: Services, run_id: str) -> None:
         send_notifications(svc, run_id)
 
 
-def unfinished_runs(svc: Services) -> list[str]:
+def unfinished_runs(svc: Context) -> list[str]:
     """Runs with nodes, compensations or remote-task cancels still to run, oldest first (R-R1, R-C10)."""
     ids = [r["run_id"] for r in svc.journal.runs_with_status("running")]
     ids += [r for r in svc.journal.runs_with_open_compensation() if r not in ids]
@@ -113,11 +113,11 @@ def unfinished_runs(svc: Services) -> list[str]:
     return ids
 
 
-def _runs_with_attempts_in_flight(svc: Services) -> list[str]:
+def _runs_with_attempts_in_flight(svc: Context) -> list[str]:
     return [c["run_id"] for c in svc.journal.list_compensations("running")]
 
 
-def resume_all(svc: Services, executors: Mapping[str, NodeExecutor] | None = None) -> list[str]:
+def resume_all(svc: Context, executors: Mapping[str, NodeExecutor] | None = None) -> list[str]:
     """Continue every unfinished run and compensation in the data dir; return the run ids handled (R-R1).
 
     Standalone calls in flight are settled too (their record only; never compensated).
@@ -134,7 +134,7 @@ def resume_all(svc: Services, executors: Mapping[str, NodeExecutor] | None = Non
     return handled
 
 
-def stop_orphaned_run(svc: Services, run_id: str, executors: Mapping[str, NodeExecutor] | None = None) -> str:
+def stop_orphaned_run(svc: Context, run_id: str, executors: Mapping[str, NodeExecutor] | None = None) -> str:
     """Stop a ``running`` run whose scheduler is gone (``workrun stop`` holding the lock) (R-C9).
 
     Its live App process groups are ended (SIGTERM, grace, SIGKILL); a call that had

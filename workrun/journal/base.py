@@ -37,6 +37,7 @@ from workrun.core.rows import (
     CompensationRow,
     DispatchedCallRow,
     EventRow,
+    JsonObject,
     MessageRow,
     NodeRow,
     NotificationRow,
@@ -51,9 +52,8 @@ from workrun.core.rows import (
 )
 
 __all__ = ["FAULT_POINTS", "CallClaims", "CallRecords", "CompensationRecords", "Journal", "Listings",
-           "RemoteTaskRecords", "Row", "RunClaims", "RunRecords", "SharedJournal", "SnapshotStore", "TicketRecords"]
+           "RemoteTaskRecords", "RunClaims", "RunRecords", "SharedJournal", "SnapshotStore", "TicketRecords"]
 
-Row = dict[str, Any]
 
 FAULT_POINTS = (
     "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
@@ -67,7 +67,7 @@ FAULT_POINTS = (
 class RunRecords(Protocol):
     """Runs, their nodes and messages (R-W2, R-W3, R-C9): what the engine writes as a run goes, and reads back."""
 
-    def create_run(self, run: Row, node_keys: Sequence[str]) -> None:
+    def create_run(self, run: RunRow, node_keys: Sequence[str]) -> None:
         """Record a new run (status ``running``) and its nodes (``pending``, in order) at once (R-W2).
 
         Args:
@@ -80,7 +80,7 @@ class RunRecords(Protocol):
     def request_stop(self, run_id: str) -> None:
         """Set the run's ``stop_requested`` flag (``workrun stop`` from another terminal, R-C9)."""
 
-    def request_compensation(self, run_id: str, event: Row) -> None:
+    def request_compensation(self, run_id: str, event: EventRow) -> None:
         """Set a stopped run's ``compensate_requested`` flag and record the operator's event, at once (R-C9, R-O2).
 
         Args:
@@ -96,7 +96,7 @@ class RunRecords(Protocol):
         failure. Fault point: ``node.finished``."""
 
     def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
-                compensations: Sequence[Row] = ()) -> None:
+                compensations: Sequence[CompensationRow] = ()) -> None:
         """End a run in one transaction (SPEC §10).
 
         Pending nodes become ``skipped``; for ``stopped`` also running nodes become ``stopped``;
@@ -149,7 +149,7 @@ class RunRecords(Protocol):
 class CallRecords(Protocol):
     """Operations, one per App call or HTTP request (R-J1, R-R3): intent before the call, outcome after it."""
 
-    def start_operation(self, row: Row, *, node_started_at: float | None = None) -> None:
+    def start_operation(self, row: OperationRow, *, node_started_at: float | None = None) -> None:
         """Record a call's intent (status ``starting``) before its process exists (R-J1).
 
         Args:
@@ -169,8 +169,8 @@ class CallRecords(Protocol):
     def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
                          error: str | None = None, result: Any = None, exit_code: int | None = None,
                          signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-                         resources: list[Row] | None = None, depends_on: list[str] | None = None,
-                         process: Row | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
+                         resources: list[JsonObject] | None = None, depends_on: list[str] | None = None,
+                         process: OperationRow | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
         """Record a call's outcome: ``succeeded`` | ``failed`` | ``unknown``, with a
         :class:`~workrun.core.outcomes.Failure` kind when it did not succeed. ``resources`` and ``depends_on``
         are left as they were when None.
@@ -220,13 +220,13 @@ class CallRecords(Protocol):
 class CompensationRecords(Protocol):
     """Compensations, their attempts and operator events (R-C1..R-C9, R-O1..R-O6)."""
 
-    def plan_compensations(self, records: Sequence[Row]) -> None:
+    def plan_compensations(self, records: Sequence[CompensationRow]) -> None:
         """Insert compensation records (of a failed run found without them). Fault point: ``run.failed``."""
 
     def set_compensation_status(self, compensation_id: str, status: str, *, reason: str | None, at: float,
                                 held_back_by: list[str] | None = None, seen: str | None = None,
                                 clear_schedule: bool = False, accept_code_change: bool = False,
-                                event: Row | None = None) -> None:
+                                event: EventRow | None = None) -> None:
         """Change a compensation's status (hold-back, release, blocked, an operator's action) (R-C4, R-O3).
 
         Args:
@@ -243,7 +243,7 @@ class CompensationRecords(Protocol):
         Fault point: ``comp.status``.
         """
 
-    def record_event(self, event: Row) -> None:
+    def record_event(self, event: EventRow) -> None:
         """Record an operator event that changes no status (a note, R-O2). Fault point: ``comp.status``."""
 
     def start_attempt(self, compensation_id: str, number: int, *, trigger: str, call_dir: str, seen: str,
@@ -271,7 +271,7 @@ class CompensationRecords(Protocol):
                        signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
                        compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
                        http_status: int | None = None, response_tail: str | None = None,
-                       smtp_code: int | None = None, run_data: tuple[str, dict[str, Any]] | None = None) -> None:
+                       smtp_code: int | None = None, run_data: tuple[str, JsonObject] | None = None) -> None:
         """Record an attempt's outcome and its compensation's new status in one transaction (R-C7).
 
         The compensation's ``result`` is set to ``result`` when ``compensation_status`` is ``succeeded``;
@@ -312,9 +312,9 @@ class CompensationRecords(Protocol):
 class TicketRecords(Protocol):
     """Manual repair (SPEC §12): tickets, their actions and attempts, notifications."""
 
-    def open_ticket(self, ticket: Row, *, node_status: str, handled: bool, at: float, events: Sequence[Row],
-                    action: Row | None = None, notification: Row | None = None,
-                    run_data: Row | None = None) -> None:
+    def open_ticket(self, ticket: TicketRow, *, node_status: str, handled: bool, at: float,
+                    events: Sequence[TicketEventRow], action: TicketActionRow | None = None,
+                    notification: NotificationRow | None = None, run_data: JsonObject | None = None) -> None:
         """Open a ticket and move its node (``running`` -> ``waiting``, or ``failed`` for fallback_action /
         terminate, ``handled`` for fallback_action) with its events, its action job and its notification
         intent, in one transaction (R-M1, R-M3..R-M5, R-M8). Fault point: ``ticket.opened``."""
@@ -322,7 +322,7 @@ class TicketRecords(Protocol):
     def pause_run(self, run_id: str, *, reason: str, at: float) -> None:
         """Mark a running run ``waiting``; its pending nodes stay pending (R-M1). Fault point: ``run.waiting``."""
 
-    def resume_ticket(self, ticket_id: str, result: Any, event: Row, *, at: float) -> None:
+    def resume_ticket(self, ticket_id: str, result: Any, event: TicketEventRow, *, at: float) -> None:
         """Operator resume (R-M6): node ``waiting`` -> ``succeeded`` (handled, ``result``), ticket ``pending`` ->
         ``resolved``, a ``waiting`` run -> ``running``, and the event, at once.
 
@@ -330,23 +330,23 @@ class TicketRecords(Protocol):
             StaleStatusError: the ticket or node is no longer as seen; nothing was written.
         """
 
-    def end_run_by_ticket(self, ticket_id: str, event: Row, status: str, *, at: float, reason: str | None,
-                          compensations: Sequence[Row] = ()) -> None:
+    def end_run_by_ticket(self, ticket_id: str, event: TicketEventRow, status: str, *, at: float, reason: str | None,
+                          compensations: Sequence[CompensationRow] = ()) -> None:
         """Operator terminate (R-M6): the ticket ``terminated``, its node ``failed``, then as :meth:`end_run`
         (``failed`` with compensation records, or ``terminated``) and the event, in one transaction."""
 
-    def resolve_ticket(self, ticket_id: str, event: Row, *, at: float) -> None:
+    def resolve_ticket(self, ticket_id: str, event: TicketEventRow, *, at: float) -> None:
         """Close a pending ticket by hand with its event; the run is not advanced (R-M6)."""
 
     def set_ticket_action(self, ticket_id: str, status: str, *, reason: str | None, at: float, seen: str,
-                          event: Row | None = None) -> None:
+                          event: TicketEventRow | None = None) -> None:
         """Move a ticket's action job to ``status`` (operator retry / confirm, recovery) with its event.
 
         Raises:
             StaleStatusError: the action is no longer ``seen``.
         """
 
-    def record_ticket_event(self, event: Row) -> None:
+    def record_ticket_event(self, event: TicketEventRow) -> None:
         """Add a note (or attachment) to a ticket's history (R-M6, R-O2)."""
 
     def start_action_attempt(self, ticket_id: str, number: int, *, trigger: str, seen: str, at: float) -> None:
@@ -356,11 +356,11 @@ class TicketRecords(Protocol):
     def action_sending(self, ticket_id: str, number: int) -> None:
         """The attempt's request is about to leave (``sending``). Fault point: ``action.sending``."""
 
-    def finish_action_attempt(self, ticket_id: str, number: int, attempt: Row, action: Row,
-                              run_data: tuple[str, Row] | None = None) -> None:
+    def finish_action_attempt(self, ticket_id: str, number: int, attempt: TicketAttemptRow, action: TicketActionRow,
+                              run_data: tuple[str, JsonObject] | None = None) -> None:
         """Record an attempt's outcome and the action's next state at once. Fault point: ``action.finished``."""
 
-    def add_notification(self, row: Row) -> bool:
+    def add_notification(self, row: NotificationRow) -> bool:
         """Record a notification's intent unless its ``subject`` exists (never twice, R-M8); True when written.
         Fault point: ``notify.intent``."""
 
@@ -368,7 +368,7 @@ class TicketRecords(Protocol):
         """The notification is about to leave (``sending``). Fault point: ``notify.sending``."""
 
     def finish_notification(self, notification_id: str, status: str, *, at: float, http_status: int | None,
-                            error: str | None, event: Row | None = None) -> None:
+                            error: str | None, event: TicketEventRow | None = None) -> None:
         """Record a notification's outcome, and on its ticket the event when it did not go out (R-M8)."""
 
     def ticket(self, ticket_id: str) -> TicketRow:
@@ -516,7 +516,7 @@ class CallClaims(Protocol):
     """Claims of single calls (``dispatched_calls``, see :mod:`workrun.cluster.dispatch`): executors run a run's App
     processes."""
 
-    def dispatch_call(self, call_id: str, run_id: str | None, call: Row, now: float) -> bool:
+    def dispatch_call(self, call_id: str, run_id: str | None, call: JsonObject, now: float) -> bool:
         """Queue one App process (node call or compensation attempt); False when ``call_id`` exists (fenced)."""
 
     def set_call_timeout(self, call_id: str, timeout: float) -> None:
@@ -529,17 +529,17 @@ class CallClaims(Protocol):
     def call_started(self, call_id: str, worker_id: str, pid: int, proc_start: str | None, deadline: float) -> bool:
         """Record a claimed call's process; False when the claim is no longer ``worker_id``'s."""
 
-    def finish_call(self, call_id: str, worker_id: str, outcome: Row, collected: Row, now: float) -> bool:
+    def finish_call(self, call_id: str, worker_id: str, outcome: JsonObject, collected: JsonObject, now: float) -> bool:
         """Store an executor's outcome, only while it holds the claim; True when stored."""
 
-    def settle_call(self, call_id: str, worker_id: str, outcome: Row, collected: Row, now: float) -> bool:
+    def settle_call(self, call_id: str, worker_id: str, outcome: JsonObject, collected: JsonObject, now: float) -> bool:
         """Store a scheduler's R-R3 decision on ``worker_id``'s expired claim; True when stored."""
 
     def requeue_call(self, call_id: str, worker_id: str, now: float, *, unsent: bool = False) -> bool:
         """Queue again an expired claim whose process provably never started; True when done. ``unsent``:
         only while the claim has no "about to send" mark (an HTTP request, :meth:`http_sending`)."""
 
-    def http_sending(self, call_id: str, worker_id: str, mark: Row, now: float, deadline: float) -> bool:
+    def http_sending(self, call_id: str, worker_id: str, mark: JsonObject, now: float, deadline: float) -> bool:
         """Commit "about to send" for a claimed HTTP request (R-H1, R-H2) in one transaction: the claim's mark
         and the operation's or attempt's ``running``; False (nothing written) when ``worker_id`` no longer
         holds the claim or the operation/attempt is no longer ``starting``."""
@@ -566,13 +566,13 @@ class CallClaims(Protocol):
 class SnapshotStore(Protocol):
     """Code snapshots stored in the database (R-S4, R-F3)."""
 
-    def put_snapshot(self, snapshot: str, manifest: Row, read: Callable[[str], bytes], now: float) -> None:
+    def put_snapshot(self, snapshot: str, manifest: JsonObject, read: Callable[[str], bytes], now: float) -> None:
         """Store a code snapshot's manifest and missing objects (``read(digest) -> bytes``) at once (R-S4)."""
 
     def has_snapshot(self, snapshot: str) -> bool:
         """True when the database holds the snapshot."""
 
-    def snapshot_manifest(self, snapshot: str) -> Row | None:
+    def snapshot_manifest(self, snapshot: str) -> JsonObject | None:
         """The snapshot's manifest ``{files: {path: sha256}, project}``, or None."""
 
     def snapshot_object(self, digest: str) -> bytes:

@@ -25,7 +25,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from workrun.core.errors import NotFoundError, StaleStatusError
@@ -34,6 +34,7 @@ from workrun.core.rows import (
     AttemptRow,
     CompensationRow,
     EventRow,
+    JsonObject,
     MessageRow,
     NodeRow,
     NotificationRow,
@@ -89,14 +90,14 @@ def _check_status(table: str, key: tuple[Any, ...], found: str | None, new: str,
     check(table, key, found, new)
 
 
-def _update(table: str, key: tuple[Any, ...], fields: dict[str, Any]) -> _Statement:
+def _update(table: str, key: tuple[Any, ...], fields: Mapping[str, Any]) -> _Statement:
     sets = ", ".join(f"{k} = ?" for k in fields)
     where = " AND ".join(f"{k} = ?" for k in _KEYS[table])
     values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in fields.items())
     return f"UPDATE {table} SET {sets} WHERE {where}", values + key
 
 
-def _insert(table: str, row: dict[str, Any]) -> _Statement:
+def _insert(table: str, row: Mapping[str, Any]) -> _Statement:
     cols = ", ".join(row)
     marks = ", ".join("?" for _ in row)
     values = tuple(_dump(v) if k in _JSON_COLUMNS else v for k, v in row.items())
@@ -159,7 +160,7 @@ class SqlJournal(ABC):
         checks: list[_Check] = [(table, key, fields["status"], seen)] if "status" in fields else []
         self._tx([_update(table, key, fields)], fault, checks)
 
-    def create_run(self, run: dict[str, Any], node_keys: Sequence[str]) -> None:
+    def create_run(self, run: RunRow, node_keys: Sequence[str]) -> None:
         """Insert a run (status ``running``) and its nodes (``pending``) in one transaction."""
         stmts = [_insert("runs", run)]
         stmts += [_insert("nodes", {"run_id": run["run_id"], "node_key": k, "position": i, "status": "pending"})
@@ -170,7 +171,7 @@ class SqlJournal(ABC):
         """Set ``stop_requested``."""
         self._set("runs", (run_id,), None, {"stop_requested": 1})
 
-    def request_compensation(self, run_id: str, event: dict[str, Any]) -> None:
+    def request_compensation(self, run_id: str, event: EventRow) -> None:
         """Set ``compensate_requested`` and record the event, at once."""
         self._tx([_update("runs", (run_id,), {"compensate_requested": 1}), _insert("events", event)], None)
 
@@ -185,7 +186,7 @@ class SqlJournal(ABC):
                   {"status": status, "handled": int(handled), "result": result, "ended_at": at})
 
     def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
-                compensations: Sequence[dict[str, Any]] = ()) -> None:
+                compensations: Sequence[CompensationRow] = ()) -> None:
         """End a run, its leftover nodes and plan its compensations in one transaction."""
         stmts: list[_Statement] = []
         checks: list[_Check] = []
@@ -204,7 +205,7 @@ class SqlJournal(ABC):
         stmts += [_insert("compensations", r) for r in compensations]
         self._tx(stmts, f"run.{status}", checks)
 
-    def start_operation(self, row: dict[str, Any], *, node_started_at: float | None = None) -> None:
+    def start_operation(self, row: OperationRow, *, node_started_at: float | None = None) -> None:
         """Record a call's intent (status ``starting``) before its process starts (R-J1); with
         ``node_started_at``, its node's ``running`` too, in the same transaction."""
         if node_started_at is None:
@@ -224,8 +225,8 @@ class SqlJournal(ABC):
     def finish_operation(self, operation_id: str, *, status: str, at: float, failure: str | None = None,
                          error: str | None = None, result: Any = None, exit_code: int | None = None,
                          signal: int | None = None, stdout_tail: str | None = None, stderr_tail: str | None = None,
-                         resources: list[dict[str, Any]] | None = None, depends_on: list[str] | None = None,
-                         process: dict[str, Any] | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
+                         resources: list[JsonObject] | None = None, depends_on: list[str] | None = None,
+                         process: OperationRow | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
         """Record a call's outcome (with its process when its ``running`` was never written; with its node's
         success in the same transaction when ``node_succeeded`` = ``(run_id, node_key)``)."""
         fields: dict[str, Any] = {"status": status, "failure": failure, "error": error, "result": result,
@@ -246,14 +247,14 @@ class SqlJournal(ABC):
                  ("op.finished", "node.finished"),
                  [("operations", (operation_id,), status, None), ("nodes", node, "succeeded", None)])
 
-    def plan_compensations(self, records: Sequence[dict[str, Any]]) -> None:
+    def plan_compensations(self, records: Sequence[CompensationRow]) -> None:
         """Insert compensation records."""
         self._tx([_insert("compensations", r) for r in records], "run.failed")
 
     def set_compensation_status(self, compensation_id: str, status: str, *, reason: str | None, at: float,
                                 held_back_by: list[str] | None = None, seen: str | None = None,
                                 clear_schedule: bool = False, accept_code_change: bool = False,
-                                event: dict[str, Any] | None = None) -> None:
+                                event: EventRow | None = None) -> None:
         """Change a compensation's status (optionally conditional, with an operator event)."""
         fields: dict[str, Any] = {"status": status, "reason": reason, "held_back_by": held_back_by,
                                   "updated_at": at}
@@ -265,7 +266,7 @@ class SqlJournal(ABC):
         stmts = ([_insert("events", event)] if event is not None else []) + [_update("compensations", key, fields)]
         self._tx(stmts, "comp.status", [("compensations", key, status, seen)])
 
-    def record_event(self, event: dict[str, Any]) -> None:
+    def record_event(self, event: EventRow) -> None:
         """Record an operator event that changes no status."""
         self._tx([_insert("events", event)], "comp.status")
 
@@ -512,9 +513,9 @@ class SqlJournal(ABC):
                 stmts.append(_update("nodes", (run_id, n["node_key"]), {"status": node_status, "ended_at": at}))
                 checks.append(("nodes", (run_id, n["node_key"]), node_status, "waiting"))
 
-    def open_ticket(self, ticket: dict[str, Any], *, node_status: str, handled: bool, at: float,
-                    events: Sequence[dict[str, Any]], action: dict[str, Any] | None = None,
-                    notification: dict[str, Any] | None = None, run_data: dict[str, Any] | None = None) -> None:
+    def open_ticket(self, ticket: TicketRow, *, node_status: str, handled: bool, at: float,
+                    events: Sequence[TicketEventRow], action: TicketActionRow | None = None,
+                    notification: NotificationRow | None = None, run_data: JsonObject | None = None) -> None:
         """Open a ticket with everything that comes with it, in one transaction (R-M1, R-M3..R-M5, R-M8)."""
         key = (ticket["run_id"], ticket["node_key"])
         node: dict[str, Any] = {"status": node_status}
@@ -535,7 +536,7 @@ class SqlJournal(ABC):
         self._tx([_update("runs", (run_id,), {"status": "waiting", "reason": reason})], "run.waiting",
                  [("runs", (run_id,), "waiting", "running")])
 
-    def resume_ticket(self, ticket_id: str, result: Any, event: dict[str, Any], *, at: float) -> None:
+    def resume_ticket(self, ticket_id: str, result: Any, event: TicketEventRow, *, at: float) -> None:
         """An operator resumes past a waiting node (R-M6): node ``succeeded`` (handled) with ``result``, ticket
         ``resolved``, run ``running`` again, the event: one transaction."""
         t = self.ticket(ticket_id)
@@ -551,8 +552,8 @@ class SqlJournal(ABC):
             checks.append(("runs", (t["run_id"],), "running", "waiting"))
         self._tx(stmts, "ticket.changed", checks)
 
-    def end_run_by_ticket(self, ticket_id: str, event: dict[str, Any], status: str, *, at: float,
-                          reason: str | None, compensations: Sequence[dict[str, Any]] = ()) -> None:
+    def end_run_by_ticket(self, ticket_id: str, event: TicketEventRow, status: str, *, at: float,
+                          reason: str | None, compensations: Sequence[CompensationRow] = ()) -> None:
         """An operator terminates a ticket (R-M6): ticket ``terminated``, its node ``failed``, the run
         ``failed`` (with its compensation records) or ``terminated``, the event: one transaction."""
         t = self.ticket(ticket_id)
@@ -573,14 +574,14 @@ class SqlJournal(ABC):
         stmts += [_insert("compensations", r) for r in compensations]
         self._tx(stmts, f"run.{status}", checks)
 
-    def resolve_ticket(self, ticket_id: str, event: dict[str, Any], *, at: float) -> None:
+    def resolve_ticket(self, ticket_id: str, event: TicketEventRow, *, at: float) -> None:
         """Close a pending ticket by hand (R-M6); nothing else changes."""
         self._tx([_update("tickets", (ticket_id,), {"status": "resolved", "updated_at": at}),
                   _insert("ticket_events", event)], "ticket.changed",
                  [("tickets", (ticket_id,), "resolved", "pending")])
 
     def set_ticket_action(self, ticket_id: str, status: str, *, reason: str | None, at: float, seen: str,
-                          event: dict[str, Any] | None = None) -> None:
+                          event: TicketEventRow | None = None) -> None:
         """Move a ticket's action to ``status`` (operator retry or confirm, or recovery), with its event.
 
         Raises:
@@ -592,7 +593,7 @@ class SqlJournal(ABC):
             stmts.append(_insert("ticket_events", event))
         self._tx(stmts, "ticket.changed", [("ticket_actions", (ticket_id,), status, seen)])
 
-    def record_ticket_event(self, event: dict[str, Any]) -> None:
+    def record_ticket_event(self, event: TicketEventRow) -> None:
         """Add a line to a ticket's history (a note, an attachment; R-M6)."""
         self._tx([_insert("ticket_events", event)], "ticket.changed")
 
@@ -612,8 +613,8 @@ class SqlJournal(ABC):
         """Commit that the attempt's request is about to leave (after this, a lost answer is ``unknown``)."""
         self._set("ticket_attempts", (ticket_id, number), "action.sending", {"status": "sending"})
 
-    def finish_action_attempt(self, ticket_id: str, number: int, attempt: dict[str, Any],
-                              action: dict[str, Any], run_data: tuple[str, dict[str, Any]] | None = None) -> None:
+    def finish_action_attempt(self, ticket_id: str, number: int, attempt: TicketAttemptRow,
+                              action: TicketActionRow, run_data: tuple[str, JsonObject] | None = None) -> None:
         """Record an attempt's outcome (``attempt``: status, ended_at, http_status, response_tail, failure,
         error) and the action's next state (``action``: status, result, reason, next_attempt_at,
         updated_at), in one transaction; the ticket's ``updated_at`` moves with it."""
@@ -627,7 +628,7 @@ class SqlJournal(ABC):
             statements.append(_update("runs", (run_data[0],), {"data": run_data[1]}))
         self._tx(statements, "action.finished", checks)
 
-    def add_notification(self, row: dict[str, Any]) -> bool:
+    def add_notification(self, row: NotificationRow) -> bool:
         """Record a notification's intent (``pending``) unless its subject was notified already (R-M8).
 
         Returns:
@@ -646,7 +647,7 @@ class SqlJournal(ABC):
                   seen="pending")
 
     def finish_notification(self, notification_id: str, status: str, *, at: float, http_status: int | None,
-                            error: str | None, event: dict[str, Any] | None = None) -> None:
+                            error: str | None, event: TicketEventRow | None = None) -> None:
         """Record a notification's outcome (``sent`` | ``failed`` | ``unknown``) and, when it did not go
         out, the event on its ticket, in one transaction (R-M8)."""
         stmts = [_update("notifications", (notification_id,), {"status": status, "http_status": http_status,

@@ -72,6 +72,7 @@ from workrun.core.errors import ClaimLostError, DatabaseUnreachableError, Journa
 from workrun.core.rows import (
     AppCallRow,
     DispatchedCallRow,
+    JsonObject,
     RunClaimRow,
 )
 from workrun.journal.migrations import MIGRATIONS
@@ -541,7 +542,7 @@ class PostgresJournal(SqlJournal):
 
     # -- claims of single calls: node calls and compensation attempts (R-S2) --------
 
-    def dispatch_call(self, call_id: str, run_id: str | None, call: dict[str, Any], now: float) -> bool:
+    def dispatch_call(self, call_id: str, run_id: str | None, call: JsonObject, now: float) -> bool:
         """Queue one App process for any worker's executor; False when a row already holds ``call_id``
         (recovery fenced it first: the call can then never start). It is claimable once it has a timeout
         (:meth:`set_call_timeout`).
@@ -594,7 +595,7 @@ class PostgresJournal(SqlJournal):
                                "WHERE call_id = %s AND status = 'claimed' AND worker_id = %s RETURNING call_id",
                                (pid, proc_start, deadline, call_id, worker_id)))
 
-    def finish_call(self, call_id: str, worker_id: str, outcome: dict[str, Any], collected: dict[str, Any],
+    def finish_call(self, call_id: str, worker_id: str, outcome: JsonObject, collected: JsonObject,
                     now: float) -> bool:
         """Store a call's outcome, only while ``worker_id`` still holds its claim and its lease has not passed
         (fencing by the conditional write: a worker that lost the claim stores nothing; the run's scheduler
@@ -605,7 +606,7 @@ class PostgresJournal(SqlJournal):
                           (json.dumps(outcome), json.dumps(collected), now, call_id, worker_id, now))
         return bool(rows)
 
-    def settle_call(self, call_id: str, worker_id: str, outcome: dict[str, Any], collected: dict[str, Any],
+    def settle_call(self, call_id: str, worker_id: str, outcome: JsonObject, collected: JsonObject,
                     now: float) -> bool:
         """A scheduler's R-R3 decision on a call whose executor's lease passed: stored only if that executor
         (``worker_id``) still holds the expired claim; True when stored."""
@@ -632,7 +633,7 @@ class PostgresJournal(SqlJournal):
             self._exec("NOTIFY workrun_calls", ())
         return bool(rows)
 
-    def http_sending(self, call_id: str, worker_id: str, mark: dict[str, Any], now: float, deadline: float) -> bool:
+    def http_sending(self, call_id: str, worker_id: str, mark: JsonObject, now: float, deadline: float) -> bool:
         """Commit "about to send" for an HTTP request a worker claimed (R-H1, R-H2, R-S2), in one transaction:
         the claim's mark (``pid`` 0, ``deadline``) and the operation's (``op.started``) or attempt's
         (``attempt.started``) ``running``, both conditional: False, nothing written, when ``worker_id`` no
@@ -731,7 +732,7 @@ class PostgresJournal(SqlJournal):
 
     # -- code snapshots in the database (R-S4) -------------------------------
 
-    def put_snapshot(self, snapshot: str, manifest: dict[str, Any], read: Any, now: float) -> None:
+    def put_snapshot(self, snapshot: str, manifest: JsonObject, read: Any, now: float) -> None:
         """Store a snapshot's manifest and each missing object (``read(digest) -> bytes``), in one transaction."""
         def body(pg: Any) -> None:
             have = {r["digest"] for r in pg.execute(

@@ -30,7 +30,9 @@ from typing import Any
 
 from workrun.core import faults, settings
 from workrun.core.errors import ConfigError, JournalError, JournalVersionError
-from workrun.core.rows import AppCallRow
+from workrun.core.rows import (
+    AppCallRow,
+)
 from workrun.journal.base import FAULT_POINTS
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import (

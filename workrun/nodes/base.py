@@ -18,7 +18,7 @@ from workrun.core.models import NodeSpec, OutputField
 from workrun.core.outcomes import NodeOutcome
 
 if TYPE_CHECKING:  # a name in annotations only: checking a workflow needs no runner or journal (SPEC §24)
-    from workrun.runner.services import Services
+    from workrun.runner.context import Context
 
 __all__ = ["NodeExecutor", "NodeJob", "Where"]
 
@@ -57,7 +57,7 @@ class NodeJob:
     node: NodeSpec
     context: dict[str, Any]
     depends_on: list[str]
-    svc: Services
+    svc: Context
     should_stop: Callable[[], bool] = field(default=lambda: False)
     started_at: float | None = None
 
@@ -97,5 +97,5 @@ class NodeExecutor(Protocol):
             ``succeeded`` with the node result, ``failed`` with a one-line error, or ``stopped``.
         """
 
-    def after_run(self, svc: Services, run_id: str) -> None:
+    def after_run(self, svc: Context, run_id: str) -> None:
         """Called when a run ended ``failed`` or ``stopped`` (and again by ``resume``): e.g. remote: one cancel."""

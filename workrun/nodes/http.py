@@ -46,7 +46,7 @@ from workrun.outbound.http import (
     prepare,
     whole_reference,
 )
-from workrun.runner.services import Services, new_id
+from workrun.runner.context import Context, new_id
 
 __all__ = [
     "KIND",
@@ -85,14 +85,15 @@ def _key_of(op: OperationRow) -> str:
     return next((v for k, v in headers.items() if k.lower() == "idempotency-key"), op["operation_id"])
 
 
-def _send_operation(svc: Services, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
+def _send_operation(svc: Context, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
                     depends_on: list[str], spec_allow: list[str]) -> OperationRow:
-    row = {
+    owner_pid, owner_start = current_owner()
+    row: OperationRow = {
         "operation_id": op_id, "run_id": run_id, "node_key": node.key, "tool_call_index": None, "app": KIND,
         "project": "", "kind": KIND, "tool_name": None, "config": node.model_dump(mode="json"),
         "input": request.shown(), "fingerprint": "", "fingerprint_files": {}, "snapshot": None,
         "depends_on": depends_on, "status": "starting", "call_dir": "", "created_at": svc.now(), "standalone": 0,
-        **dict(zip(("owner_pid", "owner_start"), current_owner(), strict=True)),
+        "owner_pid": owner_pid, "owner_start": owner_start,
     }
     svc.journal.start_operation(row)
 
@@ -141,7 +142,7 @@ class HttpExecutor:
         assert isinstance(node, HttpNode)
         return _run_http_node(job, node)
 
-    def after_run(self, svc: Services, run_id: str) -> None:
+    def after_run(self, svc: Context, run_id: str) -> None:
         """Nothing: an http node's request is undone by its reverse action, with the run's compensation."""
 
 

@@ -14,7 +14,7 @@ from workrun.core.templates import render
 from workrun.effects.operations import call_app
 from workrun.nodes.base import NodeJob, Where
 from workrun.runner.apps import load_app
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["ProcessExecutor"]
 
@@ -108,5 +108,5 @@ class ProcessExecutor:
                     return NodeOutcome("stopped", error="stopped by the user")
         return NodeOutcome("failed", error=error)
 
-    def after_run(self, svc: Services, run_id: str) -> None:
+    def after_run(self, svc: Context, run_id: str) -> None:
         """Nothing: a process node's calls are compensated by the run's compensation."""

@@ -26,9 +26,9 @@ from workrun.compensation import compensate_run, refresh_holds
 from workrun.core import settings
 from workrun.core.errors import ActionRefusedError, StaleStatusError, UsageError
 from workrun.core.paths import keep_copy
-from workrun.core.rows import CompensationRow
+from workrun.core.rows import CompensationRow, EventRow
 from workrun.core.states import COMPENSATION_DONE
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["actor", "confirm", "note", "resolve", "retry", "retry_refusal"]
 
@@ -50,8 +50,8 @@ def actor() -> str:
         return "unknown"
 
 
-def _event(svc: Services, comp: CompensationRow, action: str, args: dict[str, Any], text: str | None = None,
-           attachment: str | None = None) -> dict[str, Any]:
+def _event(svc: Context, comp: CompensationRow, action: str, args: dict[str, Any], text: str | None = None,
+           attachment: str | None = None) -> EventRow:
     return {"compensation_id": comp["compensation_id"], "run_id": comp["run_id"], "at": svc.now(), "actor": actor(),
             "action": action, "args": args, "text": text, "attachment": attachment}
 
@@ -61,7 +61,7 @@ def _refuse(comp: CompensationRow, action: str, why: str) -> ActionRefusedError:
                               field="COMPENSATION_ID")
 
 
-def _conditional(svc: Services, cid: str, status: str, *, reason: str, seen: str, event: dict[str, Any],
+def _conditional(svc: Context, cid: str, status: str, *, reason: str, seen: str, event: EventRow,
                  held_back_by: list[str] | None = None, accept_code_change: bool = False,
                  clear_schedule: bool = True) -> None:
     """Write an operator's status change with its audit event, only if the status is still ``seen`` (R-O2, R-O3).
@@ -100,7 +100,7 @@ def retry_refusal(comp: CompensationRow, *, lasting_only: bool = False) -> Actio
     return None
 
 
-def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = False) -> CompensationRow:
+def retry(svc: Context, compensation_id: str, *, accept_code_change: bool = False) -> CompensationRow:
     """Run a new attempt now (trigger ``operator``), then whatever it releases (SPEC §10).
 
     Returns:
@@ -125,7 +125,7 @@ def retry(svc: Services, compensation_id: str, *, accept_code_change: bool = Fal
     return svc.journal.compensation(cid)
 
 
-def note(svc: Services, compensation_id: str, text: str, attach: Path | None = None) -> CompensationRow:
+def note(svc: Context, compensation_id: str, text: str, attach: Path | None = None) -> CompensationRow:
     """Add a note (and optionally a copy of a file) to a compensation's history.
 
     Raises:
@@ -143,7 +143,7 @@ def note(svc: Services, compensation_id: str, text: str, attach: Path | None = N
     return svc.journal.compensation(comp["compensation_id"])
 
 
-def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dict[str, Any]:
+def resolve(svc: Context, compensation_id: str, text: str | None = None) -> dict[str, Any]:
     """Mark a compensation fixed by hand: it becomes ``succeeded`` and releases what it held back.
 
     Returns:
@@ -166,7 +166,7 @@ def resolve(svc: Services, compensation_id: str, text: str | None = None) -> dic
     return {**svc.journal.compensation(cid), "released": sorted(released)}
 
 
-def confirm(svc: Services, compensation_id: str, *, done: bool, text: str | None = None) -> dict[str, Any]:
+def confirm(svc: Context, compensation_id: str, *, done: bool, text: str | None = None) -> dict[str, Any]:
     """Settle an ``unknown`` compensation after checking outside (R-R3).
 
     ``done`` -> ``succeeded`` (releases what it held back); not done -> ``failed``, retryable.

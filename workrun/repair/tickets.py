@@ -37,7 +37,7 @@ from workrun.engine.driver import Engine
 from workrun.engine.recovery import compensate_now, drive
 from workrun.nodes import default_executors
 from workrun.repair.operator import actor
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 from workrun_sdk import _wire
 
 __all__ = [
@@ -108,7 +108,7 @@ def check_result(spec: WorkflowSpec, key: str, result: Any) -> None:
             value = value[part]
 
 
-def check(svc: Services, ticket_id: str, action: str, *, result: Any = None) -> TicketRow:
+def check(svc: Context, ticket_id: str, action: str, *, result: Any = None) -> TicketRow:
     """Refuse ``action`` on the ticket unless the table in the module doc allows it; read only.
 
     Returns:
@@ -146,7 +146,7 @@ def check(svc: Services, ticket_id: str, action: str, *, result: Any = None) -> 
     return t
 
 
-def resume(svc: Services, ticket_id: str, result: Any) -> str:
+def resume(svc: Context, ticket_id: str, result: Any) -> str:
     """Mark the waiting node succeeded by an operator with ``result`` and continue its run now (R-M6).
 
     One transaction: the node ``succeeded`` (``handled``), the ticket ``resolved``, the run
@@ -169,7 +169,7 @@ def resume(svc: Services, ticket_id: str, result: Any) -> str:
     return drive(svc, run_id)
 
 
-def resolve(svc: Services, ticket_id: str, text: str | None = None) -> TicketRow:
+def resolve(svc: Context, ticket_id: str, text: str | None = None) -> TicketRow:
     """Close a pending ticket by hand; the run is NOT advanced (seed 000: closing is not resuming).
 
     Returns:
@@ -187,7 +187,7 @@ def resolve(svc: Services, ticket_id: str, text: str | None = None) -> TicketRow
     return svc.journal.ticket(tid)
 
 
-def terminate(svc: Services, ticket_id: str, *, compensate: bool = True, reason: str | None = None) -> str:
+def terminate(svc: Context, ticket_id: str, *, compensate: bool = True, reason: str | None = None) -> str:
     """End the ticket's run: final failure with its calls compensated (R-C1), or ``terminated`` when
     ``compensate`` is False (R-M6). One transaction ends ticket, node and run; compensation follows.
 
@@ -211,7 +211,7 @@ def terminate(svc: Services, ticket_id: str, *, compensate: bool = True, reason:
     return status
 
 
-def retry(svc: Services, ticket_id: str) -> TicketActionRow:
+def retry(svc: Context, ticket_id: str) -> TicketActionRow:
     """Send the ticket's failed action again now (trigger ``operator``); earlier attempts are kept.
 
     Returns:
@@ -228,7 +228,7 @@ def retry(svc: Services, ticket_id: str) -> TicketActionRow:
     return row
 
 
-def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = None) -> TicketActionRow:
+def confirm(svc: Context, ticket_id: str, *, done: bool, text: str | None = None) -> TicketActionRow:
     """Settle an action whose outcome is unknown: ``done`` -> ``succeeded``; else ``failed`` (retryable).
 
     Returns:
@@ -249,7 +249,7 @@ def confirm(svc: Services, ticket_id: str, *, done: bool, text: str | None = Non
     return row
 
 
-def note(svc: Services, ticket_id: str, text: str, attach: Path | None = None) -> TicketRow:
+def note(svc: Context, ticket_id: str, text: str, attach: Path | None = None) -> TicketRow:
     """Add a note (and optionally a copy of a file, kept in the data dir) to a ticket's history.
 
     Raises:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workrun.core.outcomes import Failure
+from workrun.core.rows import OperationRow
 
 if TYPE_CHECKING:
     from workrun.outbound.http import PreparedRequest, SendResult
@@ -58,7 +59,7 @@ class Outcome:
     not_started: bool = False
     unknown: bool = False
     ended: bool = False
-    process: dict[str, Any] | None = None
+    process: OperationRow | None = None
 
     @property
     def failure(self) -> Failure | None:

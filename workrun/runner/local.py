@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.core.outcomes import Failure
+from workrun.core.rows import OperationRow
 from workrun.outbound.http import PreparedRequest, SendResult, allow_from_env, parse_allow, send
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
@@ -147,7 +148,8 @@ class LocalRunner:
             claim = self._claimed(call_dir, claim_wait)
             if not claim.started:
                 return Outcome(not_started=True)
-            found = {"pid": claim.pid, "proc_start": claim.start, "started_at": claim.at} if claim.pid else None
+            found: OperationRow | None = (
+                {"pid": claim.pid, "proc_start": claim.start, "started_at": claim.at} if claim.pid else None)
             record = calldir.read_exit(call_dir)
             if record is not None and record.ended:  # its supervisor is done: whatever has that pid now is not it
                 record.process = found

@@ -1,4 +1,4 @@
-"""The one application object handed to the engine and the commands (Hatch's ``Application``).
+"""The concrete :class:`~workrun.runner.context.Context`, built at the top and handed down (Hatch's ``Application``).
 
 It owns the data directory, the journal, the App runner and the reporter (how
 progress reaches the user), plus the tunables. Tests hand it a fake runner and
@@ -14,35 +14,16 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Protocol
 
 from workrun.core import settings
 from workrun.core.paths import data_dir as default_data_dir
 from workrun.core.paths import private_umask
 from workrun.journal import Journal, open_journal
 from workrun.runner import AppRunner, LocalRunner, calldir
+from workrun.runner.context import Confirm, Reporter
 from workrun.runner.forkserver import launch_mode
 
-__all__ = ["Confirm", "Reporter", "Services", "new_id"]
-
-
-def new_id(prefix: str) -> str:
-    """A new random id like ``run_3f2a9c0d1e4b`` (12 hex digits: unique prefixes stay short)."""
-    return f"{prefix}_{uuid.uuid4().hex[:12]}"
-
-
-class Reporter(Protocol):
-    """Where progress goes: the CLI prints it; tests may collect it."""
-
-    def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
-        """Show one progress message."""
-
-
-class Confirm(Protocol):
-    """Asks a person on the terminal whether to go ahead (the CLI provides it; None = no terminal)."""
-
-    def __call__(self, question: str) -> bool:
-        """Return True when the person said yes; False on no, end of input or Ctrl-C."""
+__all__ = ["Services"]
 
 
 class _Silent:

@@ -11,7 +11,7 @@ from workrun.core.outcomes import NodeOutcome
 from workrun.nodes.agent.loop import run_agent_node
 from workrun.nodes.base import NodeJob, Where
 from workrun.runner.apps import load_app
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["AgentExecutor"]
 
@@ -56,5 +56,5 @@ class AgentExecutor:
         """Run the loop to the agent's answer (resuming after the calls already journaled)."""
         return run_agent_node(job)
 
-    def after_run(self, svc: Services, run_id: str) -> None:
+    def after_run(self, svc: Context, run_id: str) -> None:
         """Nothing: tool calls are operations, compensated by the run's compensation."""

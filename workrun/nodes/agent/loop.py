@@ -34,7 +34,7 @@ from workrun.nodes.agent.openai_backend import OpenAIBackend
 from workrun.nodes.agent.tools import discover
 from workrun.nodes.base import NodeJob
 from workrun.runner.apps import load_app
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["ScriptedBackend", "run_agent_node"]
 
@@ -66,7 +66,7 @@ class ScriptedBackend:
 _ASKING = threading.Lock()  # agent nodes run in parallel threads: one question on the terminal at a time
 
 
-def _confirm(svc: Services, app: AppSpec, tool: str, args: dict[str, Any]) -> str | None:
+def _confirm(svc: Context, app: AppSpec, tool: str, args: dict[str, Any]) -> str | None:
     """Return None when the call may go ahead, else why not (normal calls only; never compensation, R-C5).
 
     ``confirm = "always"`` asks the person through ``svc.confirm`` (set by the CLI when there is a terminal),

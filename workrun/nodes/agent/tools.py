@@ -11,14 +11,14 @@ from typing import Any
 from workrun.core.errors import ConfigError
 from workrun.core.models import AppSpec
 from workrun.runner.apps import fingerprint
-from workrun.runner.services import Services, new_id
+from workrun.runner.context import Context, new_id
 
 __all__ = ["DISCOVERY_TIMEOUT", "discover"]
 
 DISCOVERY_TIMEOUT = 120.0  # seconds at most to import a Tool App module and list its tools
 
 
-def discover(svc: Services, project: Path, app: AppSpec) -> list[dict[str, Any]]:
+def discover(svc: Context, project: Path, app: AppSpec) -> list[dict[str, Any]]:
     """Return ``[{name, description, input_schema}]`` of a Tool App (cached per code fingerprint).
 
     Args:

@@ -9,7 +9,7 @@ from workrun.core.models import NodeSpec, OutputField, RemoteAgentNode
 from workrun.core.outcomes import NodeOutcome
 from workrun.nodes.base import NodeJob, Where
 from workrun.nodes.remote.a2a import MISSING_EXTRA, a2a_available, cancel_open_tasks, run_remote_node, url_problem
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["RemoteExecutor"]
 
@@ -39,6 +39,6 @@ class RemoteExecutor:
         assert isinstance(job.node, RemoteAgentNode)
         return run_remote_node(job.svc, job.run_id, job.node, job.context)
 
-    def after_run(self, svc: Services, run_id: str) -> None:
+    def after_run(self, svc: Context, run_id: str) -> None:
         """Send the one best-effort cancel owed to each open remote task of the run (R-C10)."""
         cancel_open_tasks(svc, run_id)

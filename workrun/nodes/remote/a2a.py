@@ -50,7 +50,7 @@ from workrun.core.models import RemoteAgentNode
 from workrun.core.outcomes import NodeOutcome
 from workrun.core.states import TERMINAL_REMOTE_STATES as TERMINAL_STATES
 from workrun.core.templates import render
-from workrun.runner.services import Services
+from workrun.runner.context import Context
 
 __all__ = ["MAX_ANSWER", "MAX_RESPONSE", "MISSING_EXTRA", "REQUEST_TIMEOUT", "TERMINAL_STATES", "a2a_available",
            "cancel_open_tasks", "run_remote_node", "url_problem"]
@@ -189,7 +189,7 @@ async def _client(http: Any, url: str) -> Any:
     return ClientFactory(config).create(card)
 
 
-async def _until(awaitable: Awaitable[Any], svc: Services, deadline: float | None = None) -> Any:
+async def _until(awaitable: Awaitable[Any], svc: Context, deadline: float | None = None) -> Any:
     """Await ``awaitable`` but give up as soon as a stop is requested (raises ``_Stopped``) or at ``deadline``."""
     task = asyncio.ensure_future(awaitable)
     try:
@@ -234,7 +234,7 @@ def _status_text(task: Any) -> str:
     return ""
 
 
-def _run_failing(svc: Services, run_id: str, key: str) -> str | None:
+def _run_failing(svc: Context, run_id: str, key: str) -> str | None:
     """The key of another node whose failure already makes the run fail finally (R-W3), if any."""
     for n in svc.journal.nodes(run_id):
         if n["node_key"] != key and n["status"] == "failed" and not n["handled"]:
@@ -242,7 +242,7 @@ def _run_failing(svc: Services, run_id: str, key: str) -> str | None:
     return None
 
 
-async def _follow(svc: Services, run_id: str, node: RemoteAgentNode, text: str) -> NodeOutcome:
+async def _follow(svc: Context, run_id: str, node: RemoteAgentNode, text: str) -> NodeOutcome:
     """Send ``text``, record the task, poll it to an end; return the NodeOutcome."""
     from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest
 
@@ -340,7 +340,7 @@ async def _follow(svc: Services, run_id: str, node: RemoteAgentNode, text: str) 
     return NodeOutcome("succeeded", result)
 
 
-def run_remote_node(svc: Services, run_id: str, node: RemoteAgentNode, context: dict[str, Any]) -> NodeOutcome:
+def run_remote_node(svc: Context, run_id: str, node: RemoteAgentNode, context: dict[str, Any]) -> NodeOutcome:
     """Send the node's message to the A2A agent at ``node.url`` and follow the task (module doc).
 
     Runs in an engine worker thread; returns within about 0.1 s of a stop request.
@@ -396,7 +396,7 @@ async def _send_cancel(url: str, task_id: str) -> tuple[str, str]:
     return state, f"task state {state}" + (f": {detail}" if detail else "")
 
 
-def cancel_open_tasks(svc: Services, run_id: str) -> None:
+def cancel_open_tasks(svc: Context, run_id: str) -> None:
     """Send one best-effort ``CancelTask`` to each non-terminal remote task of the run (R-C10).
 
     Called when a run is marked failed or stopped, and again by ``resume`` (a no-op
