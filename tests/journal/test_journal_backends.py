@@ -488,8 +488,11 @@ def test_messages_reach_other_readers_with_the_next_write_or_soon_after(journal,
     _run(journal, "run_msg001", nodes=("a", "b"))
     other = open_journal(tmp_path)  # another process's view (its own connection)
     try:
+        journal.start_node("run_msg001", "a", at=1.0)  # held: it goes in with the next write (the engine's order)
         journal.add_message("run_msg001", "a", "info", "a: running")
-        journal.start_node("run_msg001", "a", at=1.0)
+        if journal_backend == "sqlite":  # both held: the next write takes them, the background writer soon after
+            assert other.messages("run_msg001") == [] and other.node_states("run_msg001")[0]["status"] == "pending"
+            journal.request_stop("run_none")  # any write
         assert [m["text"] for m in other.messages("run_msg001")] == ["a: running"]
         assert other.node_states("run_msg001") == [{"node_key": "a", "status": "running", "handled": 0},
                                                    {"node_key": "b", "status": "pending", "handled": 0}]
@@ -530,3 +533,29 @@ def test_a_json_column_that_does_not_hold_json_is_one_journal_error(journal, jou
         journal._exec("UPDATE operations SET result = '[1,' WHERE operation_id = 'op_1'", ())
     with pytest.raises(JournalError, match="column 'result' does not hold JSON|a column does not hold JSON"):
         journal.operation("op_1")
+
+
+def test_a_node_start_is_held_for_the_nodes_next_write(journal, journal_backend, tmp_path):
+    """Issue 27: the engine only says a node started; the journal writes it with the node's next write — its
+    first call's intent, or its end when it made none — in that transaction, before the write that needs it
+    (``running -> succeeded`` passes the state machine). Until then other readers see it ``pending``."""
+    from workrun.journal import open_journal
+
+    _run(journal, "run_held01", nodes=("a", "b"))
+    other = open_journal(tmp_path)
+    try:
+        journal.start_node("run_held01", "a", at=1.0)
+        assert other.node_states("run_held01")[0]["status"] == "pending"  # nothing written yet
+        journal.finish_node("run_held01", "a", status="succeeded", handled=False, result={"x": 1}, at=2.0)
+        a = other.nodes("run_held01", ["a"])[0]
+        assert (a["status"], a["started_at"], a["ended_at"]) == ("succeeded", 1.0, 2.0)
+        journal.start_node("run_held01", "b", at=3.0)
+        journal.start_operation({"operation_id": "op_held1", "run_id": "run_held01", "node_key": "b", "app": "mark",
+                                 "project": "/p", "kind": "process", "config": {}, "input": {}, "fingerprint": "f",
+                                 "fingerprint_files": {}, "depends_on": [], "status": "starting", "call_dir": "/c",
+                                 "created_at": 3.1, "standalone": 0})
+        b = other.nodes("run_held01", ["b"])[0]
+        assert (b["status"], b["started_at"]) == ("running", 3.0)
+        assert other.operation("op_held1")["status"] == "starting"
+    finally:
+        other.close()

@@ -68,7 +68,7 @@ def _last_line(text: str) -> str:
 
 def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any], run_id: str | None,
              node_key: str | None, depends_on: list[str], tool_name: str | None = None,
-             tool_call_index: int | None = None, standalone: bool = False, node_started_at: float | None = None,
+             tool_call_index: int | None = None, standalone: bool = False,
              ends_node: bool = False) -> OperationRow:
     """Make one journaled App call and return its final operation row.
 
@@ -79,7 +79,6 @@ def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any]
         depends_on: upstream operation ids (for compensation order, R-C3).
         tool_name / tool_call_index: for a Tool App call (R-C5).
         standalone: ``workrun app run`` (journaled, never compensated, R-A6).
-        node_started_at: the node's ``running`` is written with the call's intent (one write, issue 14).
         ends_node: the call's success is its node's (``succeeded``, this result): both are written at once.
 
     Returns:
@@ -121,7 +120,7 @@ def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any]
         "deadline": created + app.timeout,  # recovery's, before the pid is (or if it never is) written
         "owner_pid": owner_pid, "owner_start": owner_start,
     }
-    svc.journal.start_operation(row, node_started_at=node_started_at)
+    svc.journal.start_operation(row)
     if refused:
         return _failed_before_start(svc, op_id, call_dir, refused, Failure.REFUSED)
     if unavailable is not None:

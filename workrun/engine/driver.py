@@ -152,12 +152,10 @@ class Engine:
             return NodeOutcome("succeeded" if row["handled"] else row["status"], row["result"],
                                None if row["status"] == "succeeded" else "recorded before the runner restarted")
         executor = self.executors[node.kind]
-        start: float | None = None
-        if row["status"] != "running":
-            start = svc.now()
-            if not getattr(executor, "journals_node_start", False):
-                svc.journal.start_node(run_id, key, at=start)
-                start = None
+        fresh = row["status"] != "running"
+        start = svc.now()
+        if fresh:
+            svc.journal.start_node(run_id, key, at=start)  # the journal writes it with the node's next write
             svc.say(run_id, key, "info", f"{key}: running")
         read: dict[str, list[OperationRow]] = {}
 
@@ -179,13 +177,11 @@ class Engine:
                 if o not in depends_on:
                     depends_on.append(o)
         job = NodeJob(run_id=run_id, node=node, context=context, depends_on=depends_on, svc=svc,
-                      should_stop=lambda: self._stop_requested(run_id), started_at=start)
+                      should_stop=lambda: self._stop_requested(run_id), fresh=fresh)
         outcome = executor.run(job)
-        if job.started_at is not None:  # no call carried the node's start (it ended before one): write it now
-            svc.journal.start_node(run_id, key, at=job.started_at)
         if tracing.enabled():
             node_status = cast(NodeStatus, outcome.status)
-            tracing.node_span(run_id, {"node_key": key, "status": node_status, "started_at": start or time.time(),
+            tracing.node_span(run_id, {"node_key": key, "status": node_status, "started_at": start,
                                        "ended_at": time.time()})
         if outcome.status == "failed" and policy.opens_ticket:
             return self._open_ticket(run_id, spec, key, policy, outcome, context)

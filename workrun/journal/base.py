@@ -88,7 +88,10 @@ class RunRecords(Protocol):
         """
 
     def start_node(self, run_id: str, node_key: str, *, at: float) -> None:
-        """Mark a node ``running`` (``started_at = at``) before its work starts. Fault point: ``node.running``."""
+        """Mark a pending node ``running`` (``started_at`` = ``at``, epoch seconds). Held for this process's next
+        write (its first call's intent, its end, or a message): a node's start precedes nothing outside the
+        journal, so batching it is the journal's business, not its callers'. Fault point ``node.running``, hit
+        after the commit that carries it."""
 
     def finish_node(self, run_id: str, node_key: str, *, status: str, handled: bool, result: Any,
                     at: float) -> None:
@@ -149,16 +152,15 @@ class RunRecords(Protocol):
 class CallRecords(Protocol):
     """Operations, one per App call or HTTP request (R-J1, R-R3): intent before the call, outcome after it."""
 
-    def start_operation(self, row: OperationRow, *, node_started_at: float | None = None) -> None:
-        """Record a call's intent (status ``starting``) before its process exists (R-J1).
+    def start_operation(self, row: OperationRow) -> None:
+        """Record a call's intent (status ``starting``) before its process exists (R-J1); a held node start
+        (:meth:`start_node`) goes in with it, one write fewer per node (issue 14).
 
         Args:
             row: the operations columns (``operation_id``, ``run_id``, ``node_key``, ``app``, ``project``,
                 ``config``, ``input``, ``fingerprint``, ``call_dir``, ``created_at``, ``deadline``...).
-            node_started_at: also mark the call's node ``running`` (``started_at`` = this, epoch seconds), in
-                the same transaction (:meth:`start_node` folded in, one write fewer per node, issue 14).
 
-        Fault points: ``node.running`` (with ``node_started_at``), then ``op.intent``.
+        Fault points: ``node.running`` (when one was held), then ``op.intent``.
         """
 
     def operation_running(self, operation_id: str, *, pid: int | None, proc_start: str | None, started_at: float,

@@ -127,6 +127,12 @@ class SqlJournal(ABC):
         """
 
     @abstractmethod
+    def _hold(self, statement: _Statement, point: str) -> None:
+        """Keep ``statement`` (a write that precedes nothing outside the journal) for this process's next write
+        transaction, which runs it before its own statements and hits ``point`` first after the commit; a
+        process killed before then loses only what it held (the node is still ``pending``: it runs again)."""
+
+    @abstractmethod
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         """Run one read; rows as dicts, JSON columns decoded.
 
@@ -176,8 +182,12 @@ class SqlJournal(ABC):
         self._tx([_update("runs", (run_id,), {"compensate_requested": 1}), _insert("events", event)], None)
 
     def start_node(self, run_id: str, node_key: str, *, at: float) -> None:
-        """Mark a node ``running``."""
-        self._set("nodes", (run_id, node_key), "node.running", {"status": "running", "started_at": at})
+        """Mark a pending node ``running``, held for this process's next write (:meth:`_hold`): its first call's
+        intent, its end, or a message, whichever comes first. A node's start precedes nothing outside the
+        journal, so it needs no transaction of its own (issue 14); the statement only moves a ``pending``
+        node (the state machine's ``pending -> running``), so it never undoes a later status."""
+        self._hold(("UPDATE nodes SET status = 'running', started_at = ? WHERE run_id = ? AND node_key = ? "
+                    "AND status = 'pending'", (at, run_id, node_key)), "node.running")
 
     def finish_node(self, run_id: str, node_key: str, *, status: str, handled: bool, result: Any,
                     at: float) -> None:
@@ -205,15 +215,10 @@ class SqlJournal(ABC):
         stmts += [_insert("compensations", r) for r in compensations]
         self._tx(stmts, f"run.{status}", checks)
 
-    def start_operation(self, row: OperationRow, *, node_started_at: float | None = None) -> None:
-        """Record a call's intent (status ``starting``) before its process starts (R-J1); with
-        ``node_started_at``, its node's ``running`` too, in the same transaction."""
-        if node_started_at is None:
-            self._tx([_insert("operations", row)], "op.intent")
-            return
-        key = (row["run_id"], row["node_key"])
-        self._tx([_update("nodes", key, {"status": "running", "started_at": node_started_at}),
-                  _insert("operations", row)], ("node.running", "op.intent"), [("nodes", key, "running", None)])
+    def start_operation(self, row: OperationRow) -> None:
+        """Record a call's intent (status ``starting``) before its process starts (R-J1); a held node start
+        (:meth:`start_node`) goes in with it."""
+        self._tx([_insert("operations", row)], "op.intent")
 
     def operation_running(self, operation_id: str, *, pid: int | None, proc_start: str | None, started_at: float,
                           deadline: float) -> None:

@@ -144,6 +144,8 @@ class PostgresJournal(SqlJournal):
         self.url = url
         self.path = _redact(url)  # for messages: never the password (a str: a Path would fold the "//")
         self._lock = threading.RLock()
+        self._held: list[tuple[str, tuple[Any, ...]]] = []  # writes held for the next transaction (_hold)
+        self._held_points: list[str] = []
         self._pg: Any = None  # psycopg.Connection
         self._fence: tuple[str, str, int] | None = None  # (run_id, worker_id, epoch) while driving a run (R-F2)
         self._retry = settings.current().db_retry  # seconds of reconnecting before giving up (R-F1)
@@ -336,8 +338,13 @@ class PostgresJournal(SqlJournal):
         """One transaction: the state-machine checks on ``SELECT … FOR UPDATE``-locked rows, then the
         statements; then the fault point (as :meth:`SqliteJournal._tx`)."""
         statements, checks = list(statements), list(checks)
+        with self._lock:
+            held, self._held = self._held, []
+            points, self._held_points = self._held_points, []
 
         def body(pg: Any) -> None:
+            for sql, params in held:  # held writes (node starts) first: this write may depend on them
+                pg.execute(to_pg(sql), _flags(params))
             for table, key, new, seen in checks:  # the state machine, on the locked row
                 row = pg.execute(_status_query(table, "%s") + " FOR UPDATE", key).fetchone()
                 _check_status(table, key, row["status"] if row else None, new, seen, self.path)
@@ -346,10 +353,23 @@ class PostgresJournal(SqlJournal):
 
         try:
             self._attempt(body, write=True)
-        except self._psycopg.Error as exc:
-            raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
-                               "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        except BaseException as exc:
+            with self._lock:  # nothing was written: they go in with the next write
+                self._held[:0] = held
+                self._held_points[:0] = points
+            if isinstance(exc, self._psycopg.Error):
+                raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
+                                   "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
+            raise
+        faults.hit_all(tuple(points))
         faults.hit_all(fault)
+
+    def _hold(self, statement: tuple[str, tuple[Any, ...]], point: str) -> None:
+        """See :meth:`SqlJournal._hold`. Here messages are written at once, so the engine's "running" message
+        right after a node's start carries it: readers on other machines see it as soon."""
+        with self._lock:
+            self._held.append(statement)
+            self._held_points.append(point)
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:

@@ -146,7 +146,8 @@ class SqliteJournal(SqlJournal):
     def __init__(self, path: Path, *, check: bool = True, read_only: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._pending: list[_Statement] = []  # messages not written yet (see add_message)
+        self._pending: list[_Statement] = []  # messages and held writes not written yet (add_message, _hold)
+        self._held_points: list[str] = []  # the fault points of the held writes, in order
         self._has_pending = threading.Event()
         self._flusher: threading.Thread | None = None
         self._closing = False
@@ -211,6 +212,7 @@ class SqliteJournal(SqlJournal):
             checks: Iterable[_Check] = ()) -> None:
         with self._lock:
             pending, self._pending = self._pending, []  # messages said before this write go in with it
+            points, self._held_points = self._held_points, []
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -226,10 +228,12 @@ class SqliteJournal(SqlJournal):
                     if self._db.in_transaction:  # SQLite may have rolled back itself (disk full): its error stands
                         self._db.execute("ROLLBACK")
                     self._pending[:0] = pending
+                    self._held_points[:0] = points
                     raise
             except sqlite3.Error as exc:
                 raise JournalError(f"journal write failed: {exc}; nothing after this point was recorded. "
                                    "Fix the cause, then `workrun resume`", file=str(self.path)) from None
+        faults.hit_all(tuple(points))
         faults.hit_all(fault)
 
     def flush_messages(self) -> None:
@@ -292,6 +296,17 @@ class SqliteJournal(SqlJournal):
             self._closing = True
             self._has_pending.set()
             self._db.close()
+
+    def _hold(self, statement: _Statement, point: str) -> None:
+        """See :meth:`SqlJournal._hold`: held with the messages, so the background writer also writes it within
+        :data:`MESSAGE_DELAY` seconds when nothing else is written first (readers see the node start)."""
+        with self._lock:
+            self._pending.append(statement)
+            self._held_points.append(point)
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_later, name="workrun-messages", daemon=True)
+                self._flusher.start()
+        self._has_pending.set()
 
     def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
         """Append a message to a node (or the run when ``node_key`` is None).

@@ -48,9 +48,8 @@ class NodeJob:
         depends_on: succeeded upstream operation ids its calls depend on (compensation order, R-C3).
         svc: services (journal, App runner, reporter, stop event).
         should_stop: returns True once the run is being stopped (R-C9); cheap, call it often.
-        started_at: when the node started (epoch seconds) if its ``running`` is not journaled yet: an
-            executor whose kind says ``journals_node_start = True`` writes it with its first call's intent
-            (:meth:`take_start`); the engine writes it after the executor returns otherwise (issue 14).
+        fresh: the node was ``pending`` when it was scheduled: it has no call yet, so an executor need not read
+            its earlier calls back (a node resumed after a restart is not fresh).
     """
 
     run_id: str
@@ -59,24 +58,16 @@ class NodeJob:
     depends_on: list[str]
     svc: Context
     should_stop: Callable[[], bool] = field(default=lambda: False)
-    started_at: float | None = None
+    fresh: bool = False
 
     def say(self, level: str, text: str) -> None:
         """Record a message on this node (journal + reporter)."""
         self.svc.say(self.run_id, self.node.key, level, text)
 
-    def take_start(self) -> float | None:
-        """:attr:`started_at` for the write that will carry the node's ``running`` (once: then None)."""
-        at, self.started_at = self.started_at, None
-        return at
-
 
 class NodeExecutor(Protocol):
-    """Runs one kind of node. Knows nothing of the engine.
-
-    An executor may declare ``journals_node_start: ClassVar[bool] = True``: it writes the node's ``running``
-    with its first call's intent (:meth:`NodeJob.take_start`); without it the engine writes it first.
-    """
+    """Runs one kind of node. Knows nothing of the engine, and never writes its node's start: the engine
+    does, and the journal holds it for the node's first write (:meth:`~workrun.journal.base.RunRecords.start_node`)."""
 
     kind: ClassVar[str]
 

@@ -33,9 +33,6 @@ class ProcessExecutor:
     """
 
     kind: ClassVar[str] = "process"
-    journals_node_start: ClassVar[bool] = True
-    """The node's ``running`` goes in with its first call's intent, and its success with its last call's
-    outcome (one transaction each, issue 14): :attr:`NodeJob.started_at`, ``call_app(ends_node=True)``."""
 
     def check(self, node: NodeSpec, where: Where) -> dict[str, OutputField]:
         """``project`` and ``app`` present, the project a directory, the App a process App; return its contract.
@@ -64,7 +61,7 @@ class ProcessExecutor:
         svc, run_id = job.svc, job.run_id
         policy = node.on_failure
         # a node that starts now has no call yet (a call's intent carries its node's start): nothing to read
-        prior = [] if job.started_at is not None else svc.journal.operations(run_id, node.key)
+        prior = [] if job.fresh else svc.journal.operations(run_id, node.key)
         used = sum(1 for o in prior if o["status"] == "failed" and _counts(o))
         if prior:
             last = prior[-1]
@@ -86,8 +83,7 @@ class ProcessExecutor:
             except ConfigError as exc:
                 return NodeOutcome("failed", error=exc.line())
             op = call_app(svc, project=Path(str(node.project)), app=app, input=data, run_id=run_id,
-                          node_key=node.key, depends_on=job.depends_on, node_started_at=job.take_start(),
-                          ends_node=True)
+                          node_key=node.key, depends_on=job.depends_on, ends_node=True)
             job.say("info" if op["status"] == "succeeded" else "error",
                     f"operation {op['operation_id']} ({app.name}): {op['status']}"
                     + (f": {op['error']}" if op["error"] else "")
