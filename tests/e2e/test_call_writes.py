@@ -115,7 +115,7 @@ def test_a_long_call_is_journaled_running_with_its_pid_while_it_runs(workrun, wr
 
 
 @pytest.mark.parametrize(("point", "node_status", "op_status"), [
-    ("node.running", "running", "starting"),  # the node's start and the call's intent: one transaction
+    ("node.running", "running", "starting"),  # the node's start (held by the journal), with the intent or before
     ("op.finished", "succeeded", "succeeded"),  # the call's success and its node's: one transaction
 ])
 def test_a_kill_after_a_joined_write_finds_both_writes_and_resume_calls_once(
@@ -124,8 +124,16 @@ def test_a_kill_after_a_joined_write_finds_both_writes_and_resume_calls_once(
     res = workrun("run", wf, "--json", env={"WORKRUN_FAULT": point})
     assert res.code == -signal.SIGKILL, res
     (node,) = _rows("SELECT status FROM nodes")
-    (op,) = _rows("SELECT status FROM operations")
-    assert (node["status"], op["status"]) == (node_status, op_status)
+    ops = _rows("SELECT status FROM operations")
+    if point == "node.running" and not ops:
+        # the intent came more than MESSAGE_DELAY after the node's start (the environment check of a run's first
+        # call): the background writer wrote the held start alone, so readers saw it, and the kill came before
+        # the intent; nothing was called. Joined or not is timing, measured in bench/, not asserted here; the
+        # journal's own test shows the join (test_a_node_start_is_held_for_the_nodes_next_write)
+        assert node["status"] == "running", node
+        op_status = "none"
+    else:
+        assert (node["status"], ops[0]["status"]) == (node_status, op_status)
     res = workrun("resume", "--json")
     assert res.code == 0, res
     (run,) = res.json()["runs"]

@@ -559,3 +559,26 @@ def test_a_node_start_is_held_for_the_nodes_next_write(journal, journal_backend,
         assert other.operation("op_held1")["status"] == "starting"
     finally:
         other.close()
+
+
+def test_a_held_node_start_reaches_other_readers_soon_when_nothing_else_is_written(journal, journal_backend, tmp_path):
+    """A slow node (its first write comes late): SQLite's background writer writes the held start once it was
+    held MESSAGE_DELAY seconds; PostgreSQL writes messages at once, and the engine's "running" message that
+    follows a start carries it (the dashboard shows a started node within a second, R-U3)."""
+    import time
+
+    from workrun.journal import open_journal
+    from workrun.journal.sqlite import MESSAGE_DELAY
+
+    _run(journal, "run_slow01", nodes=("a",))
+    other = open_journal(tmp_path)
+    try:
+        journal.start_node("run_slow01", "a", at=1.0)
+        journal.add_message("run_slow01", "a", "info", "a: running")  # as the engine says it
+        end = time.monotonic() + MESSAGE_DELAY + 5
+        while other.node_states("run_slow01")[0]["status"] != "running" and time.monotonic() < end:
+            time.sleep(0.01)
+        assert other.node_states("run_slow01")[0]["status"] == "running"
+        assert [m["text"] for m in other.messages("run_slow01")] == ["a: running"]
+    finally:
+        other.close()

@@ -1,6 +1,6 @@
 """What every use case shares: Services on a data directory, the scheduler lock or a run's claim, signals.
 
-Nothing here prints: progress goes to the :class:`~workrun.runner.services.Reporter` a surface hands in
+Nothing here prints: progress goes to the :class:`~workrun.runner.context.Reporter` a surface hands in
 (the CLI's prints, the API's is silent).
 """
 

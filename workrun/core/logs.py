@@ -46,7 +46,7 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
 
 
 class JsonReporter:
-    """A :class:`~workrun.runner.services.Reporter` writing each progress message as a JSON ``message`` line; the ids
+    """A :class:`~workrun.runner.context.Reporter` writing each progress message as a JSON ``message`` line; the ids
     of the operation or compensation the line is about are given as fields."""
 
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:

@@ -1,6 +1,6 @@
 """Pydantic models of what users write: App configs (``[tool.workrun.apps.NAME]``) and workflows.
 
-Journal rows are plain dicts (see ``journal/sqlite.py``); these models describe
+Journal rows are typed dicts (:mod:`workrun.core.rows`); these models describe
 *input* that must be validated before anything runs (R-I2).
 """
 

@@ -12,7 +12,7 @@ The life of a call, each step journaled before the next (R-J1, R-R3):
 
 The transport (this process, or a worker's executor through a shared journal) is the runner's
 (:class:`~workrun.runner.base.AppRunner`: ``start``/``wait`` for processes, ``send_request`` for
-requests), injected once in :class:`~workrun.runner.services.Context`: no effect names it.
+requests), injected once in the :class:`~workrun.runner.context.Context`: no effect names it.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from workrun.effects.ticket_records import (
     ticket_message,
     ticket_row,
 )
+from workrun.engine.scheduler import ReadySet, Verdict
 from workrun.nodes.base import NodeExecutor, NodeJob
 from workrun.outbound.http import RequestError
 from workrun.runner.context import Context, new_id
@@ -75,6 +76,42 @@ def _reads_data(value: Any) -> bool:
 
 def _deps(node: NodeSpec) -> list[str]:
     return node_dependencies(node.needs, node.templated())
+
+
+class _NodeRows:
+    """The run's node rows as the driver last read them (``known``, in workflow order), kept up to date at
+    O(changes) per step (issue 14).
+
+    When no other connection wrote to the journal since the last look (its change token), only this process's
+    node threads changed rows, and only of nodes that ended (and the fallbacks they may have run in their
+    place): only those rows are read. Otherwise (a person resumed a ticket, a backend that cannot tell, the
+    first look) every node's state is looked up, and a whole row (with its result) read again only when its
+    state changed.
+    """
+
+    def __init__(self, svc: Context, run_id: str, standby: frozenset[str]) -> None:
+        self.svc, self.run_id, self.standby = svc, run_id, standby
+        self.known: dict[str, NodeRow] = {}
+        self.token: object = None
+
+    def _changed(self, state: NodeRow) -> bool:
+        k = self.known.get(state["node_key"])
+        return k is None or k["status"] != state["status"] or k["handled"] != state["handled"]
+
+    def refresh(self, ended: list[str]) -> set[str]:
+        """Read what may have changed (``ended``: nodes whose thread returned since the last look); return the
+        keys whose state moved."""
+        journal = self.svc.journal
+        token = journal.change_token()
+        if token is None or token != self.token or not self.known:
+            look = sorted(s["node_key"] for s in journal.node_states(self.run_id) if self._changed(s))
+        else:
+            look = sorted({*ended, *self.standby}) if ended else []
+        rows = journal.nodes(self.run_id, look) if look else []  # in workflow order
+        moved = {row["node_key"] for row in rows if self._changed(row)}
+        self.known.update((row["node_key"], row) for row in rows)
+        self.token = token
+        return moved
 
 
 class Engine:
@@ -314,90 +351,35 @@ class Engine:
 
     def _drive(self, run_id: str, run: RunRow, ending: threading.Event) -> str:
         """The scheduling loop of :meth:`execute` (in its scheduler thread); returns the run's status.
-        ``ending`` is set once no node runs any more and the run is ended (:meth:`finish`)."""
+        ``ending`` is set once no node runs any more and the run is ended (:meth:`finish`).
+
+        Which nodes may start is :class:`~workrun.engine.scheduler.ReadySet`'s business and what the ended ones
+        mean :class:`~workrun.engine.scheduler.Verdict`'s; this loop reads the journal (:class:`_NodeRows`),
+        hands nodes to threads and waits for them."""
         svc = self.svc
         spec = WorkflowSpec.model_validate(run["spec"])
         inputs = run["inputs"]
         settle_operations(svc, run_id)
         standby = {n.on_failure.fallback for n in spec.nodes.values() if n.on_failure.fallback}
-        deps = {k: _deps(n) for k, n in spec.nodes.items()}
-        failed_node: str | None = None
-        terminated = False
+        plan = ReadySet.of({k: _deps(n) for k, n in spec.nodes.items()}, standby)
+        verdict = Verdict(fail_after=spec.fail_after)
+        rows = _NodeRows(svc, run_id, frozenset(standby))
         futures: dict[Future[NodeOutcome], str] = {}
-
-        known: dict[str, NodeRow] = {}  # node rows read so far, in workflow order
-        seen_token: object = None
-        dependents: dict[str, set[str]] = {k: set() for k in spec.nodes}
-        for k, ds in deps.items():
-            for d in ds:
-                dependents.setdefault(d, set()).add(k)
-
-        def status_of(ended: list[str]) -> set[str]:
-            """Bring ``known`` up to date; return the keys whose state moved (issue 14: O(changes) per step).
-
-            When no other connection wrote to the journal since the last look (its change token), only this
-            process's node threads changed rows, and only of nodes whose future ended (``ended``, and the
-            fallbacks they may have run in their place): only those rows are read. Otherwise (a person
-            resumed a ticket, a backend that cannot tell, the first look) every node's state is looked up and
-            a whole row (with its result) read again only when its state changed."""
-            nonlocal seen_token
-
-            def changed(state: NodeRow) -> bool:
-                k = known.get(state["node_key"])
-                return k is None or k["status"] != state["status"] or k["handled"] != state["handled"]
-
-            token = svc.journal.change_token()
-            if token is None or token != seen_token or not known:
-                look = sorted(s["node_key"] for s in svc.journal.node_states(run_id) if changed(s))
-            else:
-                look = sorted({*ended, *standby}) if ended else []
-            rows = svc.journal.nodes(run_id, look) if look else []  # in workflow order
-            moved = {row["node_key"] for row in rows if changed(row)}
-            known.update((row["node_key"], row) for row in rows)
-            seen_token = token
-            return moved
-
-        position = {k: i for i, k in enumerate(spec.nodes)}
-        check: set[str] = set()  # nodes whose readiness must be looked at again
-        ended: list[str] = []
-
-        def node_ended(key: str, outcome: NodeOutcome) -> None:
-            nonlocal failed_node, terminated
-            ended.append(key)
-            if outcome.status == "failed" and failed_node is None:
-                failed_node = key
-            if outcome.status == "succeeded" and key == spec.fail_after and failed_node is None:
-                failed_node = key  # an injected failure (R-V1, R-V3): as if its successor had failed
-            terminated = terminated or outcome.status == "terminated"
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
-            check |= status_of(ended)
-            if spec.fail_after and (known.get(spec.fail_after) or {}).get("status") == "succeeded":
-                failed_node = spec.fail_after  # injected before a restart: nothing new starts (R-W3)
-            for key, n in known.items():  # a node left running by a dead runner resumes where it was
+            plan.moved(rows.refresh([]))
+            if spec.fail_after and (rows.known.get(spec.fail_after) or {}).get("status") == "succeeded":
+                verdict.failed_node = spec.fail_after  # injected before a restart: nothing new starts (R-W3)
+            for key, n in rows.known.items():  # a node left running by a dead runner resumes where it was
                 if n["status"] == "running" and key not in standby:  # a fallback: its primary's thread runs it
-                    futures[pool.submit(self._run_node, run_id, spec, key, dict(known), inputs)] = key
+                    futures[pool.submit(self._run_node, run_id, spec, key, dict(rows.known), inputs)] = key
             while True:
                 stopping = self._stop_requested(run_id, fresh=False)
-                for key in status_of(ended):
-                    check.add(key)
-                    check |= dependents.get(key, set())
-                ended = []
-                if not stopping and failed_node is None and not terminated:
-                    active = set(futures.values())
-                    ready: list[str] = []
-                    for key in sorted(check, key=lambda k: position.get(k, len(position))):
-                        row = known.get(key)
-                        if row is None or row["status"] != "pending" or key in standby or key in active:
-                            check.discard(key)
-                            continue
-                        if len(futures) + len(ready) >= svc.concurrency:
-                            break  # the rest stay to be looked at when a slot frees
-                        check.discard(key)  # not ready: looked at again when a dependency moves
-                        if all(known[d]["status"] == "succeeded" or known[d]["handled"] for d in deps[key]):
-                            ready.append(key)
-                    snapshot = dict(known) if ready else {}
+                plan.moved(rows.refresh(verdict.take_ended()))
+                if not stopping and verdict.starts_more:
+                    ready = plan.ready(rows.known, futures.values(), svc.concurrency - len(futures))
+                    snapshot = dict(rows.known) if ready else {}
                     if len(ready) == 1 and not futures:  # the only node that can run: run it here, no hand-over
-                        node_ended(ready[0], self._run_node(run_id, spec, ready[0], snapshot, inputs))
+                        verdict.node_ended(ready[0], self._run_node(run_id, spec, ready[0], snapshot, inputs))
                         continue
                     for key in ready:
                         futures[pool.submit(self._run_node, run_id, spec, key, snapshot, inputs)] = key
@@ -405,9 +387,9 @@ class Engine:
                     break
                 done, _ = wait_futures(list(futures), timeout=0.1, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    node_ended(futures.pop(fut), fut.result())
+                    verdict.node_ended(futures.pop(fut), fut.result())
         ending.set()
-        return self.finish(run_id, failed_node)
+        return self.finish(run_id, verdict.failed_node)
 
     def after_run(self, run_id: str) -> None:
         """Let the executor of each node kind the run's workflow uses act on a run that ended ``failed``,

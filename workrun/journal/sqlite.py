@@ -146,8 +146,10 @@ class SqliteJournal(SqlJournal):
     def __init__(self, path: Path, *, check: bool = True, read_only: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._pending: list[_Statement] = []  # messages and held writes not written yet (add_message, _hold)
-        self._held_points: list[str] = []  # the fault points of the held writes, in order
+        self._pending: list[_Statement] = []  # messages not written yet (see add_message)
+        self._held: list[_Statement] = []  # writes held for the next transaction (see _hold)
+        self._held_points: list[str] = []  # their fault points, in order
+        self._held_at = 0.0  # time.monotonic() when the oldest of them was held
         self._has_pending = threading.Event()
         self._flusher: threading.Thread | None = None
         self._closing = False
@@ -209,14 +211,16 @@ class SqliteJournal(SqlJournal):
         return int(self._db.execute("PRAGMA user_version").fetchone()["user_version"])
 
     def _tx(self, statements: Iterable[_Statement], fault: str | tuple[str, ...] | None,
-            checks: Iterable[_Check] = ()) -> None:
+            checks: Iterable[_Check] = (), *, held: bool = True) -> None:
         with self._lock:
             pending, self._pending = self._pending, []  # messages said before this write go in with it
-            points, self._held_points = self._held_points, []
+            kept, points = ([], []) if not held else (self._held, self._held_points)
+            if held:
+                self._held, self._held_points = [], []
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    for sql, params in pending:
+                    for sql, params in (*kept, *pending):  # held writes first: this write may depend on them
                         self._db.execute(sql, params)
                     for table, key, new, seen in checks:  # the state machine (workrun/core/states.py), under the lock
                         row = self._db.execute(_status_query(table), key).fetchone()
@@ -228,6 +232,7 @@ class SqliteJournal(SqlJournal):
                     if self._db.in_transaction:  # SQLite may have rolled back itself (disk full): its error stands
                         self._db.execute("ROLLBACK")
                     self._pending[:0] = pending
+                    self._held[:0] = kept
                     self._held_points[:0] = points
                     raise
             except sqlite3.Error as exc:
@@ -237,14 +242,17 @@ class SqliteJournal(SqlJournal):
         faults.hit_all(fault)
 
     def flush_messages(self) -> None:
-        """Write the messages :meth:`add_message` holds, now.
+        """Write the messages :meth:`add_message` holds, and the writes :meth:`_hold` keeps, now.
 
         Raises:
             JournalError: the journal cannot be written (they stay held).
         """
+        self._flush(held=True)
+
+    def _flush(self, *, held: bool) -> None:
         with self._lock:
-            if self._pending:
-                self._tx([], None)
+            if self._pending or (held and self._held):
+                self._tx([], None, held=held)
 
     def _flush_later(self) -> None:
         """The background writer of held messages: at most :data:`MESSAGE_DELAY` s after one is said."""
@@ -254,10 +262,14 @@ class SqliteJournal(SqlJournal):
                 return
             time.sleep(MESSAGE_DELAY)
             self._has_pending.clear()
+            with self._lock:  # a node start held for less than MESSAGE_DELAY waits for its call's intent
+                young = bool(self._held) and time.monotonic() - self._held_at < MESSAGE_DELAY
             try:
-                self.flush_messages()
+                self._flush(held=not young)
             except (JournalError, sqlite3.ProgrammingError):  # the next write reports it; closed meanwhile
                 pass
+            if young:
+                self._has_pending.set()  # back for it once it is older
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         with self._lock:
@@ -298,10 +310,13 @@ class SqliteJournal(SqlJournal):
             self._db.close()
 
     def _hold(self, statement: _Statement, point: str) -> None:
-        """See :meth:`SqlJournal._hold`: held with the messages, so the background writer also writes it within
-        :data:`MESSAGE_DELAY` seconds when nothing else is written first (readers see the node start)."""
+        """See :meth:`SqlJournal._hold`. The background writer writes it once it was held :data:`MESSAGE_DELAY`
+        seconds and nothing else was written (readers see a slow node start soon); a quick call's intent takes
+        it first, so a node's start and its first call's intent are one transaction."""
         with self._lock:
-            self._pending.append(statement)
+            if not self._held:
+                self._held_at = time.monotonic()
+            self._held.append(statement)
             self._held_points.append(point)
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_later, name="workrun-messages", daemon=True)

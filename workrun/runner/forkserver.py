@@ -89,7 +89,7 @@ def _running(pid: int, start: str | None) -> bool:
 class _Done:
     """The runner's *done* pipe (one per process, never closed): every supervisor a fork server forks holds its
     write end and writes its call directory there, one line, once the call has ended entirely (exit record
-    written, every descendant gone), just before it exits (``workrun_sdk._supervise._tell_done``). A waiter
+    written, every descendant gone), just before it exits (``workrun_sdk._supervise._call_ended``). A waiter
     goes on at that line instead of waiting for the supervisor's own exit (issue 14). Thread-safe."""
 
     _KEEP = 4096  # lines kept for calls nobody waits for any more (their supervisor's exit was seen first)
