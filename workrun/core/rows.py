@@ -201,18 +201,23 @@ class TicketAttemptRow(TypedDict, total=False):
     smtp_code: int | None
 
 
-class TicketEventRow(TypedDict, total=False):
-    """A row of ``ticket_events``."""
+class _AuditEvent(TypedDict, total=False):
+    """What an audit event of a compensation or a ticket holds: who did what, when, why (R-O2, R-M6)."""
 
     id: int
-    ticket_id: str
-    run_id: str
     at: float
     actor: str
     action: str
     args: Any
     text: str | None
     attachment: str | None
+
+
+class TicketEventRow(_AuditEvent, total=False):
+    """A row of ``ticket_events``."""
+
+    ticket_id: str
+    run_id: str
 
 
 class NotificationRow(TypedDict, total=False):
@@ -232,18 +237,11 @@ class NotificationRow(TypedDict, total=False):
     updated_at: float
 
 
-class EventRow(TypedDict, total=False):
-    """A row of ``events``."""
+class EventRow(_AuditEvent, total=False):
+    """A row of ``events`` (a compensation's)."""
 
-    id: int
     compensation_id: str | None
     run_id: str | None
-    at: float
-    actor: str
-    action: str
-    args: Any
-    text: str | None
-    attachment: str | None
 
 
 class MessageRow(TypedDict, total=False):
