@@ -133,16 +133,6 @@ def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePol
             seen.append(cur)
             cur = policies[cur].fallback if cur in policies else None
 
-    def upstream(key: str) -> set[str]:
-        out: set[str] = set()
-        todo = list(graph.get(key, []))
-        while todo:
-            dep = todo.pop()
-            if dep not in out:
-                out.add(dep)
-                todo.extend(graph.get(dep, []))
-        return out
-
     for key, deps in graph.items():
         for dep in deps:
             if dep in fallback_of:
@@ -150,7 +140,7 @@ def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePol
                                   f"place: depend on {fallback_of[dep]!r} instead (it carries the fallback's result)",
                                   file=file, field=f"nodes.{key}")
     for fb, primary in fallback_of.items():
-        missing = [d for d in graph.get(fb, []) if d not in upstream(primary)]
+        missing = [d for d in graph.get(fb, []) if d not in _upstream(graph, primary)]
         if missing:
             raise ConfigError(f"fallback {fb!r} depends on {missing[0]!r}, which is not upstream of {primary!r}: a "
                               f"fallback runs in place of {primary!r}, only with what {primary!r} depends on done",
@@ -414,6 +404,7 @@ _ACTION_NAMES = frozenset({"run_id", "node_key", "ticket_id", "error"})
 
 
 def _upstream(graph: dict[str, list[str]], key: str) -> set[str]:
+    """Every node ``key`` depends on, directly or through others (``graph``: ``{node: its dependencies}``)."""
     out: set[str] = set()
     todo = list(graph.get(key, []))
     while todo:
