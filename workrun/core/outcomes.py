@@ -78,14 +78,11 @@ class NodeOutcome:
         status: ``succeeded`` | ``failed`` | ``stopped``.
         result: the node's result (JSON value) when it succeeded.
         error: a one-line message when it did not.
-        journaled: its end (``succeeded``, this result, not handled) is in the journal already, written with
-            its last call's outcome (issue 14); the engine then writes no :meth:`finish_node`.
     """
 
     status: str
     result: Any = None
     error: str | None = None
-    journaled: bool = False
 
 
 def brief(value: Any, limit: int = 160) -> str:

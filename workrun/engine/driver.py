@@ -236,9 +236,8 @@ class Engine:
             elif fb.status == "stopped":
                 outcome = fb
         status = outcome.status
-        if not outcome.journaled:  # else its last call wrote it (succeeded, not handled)
-            svc.journal.finish_node(run_id, key, status=status, handled=handled,
-                                    result=result if (status == "succeeded" or handled) else None, at=svc.now())
+        svc.journal.finish_node(run_id, key, status=status, handled=handled,
+                                result=result if (status == "succeeded" or handled) else None, at=svc.now())
         if not handled:
             level = "info" if status == "succeeded" else "error"
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))

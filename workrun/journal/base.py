@@ -96,7 +96,9 @@ class RunRecords(Protocol):
     def finish_node(self, run_id: str, node_key: str, *, status: str, handled: bool, result: Any,
                     at: float) -> None:
         """Record a node's end: ``succeeded`` | ``failed`` | ``stopped``; ``handled`` when its policy absorbed a
-        failure. Fault point: ``node.finished``."""
+        failure. A success this process already wrote with the node's last call's outcome
+        (:meth:`CallRecords.finish_operation` with ``node_succeeded``) is not written twice. Fault point:
+        ``node.finished``."""
 
     def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
                 compensations: Sequence[CompensationRow] = ()) -> None:

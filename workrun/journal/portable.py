@@ -191,9 +191,24 @@ class SqlJournal(ABC):
 
     def finish_node(self, run_id: str, node_key: str, *, status: str, handled: bool, result: Any,
                     at: float) -> None:
-        """Record a node's end."""
+        """Record a node's end. A node whose last call's outcome already wrote its success in one transaction
+        (``finish_operation(node_succeeded=…)``, issue 14) is not written again: the engine always says a
+        node ended, and skipping the second write is the journal's business."""
+        if status == "succeeded" and not handled and self._ended_by_call(discard=(run_id, node_key)):
+            return
         self._set("nodes", (run_id, node_key), "node.finished",
                   {"status": status, "handled": int(handled), "result": result, "ended_at": at})
+
+    def _ended_by_call(self, *, add: tuple[str, str] | None = None, discard: tuple[str, str] | None = None) -> bool:
+        """The nodes whose success this process wrote with their call's outcome and the engine has not ended yet:
+        ``add`` one; ``discard`` one, True when it was there."""
+        ended: set[tuple[str, str]] = self.__dict__.setdefault("_nodes_ended_by_call", set())
+        if add is not None:
+            ended.add(add)
+        if discard is not None and discard in ended:
+            ended.discard(discard)
+            return True
+        return False
 
     def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
                 compensations: Sequence[CompensationRow] = ()) -> None:
@@ -251,6 +266,7 @@ class SqlJournal(ABC):
                   _update("nodes", node, {"status": "succeeded", "handled": 0, "result": result, "ended_at": at})],
                  ("op.finished", "node.finished"),
                  [("operations", (operation_id,), status, None), ("nodes", node, "succeeded", None)])
+        self._ended_by_call(add=(node[0], node[1]))
 
     def plan_compensations(self, records: Sequence[CompensationRow]) -> None:
         """Insert compensation records."""

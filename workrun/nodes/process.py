@@ -88,8 +88,8 @@ class ProcessExecutor:
                     f"operation {op['operation_id']} ({app.name}): {op['status']}"
                     + (f": {op['error']}" if op["error"] else "")
                     + (f" -> {brief(op['result'])}" if op["status"] == "succeeded" else ""))
-            if op["status"] == "succeeded":  # the node's end was written with it (ends_node)
-                return NodeOutcome("succeeded", op["result"], journaled=True)
+            if op["status"] == "succeeded":  # the journal wrote the node's success with it (ends_node)
+                return NodeOutcome("succeeded", op["result"])
             error = op["error"]
             if job.should_stop() or op["failure"] == Failure.STOPPED:
                 return NodeOutcome("stopped", error="stopped by the user")
