@@ -575,3 +575,4 @@ def test_after_run_asks_only_the_kinds_the_workflow_uses(tmp_path):
     engine.after_run(run_id)
     assert set(process.after) == {run_id} and other.after == []
     svc.close()
+

@@ -246,3 +246,32 @@ def test_engine_a_waiting_run_is_never_advanced_by_execute(tmp_path):
     again = FakeExecutor()
     assert status == "waiting" and Engine(svc, {"process": again}).execute(run_id) == "waiting"
     assert again.started == [] and _statuses(svc, run_id)["pay"] == ("waiting", False)
+
+
+def test_engine_opens_tickets_only_through_the_policy_handed_in(tmp_path):
+    """Issue 27: the engine knows no ticket; the surface hands the policy in (``Services(open_ticket=…)``). The
+    engine calls exactly that with the failed node's outcome; with none handed in, a node that would open one is
+    a composition bug, said as such, and no ticket is written."""
+    from workrun.repair.policy import open_ticket
+
+    calls = []
+
+    def policy(svc, run_id, spec, key, failure_policy, outcome, context):
+        calls.append((key, failure_policy.exhausted, outcome.error, sorted(context)))
+        return open_ticket(svc, run_id, spec, key, failure_policy, outcome, context)
+
+    svc = services(tmp_path)
+    svc.open_ticket = policy
+    run_id = create_run(svc, workflow({"pay": {"on_failure": "notify"}}), {})
+    assert Engine(svc, {"process": FakeExecutor({"pay": failing("HTTP 402")})}).execute(run_id) == "waiting"
+    assert calls == [("pay", "notify", "HTTP 402", ["inputs", "nodes"])]
+    (t,) = svc.journal.tickets(run_id)
+    assert (t["node_key"], t["policy"], t["status"]) == ("pay", "notify", "pending")
+
+    (tmp_path / "two").mkdir()
+    svc2 = services(tmp_path / "two")
+    svc2.open_ticket = None
+    run2 = create_run(svc2, workflow({"pay": {"on_failure": "notify"}}), {})
+    with pytest.raises(RuntimeError, match="no ticket policy was handed in"):
+        Engine(svc2, {"process": FakeExecutor({"pay": failing("HTTP 402")})}).execute(run2)
+    assert svc2.journal.tickets(run2) == []

@@ -84,3 +84,18 @@ def test_the_verdict_keeps_the_first_failure_and_an_injected_one():
     t = Verdict()
     t.node_ended("x", NodeOutcome("terminated", error="policy"))
     assert t.terminated and t.failed_node is None and not t.starts_more
+
+
+def test_a_verdict_resumed_from_the_journal_starts_nothing_new_after_a_failure_before_the_restart():
+    """Found by a hostile test: killed right after a node's failure was journaled, ``resume`` started an
+    independent node that the same run without the crash skips (R-W3)."""
+    known = {"a": _row("a", "succeeded"), "x": _row("x", "failed"), "y": _row("y", "pending")}
+    v = Verdict()
+    v.resumed(known)
+    assert v.failed_node == "x" and not v.starts_more
+    handled = Verdict()
+    handled.resumed({"a": _row("a", "failed", handled=1), "y": _row("y", "pending")})  # continue / fallback
+    assert handled.failed_node is None and handled.starts_more
+    injected = Verdict(fail_after="a")
+    injected.resumed({"a": _row("a", "succeeded"), "y": _row("y", "pending")})
+    assert injected.failed_node == "a"

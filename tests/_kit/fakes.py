@@ -193,8 +193,11 @@ def workflow(nodes: dict[str, dict[str, Any]], inputs: dict[str, Any] | None = N
 
 
 def services(tmp_path: Path, runner: FakeRunner | None = None, concurrency: int = 4) -> Services:
-    """Services over a real SQLite journal in ``tmp_path`` and a fake runner."""
+    """Services over a real SQLite journal in ``tmp_path`` and a fake runner, with the ticket policy handed in
+    as every surface hands it in."""
+    from workrun.repair.policy import open_ticket
+
     svc = Services(tmp_path / "data", journal=SqliteJournal(tmp_path / "journal.sqlite3"),
-                   runner=runner or FakeRunner())
+                   runner=runner or FakeRunner(), open_ticket=open_ticket)
     svc.concurrency = concurrency
     return svc

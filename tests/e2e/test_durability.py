@@ -410,3 +410,38 @@ def test_gc_exits_1_naming_a_directory_it_cannot_remove(workrun, isolated_env):
         assert res.err == f"error: {stuck}: cannot be removed\n", res.err
     finally:
         subprocess.run(["chattr", "-i", str(stuck / "f")], check=True)
+
+
+def test_a_kill_right_after_a_failure_is_journaled_starts_nothing_new_on_resume(workrun, write_workflow,
+                                                                                  slow_project, logs):
+    """Found by a hostile test (R-W3): x fails while y, independent of it, has not started; the runner is killed
+    right after x's failure is journaled. ``resume`` must end the run as the run without the crash would: y
+    skipped and never called, a (the one succeeded call) compensated once."""
+    wf = write_workflow("indep", f"""
+        [nodes.a]
+        project = "{slow_project}"
+        app = "slow"
+        input = {{ name = "a" }}
+        [nodes.x]
+        project = "{slow_project}"
+        app = "slow"
+        input = {{ name = "x", fail = true }}
+        needs = ["a"]
+        [nodes.y]
+        project = "{slow_project}"
+        app = "slow"
+        input = {{ name = "y" }}
+        needs = ["a"]
+    """)
+    env = {**logs, "WORKRUN_CONCURRENCY": "1"}  # x (first in workflow order) runs alone, y waits for a slot
+    first = workrun("run", wf, "--json", env={**env, "WORKRUN_FAULT": "node.finished@2"})
+    assert first.code == -signal.SIGKILL, first
+    assert Path(logs["CALL_LOG"]).read_text().split() == ["a", "x"]
+    res = workrun("resume", "--json", env=env)
+    assert res.code == 0, res
+    (run,) = res.json()["runs"]
+    assert run["status"] == "failed"
+    view = workrun("runs", "show", run["run_id"], "--json").json()
+    assert {n["node_key"]: n["status"] for n in view["nodes"]} == {"a": "succeeded", "x": "failed", "y": "skipped"}
+    assert Path(logs["CALL_LOG"]).read_text().split() == ["a", "x"]  # y never called
+    assert len(Path(logs["COMP_LOG"]).read_text().split()) == 1  # a's compensation, once

@@ -582,3 +582,12 @@ def test_a_held_node_start_reaches_other_readers_soon_when_nothing_else_is_writt
         assert [m["text"] for m in other.messages("run_slow01")] == ["a: running"]
     finally:
         other.close()
+
+
+def test_ending_a_run_reads_its_held_node_starts_first(journal, journal_backend):
+    """A node whose start is still held when its run ends (it ended without a write of its own) is ended as
+    started: ``stopped`` on a stop, never ``skipped`` as if it had not run, and the transition is a legal one."""
+    _run(journal, "run_held02", nodes=("a", "b"))
+    journal.start_node("run_held02", "a", at=1.0)
+    journal.end_run("run_held02", "stopped", at=2.0, reason="stopped by the user")
+    assert {n["node_key"]: n["status"] for n in journal.nodes("run_held02")} == {"a": "stopped", "b": "skipped"}

@@ -32,7 +32,9 @@ def _services(home: Path | str | None, reporter: Reporter | None, *, check: bool
 
         data_dir = checked_dir(write=writable, home=home)
         private_umask()
-    return Services(data_dir, reporter=reporter, check=check, writable=writable)
+    from workrun.repair.policy import open_ticket
+
+    return Services(data_dir, reporter=reporter, check=check, writable=writable, open_ticket=open_ticket)
 
 
 @contextmanager

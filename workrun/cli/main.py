@@ -356,8 +356,10 @@ def worker(
         raise UsageError(f"must be text or json, not {log_format!r}", field="--log-format")
     json_logs = log_format == "json"
     reporter = logs.JsonReporter() if json_logs else CliReporter(quiet=False, with_run=True)
+    from workrun.repair.policy import open_ticket
+
     w = Worker(data_dir, concurrency=concurrency, lease=lease, reporter=reporter, idle_exit=idle_exit,
-               executors=executors)
+               executors=executors, open_ticket=open_ticket)
     if json_logs:
         logs.enable(w.worker_id)
 

@@ -68,7 +68,7 @@ from workrun.core.rows import RunClaimRow
 from workrun.engine.recovery import drive
 from workrun.journal import open_journal
 from workrun.journal.base import RunClaims, SharedJournal
-from workrun.runner.context import Reporter, new_id
+from workrun.runner.context import Reporter, TicketOpener, new_id
 from workrun.runner.process import alive
 from workrun.runner.services import Services
 
@@ -314,8 +314,10 @@ class Worker:
     """
 
     def __init__(self, data_dir: Path, *, concurrency: int, lease: float, reporter: Reporter | None = None,
-                 idle_exit: float | None = None, executors: int | None = None) -> None:
+                 idle_exit: float | None = None, executors: int | None = None,
+                 open_ticket: TicketOpener | None = None) -> None:
         self.data_dir = data_dir
+        self.open_ticket = open_ticket
         self.concurrency = concurrency
         self.slots = concurrency if executors is None else executors
         self.beat = Heartbeat(data_dir, lease)
@@ -331,7 +333,7 @@ class Worker:
         return self.beat.worker_id
 
     def _slot(self, claim: RunClaimRow) -> str:
-        svc = Services(self.data_dir, self.reporter, check=False)
+        svc = Services(self.data_dir, self.reporter, check=False, open_ticket=self.open_ticket)
         try:
             try:
                 status = drive_claimed(svc, claim)

@@ -9,8 +9,8 @@ from typing import Any
 
 from workrun.core.errors import ConfigError
 
-__all__ = ["REFERENCE", "TemplateValueError", "check_template_braces", "node_dependencies", "parse_inputs", "render",
-           "strings", "template_refs"]
+__all__ = ["REFERENCE", "TemplateValueError", "check_template_braces", "node_dependencies", "parse_inputs",
+           "reads_data", "render", "strings", "template_refs"]
 
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 #: what a reference inside ``{{ }}`` may look like
@@ -149,3 +149,9 @@ def node_dependencies(needs: list[str], templated: dict[str, Any]) -> list[str]:
             if parts[0] == "nodes" and len(parts) > 1 and parts[1] not in deps:
                 deps.append(parts[1])
     return deps
+
+
+def reads_data(value: Any) -> bool:
+    """True when a templated value (any JSON-like value) reads ``{{ data.NAME }}``: the run's data is then read
+    for it (R-K4)."""
+    return "data." in json.dumps(value, default=str)

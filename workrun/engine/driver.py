@@ -17,7 +17,6 @@ The engine knows no node kind: it is handed executors ``{kind: executor}``
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,24 +30,11 @@ from workrun.core.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.core.outcomes import NodeOutcome
 from workrun.core.rows import CompensationRow, NodeRow, NodeStatus, OperationRow, RunRow, TicketEventRow, TicketRow
 from workrun.core.states import NODE_ENDED
-from workrun.core.templates import missing_value, node_dependencies
+from workrun.core.templates import node_dependencies, reads_data
 from workrun.effects import settle_operations
-from workrun.effects.ticket_records import (
-    SYSTEM_ACTOR,
-    action_row,
-    data_updates,
-    event_row,
-    new_ticket_id,
-    notification_row,
-    one_line,
-    render_request,
-    run_data,
-    ticket_message,
-    ticket_row,
-)
+from workrun.effects.ticket_records import run_data
 from workrun.engine.scheduler import ReadySet, Verdict
 from workrun.nodes.base import NodeExecutor, NodeJob
-from workrun.outbound.http import RequestError
 from workrun.runner.context import Context, new_id
 
 __all__ = ["STOP_POLL_SECONDS", "Engine", "create_run"]
@@ -67,11 +53,6 @@ def create_run(svc: Context, spec: WorkflowSpec, inputs: dict[str, Any], *, eval
         "created_at": svc.now(), "verify": int(spec.verify), "data": dict(inputs),
     }, list(spec.nodes))
     return run_id
-
-
-def _reads_data(value: Any) -> bool:
-    """True when a templated value reads ``{{ data.NAME }}`` (the run's data is then read for it, R-K4)."""
-    return "data." in json.dumps(value, default=str)
 
 
 def _deps(node: NodeSpec) -> list[str]:
@@ -206,7 +187,7 @@ class Engine:
         context: dict[str, Any] = {"inputs": inputs, "nodes": {
             k: {"result": n["result"]} for k, n in nodes.items()
             if n["status"] == "succeeded" or (n["handled"] and n["result"] is not None)}}
-        if _reads_data(node.templated()) or _reads_data(node.on_failure.written()):  # R-K4: read when it starts
+        if reads_data(node.templated()) or reads_data(node.on_failure.written()):  # R-K4: read when it starts
             context["data"] = run_data(svc.journal.run(run_id))
         depends_on: list[str] = []
         for dep in _deps(node):
@@ -221,7 +202,7 @@ class Engine:
             tracing.node_span(run_id, {"node_key": key, "status": node_status, "started_at": start,
                                        "ended_at": time.time()})
         if outcome.status == "failed" and policy.opens_ticket:
-            return self._open_ticket(run_id, spec, key, policy, outcome, context)
+            return self._hand_to_a_person(run_id, spec, key, policy, outcome, context)
         handled = False
         result = outcome.result
         if outcome.status == "failed" and policy.kind == "continue":
@@ -243,72 +224,17 @@ class Engine:
             svc.say(run_id, key, level, f"{key}: {status}" + (f": {outcome.error}" if outcome.error else ""))
         return NodeOutcome("succeeded" if handled else status, result, outcome.error)
 
-    def _open_ticket(self, run_id: str, spec: WorkflowSpec, key: str, policy: FailurePolicy, outcome: NodeOutcome,
-                     context: dict[str, Any]) -> NodeOutcome:
-        """Hand a failed node to a person (R-M1..R-M5): one transaction holds the ticket, the node's new
-        status (``waiting``; handled for ``fallback_action``; failed for ``terminate``), the action job
-        when the policy has one, the opening event and the notification intent (R-M8)."""
-        svc = self.svc
-        kind = policy.exhausted
-        now = svc.now()
-        tid = new_ticket_id()
-        error = one_line(outcome.error) or "failed"
-        values = {**context, "run_id": run_id, "node_key": key, "ticket_id": tid, "error": error}
-        status = {"notify": "pending", "compensate": "pending", "fallback_action": "resolved"}.get(kind, "terminated")
-        events = [event_row(tid, run_id, SYSTEM_ACTOR, "open", {"policy": kind, "status": status}, now, error)]
-        action = None
-        action_note = ""
-        new_data: dict[str, Any] | None = None
-        if policy.action is not None and policy.action.kind == "update_data" or _reads_data(policy.written()) \
-                or (spec.notify is not None and _reads_data(spec.notify.model_dump())):
-            values["data"] = run_data(svc.journal.run(run_id))
-        if policy.action is not None and policy.action.kind == "update_data" and kind == "fallback_action":
-            try:  # a local write: applied in the transaction that marks the node handled (R-K4)
-                updates = data_updates(policy.action, values)
-                new_data = {**values["data"], **updates}
-                events.append(event_row(tid, run_id, SYSTEM_ACTOR, "update_data", {"fields": list(updates)}, now))
-                action_note = "; its data update is applied"
-            except KeyError as exc:
-                action_note = f"; its data update cannot be made ({missing_value(exc)})"
-        elif policy.action is not None:
-            action = action_row(tid, run_id, policy.action, {}, now)
-            try:
-                what = "compensation needs attention" if kind == "compensate" else "action"
-                action["request"] = render_request(policy.action, values, idempotency_key=tid,
-                                                   connectors=spec.connectors,
-                                                   subject=f"Workrun: {what} — {run_id} {key}")
-                action_note = "; its action is registered"
-            except RequestError as exc:
-                action["status"], action["reason"] = "failed", f"{exc}: the action cannot be sent"
-                action_note = f"; its action cannot be sent ({action['reason']})"
-            except KeyError as exc:
-                action["status"], action["reason"] = "failed", f"{missing_value(exc)}: the action cannot be sent"
-                action_note = f"; its action cannot be sent ({action['reason']})"
-        notification = None
-        if spec.notify is not None:
-            try:
-                notification = notification_row(new_id("ntf"), f"ticket:{tid}", run_id,
-                                                ticket_message(run_id, key, tid, error, status), spec.notify,
-                                                values, now, ticket_id=tid, connectors=spec.connectors)
-            except KeyError as exc:
-                events.append(event_row(tid, run_id, SYSTEM_ACTOR, "notify", {"status": "failed"}, now,
-                                        f"notification not sent: {missing_value(exc)}"))
-        svc.journal.open_ticket(ticket_row(tid, run_id, key, kind, status, error, now),
-                                node_status="waiting" if status == "pending" else "failed",
-                                handled=kind == "fallback_action", at=now, events=events, action=action,
-                                notification=notification, run_data=new_data)
-        if status == "pending":
-            svc.say(run_id, key, "error", f"{key}: failed ({error}); waiting for a person: ticket {tid} "
-                    f"(on_failure = {kind}){action_note}. `workrun tickets resume {tid}` or "
-                    f"`workrun tickets terminate {tid}`")
-            return NodeOutcome("waiting", error=outcome.error)
-        if status == "resolved":
-            svc.say(run_id, key, "warning", f"{key}: failed ({error}); handled by on_failure = fallback_action: "
-                    f"ticket {tid} resolved{action_note}; the run goes on")
-            return NodeOutcome("succeeded", None, outcome.error)
-        svc.say(run_id, key, "error", f"{key}: failed ({error}); on_failure = terminate: the run ends "
-                f"terminated (ticket {tid}); nothing is compensated automatically")
-        return NodeOutcome("terminated", error=outcome.error)
+    def _hand_to_a_person(self, run_id: str, spec: WorkflowSpec, key: str, policy: FailurePolicy,
+                          outcome: NodeOutcome, context: dict[str, Any]) -> NodeOutcome:
+        """A failed node whose policy opens a ticket (R-M1..R-M5): the ticket policy handed in with the context
+        (``svc.open_ticket``, :func:`workrun.repair.policy.open_ticket` in every surface) opens it.
+
+        Raises:
+            RuntimeError: no ticket policy was handed in (a composition bug: nothing is written).
+        """
+        if self.svc.open_ticket is None:
+            raise RuntimeError(f"run {run_id}: node {key!r} opens a ticket but no ticket policy was handed in")
+        return self.svc.open_ticket(self.svc, run_id, spec, key, policy, outcome, context)
 
     # -- the run -------------------------------------------------------------
 
@@ -366,8 +292,7 @@ class Engine:
         futures: dict[Future[NodeOutcome], str] = {}
         with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
             plan.moved(rows.refresh([]))
-            if spec.fail_after and (rows.known.get(spec.fail_after) or {}).get("status") == "succeeded":
-                verdict.failed_node = spec.fail_after  # injected before a restart: nothing new starts (R-W3)
+            verdict.resumed(rows.known)  # failed (or injected) before a restart: nothing new starts (R-W3)
             for key, n in rows.known.items():  # a node left running by a dead runner resumes where it was
                 if n["status"] == "running" and key not in standby:  # a fallback: its primary's thread runs it
                     futures[pool.submit(self._run_node, run_id, spec, key, dict(rows.known), inputs)] = key

@@ -99,6 +99,17 @@ class Verdict:
             self.failed_node = key
         self.terminated = self.terminated or outcome.status == "terminated"
 
+    def resumed(self, known: Mapping[str, NodeRow]) -> None:
+        """Take in what the journal says before any node runs here (a restart, ``resume``): a node that failed
+        unhandled, or ``fail_after`` that succeeded, before the runner stopped: nothing new starts (R-W3)."""
+        if self.failed_node is not None:
+            return
+        for key, row in known.items():  # in workflow order
+            if (row["status"] == "failed" and not row["handled"]) or (key == self.fail_after
+                                                                       and row["status"] == "succeeded"):
+                self.failed_node = key
+                return
+
     def take_ended(self) -> list[str]:
         """The nodes that ended since the last call (then none)."""
         ended, self.ended = self.ended, []

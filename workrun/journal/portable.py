@@ -146,7 +146,7 @@ class SqlJournal(ABC):
 
     @abstractmethod
     def flush_messages(self) -> None:
-        """Write the messages this process holds (a dialect that holds none does nothing)."""
+        """Write the messages and held writes this process holds (a dialect that holds none does nothing)."""
 
     @abstractmethod
     def change_token(self) -> object | None:
@@ -213,6 +213,7 @@ class SqlJournal(ABC):
     def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
                 compensations: Sequence[CompensationRow] = ()) -> None:
         """End a run, its leftover nodes and plan its compensations in one transaction."""
+        self.flush_messages()  # held node starts first: the leftover nodes are read as they are
         stmts: list[_Statement] = []
         checks: list[_Check] = []
         for n in self.nodes(run_id):
@@ -585,6 +586,7 @@ class SqlJournal(ABC):
                                    _insert("ticket_events", event)]
         checks: list[_Check] = [("tickets", (ticket_id,), "terminated", "pending"),
                                 ("nodes", nkey, "failed", "waiting")]
+        self.flush_messages()  # held node starts first (as end_run)
         for n in self.nodes(run_id):
             if n["status"] == "pending":
                 stmts.append(_update("nodes", (run_id, n["node_key"]), {"status": "skipped"}))

@@ -420,7 +420,11 @@ class PostgresJournal(SqlJournal):
             self._pg.close()
 
     def flush_messages(self) -> None:
-        """Nothing to do: messages are written at once here (see :meth:`add_message`)."""
+        """Write the node starts held for the next write (:meth:`_hold`), now; messages are written at once here
+        (see :meth:`add_message`)."""
+        with self._lock:
+            if self._held:
+                self._tx([], None)
 
     def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
         """Append a message at once: a shared journal's readers (other workers, dashboards) see it now."""

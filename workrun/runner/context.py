@@ -12,12 +12,14 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from workrun.core.models import FailurePolicy, WorkflowSpec
+from workrun.core.outcomes import NodeOutcome
 from workrun.journal.base import Journal
 from workrun.runner.base import AppRunner
 
-__all__ = ["Confirm", "Context", "Reporter", "new_id"]
+__all__ = ["Confirm", "Context", "Reporter", "TicketOpener", "new_id"]
 
 
 def new_id(prefix: str) -> str:
@@ -39,6 +41,15 @@ class Confirm(Protocol):
         """Return True when the person said yes; False on no, end of input or Ctrl-C."""
 
 
+class TicketOpener(Protocol):
+    """The ticket policy (:func:`workrun.repair.policy.open_ticket`), handed in by the surfaces: opens the ticket of
+    a failed node whose ``on_failure`` hands it to a person, and returns the node's outcome (R-M1..R-M5)."""
+
+    def __call__(self, svc: Context, run_id: str, spec: WorkflowSpec, key: str, policy: FailurePolicy,
+                 outcome: NodeOutcome, context: dict[str, Any]) -> NodeOutcome:
+        """Open the ticket; ``waiting``, ``succeeded`` (handled by a fallback action) or ``terminated``."""
+
+
 class Context(Protocol):
     """What a run's work needs from its surroundings: the journal (its roles), the transport that runs App
     calls and sends requests (``runner``), the data directory, a clock, progress output and the stop signal.
@@ -50,6 +61,7 @@ class Context(Protocol):
         stop_event: set once a stop was requested (Ctrl-C, SIGTERM, ``workrun stop``).
         assume_yes: ``--yes`` was given. confirm: asks a person, or None when nobody can be asked.
         reporter: where progress messages go.
+        open_ticket: the ticket policy the surface handed in (None: a run that opens a ticket is a bug).
     """
 
     data_dir: Path
@@ -60,6 +72,7 @@ class Context(Protocol):
     assume_yes: bool
     confirm: Confirm | None
     reporter: Reporter
+    open_ticket: TicketOpener | None
 
     @property
     def journal(self) -> Journal:

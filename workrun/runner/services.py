@@ -20,7 +20,7 @@ from workrun.core.paths import data_dir as default_data_dir
 from workrun.core.paths import private_umask
 from workrun.journal import Journal, open_journal
 from workrun.runner import AppRunner, LocalRunner, calldir
-from workrun.runner.context import Confirm, Reporter
+from workrun.runner.context import Confirm, Reporter, TicketOpener
 from workrun.runner.forkserver import launch_mode
 
 __all__ = ["Services"]
@@ -116,6 +116,7 @@ class Services:
         check: run the journal's integrity check on open.
         writable: the command writes to the data dir (False: a read command, which may read a
             data dir it cannot write; SPEC §17).
+        open_ticket: the ticket policy (:func:`workrun.repair.policy.open_ticket`), handed in by the surface.
 
     Tunables (environment, checked by :mod:`workrun.core.settings`): ``WORKRUN_CONCURRENCY`` (parallel
     calls, default 4), ``WORKRUN_GRACE`` (seconds between SIGTERM and SIGKILL, default 5).
@@ -126,7 +127,7 @@ class Services:
 
     def __init__(self, data_dir: Path | None = None, reporter: Reporter | None = None, *, check: bool = True,
                  writable: bool = True, journal: Journal | None = None, runner: AppRunner | None = None,
-                 confirm: Confirm | None = None) -> None:
+                 confirm: Confirm | None = None, open_ticket: TicketOpener | None = None) -> None:
         tunables = settings.current()
         if data_dir is None:
             data_dir = default_data_dir(write=writable)
@@ -143,6 +144,7 @@ class Services:
         self.stop_event = threading.Event()
         self.assume_yes = False
         self.confirm: Confirm | None = confirm
+        self.open_ticket: TicketOpener | None = open_ticket
         self._janitor: _Janitor | None = None
         self._janitor_lock = threading.Lock()
 

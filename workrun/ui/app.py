@@ -32,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from workrun.app import views
 from workrun.core.errors import NotFoundError, WorkrunError
+from workrun.repair.policy import open_ticket
 from workrun.runner.services import Services
 from workrun.ui import graph
 from workrun.ui.actions import ActionResult, run_action
@@ -110,7 +111,7 @@ class Dashboard:
     def journal(self) -> Any:
         with self._lock:
             if self._svc is None:
-                self._svc = Services(data_dir=self.data_dir, check=False)
+                self._svc = Services(data_dir=self.data_dir, check=False, open_ticket=open_ticket)
             return self._svc.journal
 
     def flash(self, kind: str, text: str) -> str:
