@@ -190,3 +190,21 @@ def test_invalid_policies_are_config_errors_before_anything_runs(workrun, write_
     assert words in res.err, res.err
     assert workrun("runs", "list", "--json").json() == []  # no run was created
     assert not marker.exists()
+
+
+def test_a_fallbacks_call_depends_on_what_its_primarys_did(workrun, write_workflow, ops, tmp_path):
+    """Found by a hostile test: a fallback runs in its primary's place, after what the primary needed, so its
+    call depends on the operations the primary's depended on and is compensated before them (R-C3), even when
+    the fallback itself declares no ``needs``."""
+    log = tmp_path / "comp.log"
+    wf = write_workflow("fallback_deps", node("up", ops, f'{{ name = "up", log = "{log}" }}')
+                        + node("primary", ops, '{ name = "primary", fail = true }',
+                               'needs = ["up"]\non_failure = { fallback = "alt" }')
+                        + node("alt", ops, f'{{ name = "alt", log = "{log}" }}')
+                        + node("boom", ops, '{ name = "boom", fail = true }', 'needs = ["primary"]'))
+    res = workrun("run", wf, "--json")
+    assert res.code == 1, res
+    view = res.json()
+    up_op, alt_op = ops_of(view, "up")[0], ops_of(view, "alt")[0]
+    assert alt_op["depends_on"] == [up_op["operation_id"]]
+    assert [json.loads(line)["name"] for line in log.read_text().splitlines()] == ["alt", "up"]

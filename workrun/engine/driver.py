@@ -152,11 +152,13 @@ class Engine:
     # -- running one node --------------------------------------------------
 
     def _run_node(self, run_id: str, spec: WorkflowSpec, key: str, nodes: dict[str, NodeRow] | None = None,
-                  inputs: dict[str, Any] | None = None) -> NodeOutcome:
+                  inputs: dict[str, Any] | None = None, in_place_of: list[str] | None = None) -> NodeOutcome:
         """Run one node to its outcome and journal it.
 
         ``nodes`` (the run's node rows when the node was scheduled: every dependency had ended) and
-        ``inputs`` (the run's inputs) spare the journal reads when the caller has them.
+        ``inputs`` (the run's inputs) spare the journal reads when the caller has them. ``in_place_of``: for a
+        fallback, the operations its primary's calls depended on; its own calls depend on them too, so they
+        are compensated before them (R-C3, R-W4).
         """
         svc = self.svc
         node = spec.nodes[key]
@@ -189,7 +191,7 @@ class Engine:
             if n["status"] == "succeeded" or (n["handled"] and n["result"] is not None)}}
         if reads_data(node.templated()) or reads_data(node.on_failure.written()):  # R-K4: read when it starts
             context["data"] = run_data(svc.journal.run(run_id))
-        depends_on: list[str] = []
+        depends_on: list[str] = list(in_place_of or [])  # a fallback's calls depend on what its primary's did
         for dep in _deps(node):
             for o in self._effective_ops(dep, spec, nodes, ops_of):
                 if o not in depends_on:
@@ -211,7 +213,7 @@ class Engine:
         elif outcome.status == "failed" and policy.kind == "fallback" and policy.fallback:
             svc.say(run_id, key, "warning",
                     f"{key}: failed ({outcome.error}); fallback {policy.fallback!r} runs in its place")
-            fb = self._run_node(run_id, spec, policy.fallback)
+            fb = self._run_node(run_id, spec, policy.fallback, in_place_of=depends_on)
             if fb.status == "succeeded":
                 handled, result = True, fb.result
             elif fb.status == "stopped":
