@@ -141,8 +141,9 @@ def node_span(run_id: str, node: NodeRow) -> None:
             {"workrun.run_id": run_id, "workrun.node_key": node.get("node_key"), "workrun.status": node.get("status")})
 
 
-def operation_span(op: OperationRow) -> None:
-    """An operation ended: ``operation`` span (and ``http.request`` for an http node's), in its run's trace."""
+def operation_span(op: OperationRow, *, request_method: str | None = None) -> None:
+    """An operation ended: ``operation`` span in its run's trace; with ``request_method`` (an HTTP request's
+    effect gives it, R-F5) also an ``http.request`` span. No operation kind is looked at here."""
     rid = op.get("run_id")
     if not rid:
         return
@@ -151,9 +152,9 @@ def operation_span(op: OperationRow) -> None:
     begin = op.get("started_at") or op.get("created_at")
     _record("operation", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"), attrs,
             span_id=_span_id(rid, str(op.get("operation_id"))))
-    if op.get("kind") == "http":
+    if request_method is not None:
         _record("http.request", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"),
-                {**attrs, "http.request.method": (op.get("input") or {}).get("method")})
+                {**attrs, "http.request.method": request_method})
 
 
 def attempt_span(comp: CompensationRow, attempt: AttemptRow | None) -> None:

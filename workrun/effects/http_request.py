@@ -57,7 +57,7 @@ def finish_request_operation(svc: Context, op_id: str, got: SendResult) -> Opera
     begun, ended = row.get("started_at") or row.get("created_at"), row.get("ended_at")
     metrics.count_call(KIND, str(row["status"]), (ended - begun) if begun and ended else None)
     if tracing.enabled():
-        tracing.operation_span(row)
+        tracing.operation_span(row, request_method=str((row.get("input") or {}).get("method")))
     return row
 
 
