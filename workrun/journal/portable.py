@@ -126,11 +126,41 @@ class SqlJournal(ABC):
             JournalError: the write failed (nothing written).
         """
 
-    @abstractmethod
+    def _init_batching(self) -> None:
+        """The writes this process batches (issue 14), set up by each dialect's constructor: the held writes
+        (:meth:`_hold`) with their fault points and when the oldest was held, and the nodes whose success went in
+        with their call's outcome (:meth:`finish_node` skips writing it again)."""
+        self._held: list[_Statement] = []
+        self._held_points: list[str] = []
+        self._held_at = 0.0  # time.monotonic() when the oldest held write was held
+        self._nodes_ended_by_call: set[tuple[str, str]] = set()
+
     def _hold(self, statement: _Statement, point: str) -> None:
         """Keep ``statement`` (a write that precedes nothing outside the journal) for this process's next write
         transaction, which runs it before its own statements and hits ``point`` first after the commit; a
         process killed before then loses only what it held (the node is still ``pending``: it runs again)."""
+        with self._lock:
+            if not self._held:
+                self._held_at = time.monotonic()
+            self._held.append(statement)
+            self._held_points.append(point)
+        self._held_added()
+
+    @abstractmethod
+    def _held_added(self) -> None:
+        """Called after :meth:`_hold` (outside the lock): a dialect with a background writer wakes it."""
+
+    def _take_held(self) -> tuple[list[_Statement], list[str]]:
+        """The held writes and their fault points, for the transaction about to run (call under ``_lock``)."""
+        held, points = self._held, self._held_points
+        self._held, self._held_points = [], []
+        return held, points
+
+    def _give_back_held(self, held: list[_Statement], points: list[str]) -> None:
+        """A transaction that took held writes wrote nothing: they go in with the next one (call under
+        ``_lock``)."""
+        self._held[:0] = held
+        self._held_points[:0] = points
 
     @abstractmethod
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
@@ -194,21 +224,11 @@ class SqlJournal(ABC):
         """Record a node's end. A node whose last call's outcome already wrote its success in one transaction
         (``finish_operation(node_succeeded=…)``, issue 14) is not written again: the engine always says a
         node ended, and skipping the second write is the journal's business."""
-        if status == "succeeded" and not handled and self._ended_by_call(discard=(run_id, node_key)):
+        if status == "succeeded" and not handled and (run_id, node_key) in self._nodes_ended_by_call:
+            self._nodes_ended_by_call.discard((run_id, node_key))
             return
         self._set("nodes", (run_id, node_key), "node.finished",
                   {"status": status, "handled": int(handled), "result": result, "ended_at": at})
-
-    def _ended_by_call(self, *, add: tuple[str, str] | None = None, discard: tuple[str, str] | None = None) -> bool:
-        """The nodes whose success this process wrote with their call's outcome and the engine has not ended yet:
-        ``add`` one; ``discard`` one, True when it was there."""
-        ended: set[tuple[str, str]] = self.__dict__.setdefault("_nodes_ended_by_call", set())
-        if add is not None:
-            ended.add(add)
-        if discard is not None and discard in ended:
-            ended.discard(discard)
-            return True
-        return False
 
     def end_run(self, run_id: str, status: str, *, at: float, reason: str | None = None,
                 compensations: Sequence[CompensationRow] = ()) -> None:
@@ -267,7 +287,7 @@ class SqlJournal(ABC):
                   _update("nodes", node, {"status": "succeeded", "handled": 0, "result": result, "ended_at": at})],
                  ("op.finished", "node.finished"),
                  [("operations", (operation_id,), status, None), ("nodes", node, "succeeded", None)])
-        self._ended_by_call(add=(node[0], node[1]))
+        self._nodes_ended_by_call.add((node[0], node[1]))
 
     def plan_compensations(self, records: Sequence[CompensationRow]) -> None:
         """Insert compensation records."""

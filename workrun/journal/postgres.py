@@ -144,8 +144,7 @@ class PostgresJournal(SqlJournal):
         self.url = url
         self.path = _redact(url)  # for messages: never the password (a str: a Path would fold the "//")
         self._lock = threading.RLock()
-        self._held: list[tuple[str, tuple[Any, ...]]] = []  # writes held for the next transaction (_hold)
-        self._held_points: list[str] = []
+        self._init_batching()
         self._pg: Any = None  # psycopg.Connection
         self._fence: tuple[str, str, int] | None = None  # (run_id, worker_id, epoch) while driving a run (R-F2)
         self._retry = settings.current().db_retry  # seconds of reconnecting before giving up (R-F1)
@@ -339,8 +338,7 @@ class PostgresJournal(SqlJournal):
         statements; then the fault point (as :meth:`SqliteJournal._tx`)."""
         statements, checks = list(statements), list(checks)
         with self._lock:
-            held, self._held = self._held, []
-            points, self._held_points = self._held_points, []
+            held, points = self._take_held()
 
         def body(pg: Any) -> None:
             for sql, params in held:  # held writes (node starts) first: this write may depend on them
@@ -355,8 +353,7 @@ class PostgresJournal(SqlJournal):
             self._attempt(body, write=True)
         except BaseException as exc:
             with self._lock:  # nothing was written: they go in with the next write
-                self._held[:0] = held
-                self._held_points[:0] = points
+                self._give_back_held(held, points)
             if isinstance(exc, self._psycopg.Error):
                 raise JournalError(f"journal write failed: {_first_line(exc)}; nothing after this point was "
                                    "recorded. Fix the cause, then `workrun resume`", file=str(self.path)) from None
@@ -364,12 +361,9 @@ class PostgresJournal(SqlJournal):
         faults.hit_all(tuple(points))
         faults.hit_all(fault)
 
-    def _hold(self, statement: tuple[str, tuple[Any, ...]], point: str) -> None:
-        """See :meth:`SqlJournal._hold`. Here messages are written at once, so the engine's "running" message
-        right after a node's start carries it: readers on other machines see it as soon."""
-        with self._lock:
-            self._held.append(statement)
-            self._held_points.append(point)
+    def _held_added(self) -> None:
+        """Nothing to wake: messages are written at once here, so the engine's "running" message right after a
+        node's start carries it, and readers on other machines see it as soon."""
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         try:

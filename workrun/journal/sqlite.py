@@ -147,9 +147,7 @@ class SqliteJournal(SqlJournal):
         self.path = Path(path)
         self._lock = threading.RLock()
         self._pending: list[_Statement] = []  # messages not written yet (see add_message)
-        self._held: list[_Statement] = []  # writes held for the next transaction (see _hold)
-        self._held_points: list[str] = []  # their fault points, in order
-        self._held_at = 0.0  # time.monotonic() when the oldest of them was held
+        self._init_batching()
         self._has_pending = threading.Event()
         self._flusher: threading.Thread | None = None
         self._closing = False
@@ -214,9 +212,7 @@ class SqliteJournal(SqlJournal):
             checks: Iterable[_Check] = (), *, held: bool = True) -> None:
         with self._lock:
             pending, self._pending = self._pending, []  # messages said before this write go in with it
-            kept, points = ([], []) if not held else (self._held, self._held_points)
-            if held:
-                self._held, self._held_points = [], []
+            kept, points = self._take_held() if held else ([], [])
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -232,8 +228,7 @@ class SqliteJournal(SqlJournal):
                     if self._db.in_transaction:  # SQLite may have rolled back itself (disk full): its error stands
                         self._db.execute("ROLLBACK")
                     self._pending[:0] = pending
-                    self._held[:0] = kept
-                    self._held_points[:0] = points
+                    self._give_back_held(kept, points)
                     raise
             except sqlite3.Error as exc:
                 raise JournalError(f"journal write failed: {exc}; nothing after this point was recorded. "
@@ -309,19 +304,11 @@ class SqliteJournal(SqlJournal):
             self._has_pending.set()
             self._db.close()
 
-    def _hold(self, statement: _Statement, point: str) -> None:
-        """See :meth:`SqlJournal._hold`. The background writer writes it once it was held :data:`MESSAGE_DELAY`
-        seconds and nothing else was written (readers see a slow node start soon); a quick call's intent takes
-        it first, so a node's start and its first call's intent are one transaction."""
-        with self._lock:
-            if not self._held:
-                self._held_at = time.monotonic()
-            self._held.append(statement)
-            self._held_points.append(point)
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_later, name="workrun-messages", daemon=True)
-                self._flusher.start()
-        self._has_pending.set()
+    def _held_added(self) -> None:
+        """The background writer writes a held write once it was held :data:`MESSAGE_DELAY` seconds and nothing
+        else was written (readers see a slow node start soon); a quick call's intent takes it first, so a node's
+        start and its first call's intent are one transaction."""
+        self._wake_writer()
 
     def add_message(self, run_id: str, node_key: str | None, level: str, text: str) -> None:
         """Append a message to a node (or the run when ``node_key`` is None).
@@ -335,6 +322,11 @@ class SqliteJournal(SqlJournal):
                                     "text": text})
         with self._lock:
             self._pending.append(stmt)
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """Start the background writer (once) and tell it something is held."""
+        with self._lock:
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_later, name="workrun-messages", daemon=True)
                 self._flusher.start()
