@@ -272,7 +272,8 @@ def _end_all(app: int, status: list[int], grace: float, *, skip_group: bool, on_
         signal.sigtimedwait(_WAKE, wait)
 
 
-def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None) -> NoReturn:
+def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None,
+              started: str | None = None) -> NoReturn:
     """Supervise one App call in this process (see the module docstring); never returns.
 
     Args:
@@ -282,13 +283,15 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None)
             server's spare supervisor) and sent the call's request already (:func:`prepare_app`): it is told
             to go once the call is claimed, instead of a new fork; a spare that cannot go is ended and the App
             forked as usual.
+        started: this process's ``/proc`` start time when the caller read it already (a spare did, for its
+            answer to the runner); else it is read here.
     """
     # Held from before the claim: a SIGTERM (the runner ending the call just after it started) must never
     # end the supervisor between its claim and its exit record (that would read as an unknown outcome).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE) if hasattr(signal, "sigtimedwait") else None
     directory = _wire.call_dir("_launch")
     me = os.getpid()  # the claim names this supervisor: pid and start time (a reused pid is told apart, R-R3)
-    if not _wire.claim(directory, f"started {me} {_wire.start_time(me) or '-'}\n"):
+    if not _wire.claim(directory, f"started {me} {started or _wire.start_time(me) or '-'}\n"):
         _drop(spare)
         print("workrun: this call was abandoned by the runner before it started", file=sys.stderr)
         _flush()
@@ -449,18 +452,6 @@ def prepare_app(spare: tuple[int, int] | None, request: bytes) -> tuple[int, int
         return None
 
 
-def warm_up() -> None:
-    """Go once through what taking a call does (JSON, the environment, a compile), with no effect, while this
-    forked process waits for its call: the memory pages that touches are copied now, off the call's path
-    (a forked process pays a page fault for each page it first writes, issue 14)."""
-    import json
-    import types
-
-    json.loads(json.dumps({"v": 1, "env": dict(os.environ), "input": {"value": [1, 2.5, "x", None, True]}}))
-    exec(compile("value = {'a': [1, 2]}\n", "<warm-up>", "exec"), types.ModuleType("_warm_up").__dict__)
-    os.getcwd()
-
-
 def _read_exactly(fd: int, size: int) -> bytes:
     """``size`` bytes from the pipe ``fd``, fewer when it closes first."""
     chunks: list[bytes] = []
@@ -483,7 +474,6 @@ def _app_waits(fd: int) -> NoReturn:
     (see :func:`spare_app`)."""
     import json
 
-    warm_up()
     head = _read_exactly(fd, 8)
     if len(head) < 8:  # never used
         os._exit(0)

@@ -81,13 +81,16 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     Raises:
         TypeError: when ``data`` is not JSON-serialisable.
     """
-    text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    raw = json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8")
     path = os.fspath(path)
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.{id(data):x}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    try:  # plain descriptors: no buffered text file to build on every call (issue 33)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
+            write_fully(fd, raw)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -183,8 +186,7 @@ def read_envelope(path: str | os.PathLike[str]) -> dict[str, Any]:
     from workrun_sdk.errors import SDKError
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = loads_strict(fh.read())
+        data = loads_strict(read_bytes(path).decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise SDKError(f"{path}: cannot read call file: {exc}") from None
     if not isinstance(data, dict) or data.get("v") != VERSION:
@@ -197,10 +199,28 @@ def start_time(pid: int) -> str | None:
     """A process's start time (``/proc/PID/stat`` field 22, clock ticks since boot) that tells a reused pid
     apart, or None where there is no ``/proc``."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().decode(errors="replace").rsplit(")", 1)[1].split()[19]
+        return read_bytes(f"/proc/{pid}/stat").decode(errors="replace").rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The whole file at ``path``, read through a plain descriptor (no buffered file object: this runs a few
+    times on every call, issue 33).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def claim(directory: str | os.PathLike[str], text: str) -> bool:
@@ -209,6 +229,8 @@ def claim(directory: str | os.PathLike[str], text: str) -> bool:
         fd = os.open(os.path.join(directory, "claim"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    try:
+        write_fully(fd, text.encode())
+    finally:
+        os.close(fd)
     return True

@@ -20,7 +20,7 @@ from workrun.core.filestamps import StampedCache
 from workrun.core.paths import real_path, user_umask
 from workrun_sdk import _wire
 
-__all__ = ["EnvManager", "app_environment", "clean_env", "existing_sdk_path", "sdk_path", "uv_bin"]
+__all__ = ["EnvManager", "app_environment", "clean_env", "existing_sdk_path", "sdk_bytecode", "sdk_path", "uv_bin"]
 
 _KEEP_UV = {"UV_CACHE_DIR", "UV_OFFLINE", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX",
             "UV_NATIVE_TLS", "UV_HTTP_TIMEOUT", "UV_PYTHON_INSTALL_DIR", "UV_PYTHON_DOWNLOADS", "UV_LINK_MODE",
@@ -86,11 +86,64 @@ def sdk_path(data_dir: Path) -> Path:
         (tmp / "workrun_sdk").mkdir(parents=True, exist_ok=True)
         for p in files:
             shutil.copyfile(p, tmp / "workrun_sdk" / p.name)  # not copy2: modes come from the private umask
+        _compile_here(tmp / "workrun_sdk")
         try:
             os.rename(tmp, target)
         except OSError:  # another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _compile_here(folder: Path) -> None:
+    """Write this interpreter's bytecode of every module in ``folder`` (best effort): an App process started
+    with ``PYTHONDONTWRITEBYTECODE`` (or in a copy it cannot write) would otherwise compile the SDK from source
+    on every spawned call and at every fork server's start (~15 ms each, issue 33)."""
+    import py_compile
+
+    for source in sorted(folder.glob("*.py")):
+        try:
+            py_compile.compile(str(source), doraise=True)
+        except (OSError, py_compile.PyCompileError):
+            continue
+
+
+_COMPILED: set[tuple[str, str]] = set()
+
+
+def sdk_bytecode(venv_python: str, sdk_dir: Path) -> None:
+    """Make sure the SDK copy ``sdk_dir`` has bytecode for the App environment's interpreter ``venv_python``
+    (issue 33). The copy is compiled for the runner's own interpreter when it is made (:func:`sdk_path`); an
+    environment of another Python version (its ``pyvenv.cfg``'s ``version_info``) has the copy compiled once by
+    its own python (``-m compileall``, a process started once per environment and SDK). Best effort: an App
+    whose python cannot compile the copy runs it from source, as before. Never raises."""
+    key = (venv_python, str(sdk_dir))
+    if key in _COMPILED:
+        return
+    _COMPILED.add(key)
+    tag = _cache_tag(Path(venv_python).parent.parent / "pyvenv.cfg")
+    folder = sdk_dir / "workrun_sdk"
+    if tag is None or (folder / "__pycache__" / f"_supervise.{tag}.pyc").is_file():
+        return
+    try:
+        subprocess.run([venv_python, "-m", "compileall", "-q", str(folder)], env=clean_env(),
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def _cache_tag(cfg: Path) -> str | None:
+    """``cpython-3XY`` of a venv from its ``pyvenv.cfg`` (``version_info`` or ``version``), else None."""
+    try:
+        lines = cfg.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    keys = {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in lines)}
+    if keys.get("implementation", "CPython").lower() != "cpython":
+        return None
+    parts = (keys.get("version_info") or keys.get("version") or "").split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return f"cpython-{parts[0]}{parts[1]}"
 
 
 _APP_ENVS: dict[tuple[str, str], tuple[dict[bytes, bytes] | None, dict[str, str]]] = {}

@@ -15,7 +15,7 @@ from workrun.core.rows import OperationRow
 from workrun.outbound.http import PreparedRequest, SendResult, allow_from_env, parse_allow, send
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
-from workrun.runner.env import EnvManager, app_environment, existing_sdk_path, sdk_path
+from workrun.runner.env import EnvManager, app_environment, existing_sdk_path, sdk_bytecode, sdk_path
 from workrun.runner.forkserver import ForkServers, RequestTooLarge, launch_mode, prestart
 from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait, wait_exit
 
@@ -70,6 +70,7 @@ class LocalRunner:
         fork server (``launch="fork"``) or ``python <sdk>/workrun_sdk/_launch.py ENTRY`` (``"spawn"``)."""
         calldir.write_input(call_dir, {"grace": self.grace, **envelope})
         sdk = self.sdk_dir
+        sdk_bytecode(python, sdk)
         env = app_environment(python, sdk, call_dir)
         if envelope.get("traceparent"):  # the call's span, for the App's own tracing (R-F5)
             env = {**env, "TRACEPARENT": str(envelope["traceparent"])}

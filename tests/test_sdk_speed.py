@@ -1,0 +1,91 @@
+"""What keeps an App call cheap (issue 33): the SDK copy ships its bytecode, the fork server's first uses leave
+nothing behind, and the SDK's plain-descriptor file helpers behave as the buffered ones did."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workrun.runner import env as envs
+from workrun_sdk import _forkserver, _wire
+
+
+def test_sdk_copy_has_bytecode_for_this_interpreter(tmp_path):
+    sdk = envs.sdk_path(tmp_path)
+    folder = sdk / "workrun_sdk"
+    for source in folder.glob("*.py"):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        assert cached.is_file(), f"{source.name} has no bytecode in the SDK copy"
+    # the bytecode is valid for the copy: an interpreter that may not write bytecode imports the SDK without
+    # compiling any of it (the import system's compile raises the "compile" audit event)
+    probe = ("import sys\ncompiled = []\nsys.addaudithook(lambda e, a: compiled.append(str(a[1])) if e == 'compile' "
+             "else None)\nimport workrun_sdk._supervise as s, workrun_sdk.process\n"
+             "print(s.__file__)\nprint([c for c in compiled if 'workrun_sdk' in c])")
+    out = subprocess.run([sys.executable, "-B", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(sdk), "PYTHONDONTWRITEBYTECODE": "1"}, check=True)
+    assert out.stdout.splitlines() == [str(folder / "_supervise.py"), "[]"]
+
+
+def test_sdk_bytecode_compiles_a_copy_that_has_none(tmp_path):
+    sdk = envs.sdk_path(tmp_path)
+    for pyc in (sdk / "workrun_sdk" / "__pycache__").iterdir():  # as a copy made before bytecode shipped
+        pyc.unlink()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.symlink_to(sys.executable)
+    (venv / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\nimplementation = CPython\n"
+                                     f"version_info = {sys.version_info.major}.{sys.version_info.minor}.0\n")
+    envs.sdk_bytecode(str(python), sdk)
+    tag = sys.implementation.cache_tag
+    assert (sdk / "workrun_sdk" / "__pycache__" / f"_supervise.{tag}.pyc").is_file()
+
+
+@pytest.mark.parametrize(("cfg", "tag"), [
+    ("implementation = CPython\nversion_info = 3.12.4\n", "cpython-312"),
+    ("home = /x\nversion = 3.11.7\n", "cpython-311"),
+    ("implementation = PyPy\nversion_info = 3.10.1\n", None),
+    ("version_info = three\n", None),
+    ("", None),
+])
+def test_cache_tag_from_pyvenv_cfg(tmp_path, cfg, tag):
+    path = tmp_path / "pyvenv.cfg"
+    path.write_text(cfg)
+    assert envs._cache_tag(path) == tag
+    assert envs._cache_tag(tmp_path / "missing.cfg") is None
+
+
+def test_first_uses_leave_the_environment_and_descriptors_as_they_were():
+    before_env = dict(os.environ)
+    before_fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else set()
+    _forkserver._first_uses()
+    assert dict(os.environ) == before_env
+    if before_fds:
+        assert set(os.listdir("/proc/self/fd")) == before_fds
+
+
+def test_plain_descriptor_helpers(tmp_path):
+    tmp_path = tmp_path / "call"
+    tmp_path.mkdir()
+    path = tmp_path / "x.json"
+    _wire.write_json_atomic(path, {"v": 1, "text": "é ✓", "n": [1, 2.5]})
+    assert _wire.read_envelope(path) == {"v": 1, "text": "é ✓", "n": [1, 2.5]}
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temporary file left
+    with pytest.raises(TypeError):
+        _wire.write_json_atomic(path, {"v": 1, "bad": object()})
+    assert _wire.read_envelope(path)["text"] == "é ✓"  # the old file is untouched
+    big = "x" * 200_000  # over one read's chunk
+    _wire.write_json_atomic(path, {"v": 1, "big": big})
+    assert _wire.read_bytes(path).decode().count("x") == 200_000
+    assert _wire.claim(tmp_path, "started 1 2\n") and not _wire.claim(tmp_path, "started 3 4\n")
+    assert (tmp_path / "claim").read_text() == "started 1 2\n"
+    assert _wire.start_time(os.getpid()) == _wire.start_time(os.getpid())
+    if sys.platform.startswith("linux"):
+        assert _wire.start_time(os.getpid()).isdigit()
+    with pytest.raises(OSError):
+        _wire.read_bytes(tmp_path / "missing")
