@@ -89,3 +89,27 @@ def test_plain_descriptor_helpers(tmp_path):
         assert _wire.start_time(os.getpid()).isdigit()
     with pytest.raises(OSError):
         _wire.read_bytes(tmp_path / "missing")
+
+
+def test_sync_marker_is_trusted_without_the_lock_only_when_newer_than_the_venv(tmp_path):
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text("")
+    cfg = venv / "pyvenv.cfg"
+    cfg.write_text("version_info = 3.11.7\n")
+    marker = tmp_path / "marker.json"
+    assert not envs._synced(marker, "k", python)  # no marker yet
+    envs._mark(marker, "k", tmp_path)
+    assert envs._synced(marker, "k", python)
+    assert not envs._synced(marker, "other", python)  # the lock changed since
+    later = os.stat(marker).st_mtime + 5
+    os.utime(cfg, (later, later))  # the venv was made again after the marker (a sync under way, a removal)
+    assert not envs._synced(marker, "k", python)
+    envs._mark(marker, "k", tmp_path)  # said again under the lock
+    os.utime(cfg, (later - 10, later - 10))
+    assert envs._synced(marker, "k", python)
+    python.unlink()
+    assert not envs._synced(marker, "k", python)
+    marker.write_text("{torn")
+    assert not envs._synced(marker, "k", python)

@@ -280,7 +280,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     except ConfigError as exc:
         errors.append(exc)
     if smtp is None and "smtp" not in data:  # an email action needs [smtp] (R-K5)
-        errors += _emails_without_smtp(nodes, notify, file)
+        with one_reading():  # each App project is read once here too (not once per node)
+            errors += _emails_without_smtp(nodes, notify, file)
     if errors:  # one line per error: two nodes using one bad App project report its error once
         firsts: dict[tuple[str | None, str | None, str], ConfigError] = {}
         for e in errors:

@@ -185,6 +185,29 @@ def _env_key(project: Path) -> str:
     return _ENV_KEYS.get(str(project), [project / name for name in _ENV_FILES], compute)
 
 
+def _mark(marker: Path, key: str, project: Path) -> None:
+    """Write the sync marker (atomically: :func:`_synced` reads it without the file lock)."""
+    tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": key, "project": str(project), "synced_at": time.time()}))
+    os.replace(tmp, marker)
+
+
+def _synced(marker: Path, key: str, venv_python: Path) -> bool:
+    """True when the environment's sync marker says it was synced for ``key`` after its venv was made, and the
+    venv's python is there: read without the file lock (a sync under way for another key has not written its
+    marker yet; a venv made again since the marker, e.g. being synced after a removal, has a newer
+    ``pyvenv.cfg`` and is not taken)."""
+    try:
+        known = json.loads(marker.read_text())
+        made = (venv_python.parent.parent / "pyvenv.cfg").stat().st_mtime
+    except (OSError, ValueError):
+        return False
+    if not isinstance(known, dict) or known.get("key") != key or not venv_python.exists():
+        return False
+    synced_at = known.get("synced_at")
+    return isinstance(synced_at, (int, float)) and synced_at >= made
+
+
 def _private_tree(root: Path) -> None:
     """Take group and others' bits off everything under ``root`` (uv makes its ``.venv/.lock`` 0666
     whatever the umask); the data dir stays private (SPEC §17)."""
@@ -228,13 +251,7 @@ class EnvManager:
         """The environment's python when it is synced for the project's current lock (nothing is synced or
         locked here), else None: for work done ahead of a call that may not come (issue 14)."""
         project, venv_python, marker = self._where(project)
-        try:
-            known = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(known, dict) or known.get("key") != _env_key(project) or not venv_python.exists():
-            return None
-        return str(venv_python)
+        return str(venv_python) if _synced(marker, _env_key(project), venv_python) else None
 
     def python(self, project: Path, *, offline: bool = False) -> str:
         """Return the environment's python, syncing first if the lock changed or ``.venv`` is gone.
@@ -248,6 +265,9 @@ class EnvManager:
         cached = self._ready.get((str(project), key))
         if cached and venv_python.exists():
             return cached
+        if _synced(marker, key, venv_python):  # synced for this lock already: no file lock to take (issue 33)
+            self._ready[(str(project), key)] = str(venv_python)
+            return str(venv_python)
         from filelock import FileLock  # only when the marker must be looked at under the lock
 
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +278,10 @@ class EnvManager:
                 known = {}
             if known.get("key") != key or not venv_python.exists():
                 self._sync(project, offline)
-                marker.write_text(json.dumps({"key": key, "project": str(project), "synced_at": time.time()}))
+                _mark(marker, key, project)
+            elif not _synced(marker, key, venv_python):  # synced, but its venv was touched since (a manual `uv
+                _mark(marker, key, project)  # sync`): said again under the lock, so the next start reads it
+
             self._ready[(str(project), key)] = str(venv_python)
         return str(venv_python)
 
