@@ -113,3 +113,12 @@ def test_sync_marker_is_trusted_without_the_lock_only_when_newer_than_the_venv(t
     assert not envs._synced(marker, "k", python)
     marker.write_text("{torn")
     assert not envs._synced(marker, "k", python)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
+def test_a_spawned_supervisor_becomes_subreaper_without_importing_ctypes():
+    probe = ("import sys\nfrom workrun_sdk import _supervise\nok = _supervise.become_subreaper()\n"
+             "loaded = 'ctypes' in sys.modules\nimport ctypes\nv = ctypes.c_int(0)\n"
+             "ctypes.CDLL(None).prctl(37, ctypes.byref(v), 0, 0, 0)\nprint(ok, loaded, v.value)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False", "1"]  # PR_GET_CHILD_SUBREAPER (37) says it is one

@@ -106,12 +106,20 @@ def become_subreaper() -> bool:
     global _libc
     if not sys.platform.startswith("linux"):
         return False
+    if _libc is None:  # a spawned supervisor: libc's prctl through ctypes' C module alone (issue 33: importing
+        try:  # ctypes itself, with struct, costs every spawned call ~2 ms); ctypes when that is not there
+            import _ctypes  # type: ignore[import-not-found]
+
+            prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")
+            return bool(_ctypes.call_function(prctl, (_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0)
+        except (ImportError, AttributeError, OSError, TypeError, ValueError):
+            pass
     try:
         if _libc is None:
             import ctypes
 
             _libc = ctypes.CDLL(None, use_errno=True)
-        return _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError, ImportError):
         return False
 

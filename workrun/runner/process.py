@@ -239,12 +239,27 @@ def _ended_by_supervisor(proc: subprocess.Popen[bytes] | ForkedProcess, code: in
     return code == record.exit_code
 
 
+def _exits_within(pid: int, timeout: float) -> bool:
+    """True when our child ``pid`` has exited (a zombie at least) within ``timeout`` seconds (a pidfd, Linux
+    5.3+); False when it is still going, or there is no pidfd to tell."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout * 1000))))
+    finally:
+        os.close(fd)
+
+
 def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, deadline: float,
          call_dir: Path | None = None, *, running: Callable[[], None] | None = None) -> Outcome:
     """Wait for a call's supervisor; the watchdog ends its group at ``deadline`` (epoch seconds) or on stop.
 
-    ``running`` is called once if a forked call is still going :data:`~workrun.runner.base.RUNNING_AFTER`
-    seconds into the wait (a spawned call's at once: its start took longer than that already).
+    ``running`` is called once if the call is still going :data:`~workrun.runner.base.RUNNING_AFTER` seconds
+    into the wait (a spawned call's at once where there is no pidfd to wait on with a timeout).
 
     The supervisor's exit record in ``call_dir`` (the App's own exit code or signal) wins over the
     supervisor process's status (SPEC §17: an App ended by a signal is recorded with that signal).
@@ -254,7 +269,10 @@ def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, dead
     watched = watchdog.watch(proc.pid, deadline)
     try:
         if running is not None:
-            if not isinstance(proc, ForkedProcess) or not proc.wait(RUNNING_AFTER):
+            if isinstance(proc, ForkedProcess):
+                if not proc.wait(RUNNING_AFTER):
+                    running()
+            elif not _exits_within(proc.pid, RUNNING_AFTER):  # a spawned call: one write fewer when quick
                 running()
         if isinstance(proc, ForkedProcess):
             proc.wait()
