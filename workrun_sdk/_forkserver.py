@@ -365,7 +365,10 @@ def main(argv: list[str]) -> None:
         os.set_blocking(done_fd, False)  # a full pipe drops the line: the runner then sees the supervisor exit
         _supervise._done_fd = done_fd
     _preload(len(argv) > 3 and argv[3] == "tool")
-    _first_uses()
+    try:
+        _first_uses()
+    except Exception:  # only ever a saving: a server that cannot go through them serves calls all the same
+        pass
     if len(argv) > 4:
         try:
             _warm(os.path.realpath(argv[4]))

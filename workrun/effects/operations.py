@@ -27,7 +27,7 @@ from workrun.core.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.core.models import AppSpec
 from workrun.core.outcomes import Failure
 from workrun.core.paths import real_path
-from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
+from workrun.core.rows import AttemptRow, CompensationRow, JsonObject, OperationRow
 from workrun.runner import Outcome
 from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.runner.context import Context, new_id
@@ -114,7 +114,7 @@ def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any]
     row: OperationRow = {
         "operation_id": op_id, "run_id": run_id, "node_key": node_key, "tool_call_index": tool_call_index,
         "app": app.name, "project": str(project), "kind": app.kind, "tool_name": tool_name,
-        "config": app.model_dump(mode="json"), "input": input, "fingerprint": fp.digest,
+        "config": config_snapshot(app), "input": input, "fingerprint": fp.digest,
         "fingerprint_files": fp.files, "snapshot": snapshot, "depends_on": depends_on, "status": "starting",
         "call_dir": str(call_dir), "created_at": created, "standalone": int(standalone),
         "deadline": created + app.timeout,  # recovery's, before the pid is (or if it never is) written
@@ -244,6 +244,23 @@ def finish_operation(svc: Context, op: OperationRow, outcome: Outcome, *,
     return cast(OperationRow, {**op, "error": None, "result": None, "stdout_tail": None, "stderr_tail": None,
                                "resources": [], **fields, "failure": None if failure is None else str(failure),
                                "ended_at": at})
+
+
+_SNAPSHOTS: dict[int, tuple[AppSpec, JsonObject]] = {}
+
+
+def config_snapshot(app: AppSpec) -> JsonObject:
+    """The App config as journaled with each call (R-A5): ``app.model_dump(mode="json")``, made once per App
+    config object (one per version of its ``pyproject.toml`` while this process runs, issue 33), not per call.
+    The dict is shared: never change it."""
+    kept = _SNAPSHOTS.get(id(app))
+    if kept is not None and kept[0] is app:
+        return kept[1]
+    if len(_SNAPSHOTS) >= 256:
+        _SNAPSHOTS.pop(next(iter(_SNAPSHOTS)))
+    dumped: JsonObject = app.model_dump(mode="json")
+    _SNAPSHOTS[id(app)] = (app, dumped)  # the config is kept too: its id is never another's while it is here
+    return dumped
 
 
 def current_owner() -> tuple[int, str | None]:

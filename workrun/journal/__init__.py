@@ -10,26 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from workrun.core import errors, settings
 from workrun.journal.base import FAULT_POINTS, Journal
+from workrun.journal.postgres import PostgresJournal  # cheap: psycopg itself is imported only when used
 from workrun.journal.sqlite import SqliteJournal
 
-if TYPE_CHECKING:
-    from workrun.journal.postgres import PostgresJournal
-
 __all__ = ["FAULT_POINTS", "Journal", "PostgresJournal", "SqliteJournal", "journal_url", "open_journal"]
-
-
-def __getattr__(name: str) -> Any:
-    """``PostgresJournal`` is imported when first asked for: a run on the SQLite journal never loads the
-    PostgreSQL dialect (~8 ms of start-up, issue 33)."""
-    if name == "PostgresJournal":
-        from workrun.journal.postgres import PostgresJournal
-
-        return PostgresJournal
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def journal_url() -> str | None:
@@ -67,6 +54,4 @@ def open_journal(data_dir: Path, *, check: bool = True, writable: bool = True) -
     except ImportError:
         raise errors.ConfigError("a PostgreSQL journal needs psycopg 3: install the postgres extra (from a clone: "
                                  ".venv/bin/pip install -e '.[postgres]')", field="WORKRUN_JOURNAL") from None
-    from workrun.journal.postgres import PostgresJournal
-
     return PostgresJournal(url)

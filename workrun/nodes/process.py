@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from workrun.core.backoff import backoff_delay
 from workrun.core.errors import ConfigError
@@ -14,7 +14,9 @@ from workrun.core.templates import render
 from workrun.effects.operations import call_app
 from workrun.nodes.base import NodeJob, Where
 from workrun.runner.apps import load_app
-from workrun.runner.context import Context
+
+if TYPE_CHECKING:
+    from workrun.runner.context import Context
 
 __all__ = ["ProcessExecutor"]
 

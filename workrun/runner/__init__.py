@@ -2,10 +2,10 @@
 
 ``env.py`` (uv environments, clean environment), ``process.py`` (spawn, process
 groups, the watchdog), ``calldir.py`` (the call-directory file protocol),
-``local.py`` (:class:`LocalRunner`, composing them).
+``local.py`` (:class:`~workrun.runner.local.LocalRunner`, composing them; imported from there, so that reading
+an App's config never loads processes and fork servers).
 """
 
 from workrun.runner.base import AppRunner, Collected, Outcome, Started
-from workrun.runner.local import LocalRunner
 
-__all__ = ["AppRunner", "Collected", "LocalRunner", "Outcome", "Started"]
+__all__ = ["AppRunner", "Collected", "Outcome", "Started"]

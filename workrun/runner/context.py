@@ -12,12 +12,13 @@ from __future__ import annotations
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from workrun.core.models import FailurePolicy, WorkflowSpec
-from workrun.core.outcomes import NodeOutcome
-from workrun.journal.base import Journal
-from workrun.runner.base import AppRunner
+if TYPE_CHECKING:  # the port names them; nothing here runs them (``workrun check`` never loads the journal)
+    from workrun.core.models import FailurePolicy, WorkflowSpec
+    from workrun.core.outcomes import NodeOutcome
+    from workrun.journal.base import Journal
+    from workrun.runner.base import AppRunner
 
 __all__ = ["Confirm", "Context", "Reporter", "TicketOpener", "new_id"]
 

@@ -1,5 +1,7 @@
-"""What keeps an App call cheap (issue 33): the SDK copy ships its bytecode, the fork server's first uses leave
-nothing behind, and the SDK's plain-descriptor file helpers behave as the buffered ones did."""
+"""What keeps a call cheap (issue 33), each shown to keep its behaviour: the SDK copy ships its bytecode, the fork
+server's first uses leave nothing behind, the SDK's plain-descriptor file helpers behave as the buffered ones did,
+a spawned supervisor is a subreaper without ctypes, a synced environment's marker is trusted without the file lock
+only when it is newer than the venv, and the App config is dumped once per config."""
 
 from __future__ import annotations
 
@@ -122,3 +124,14 @@ def test_a_spawned_supervisor_becomes_subreaper_without_importing_ctypes():
              "ctypes.CDLL(None).prctl(37, ctypes.byref(v), 0, 0, 0)\nprint(ok, loaded, v.value)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False", "1"]  # PR_GET_CHILD_SUBREAPER (37) says it is one
+
+
+def test_the_config_snapshot_is_made_once_per_app_config_and_is_its_json_dump():
+    from workrun.core.models import AppSpec
+    from workrun.effects.operations import config_snapshot
+
+    app = AppSpec.model_validate({"name": "a", "entry": "main.py", "timeout": 5})
+    first = config_snapshot(app)
+    assert first == app.model_dump(mode="json") and config_snapshot(app) is first
+    edited = AppSpec.model_validate({"name": "a", "entry": "main.py", "timeout": 6})  # pyproject.toml edited
+    assert config_snapshot(edited)["timeout"] == 6 and config_snapshot(app)["timeout"] == 5
