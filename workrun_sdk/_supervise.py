@@ -108,9 +108,9 @@ def become_subreaper() -> bool:
         return False
     if _libc is None:  # a spawned supervisor: libc's prctl through ctypes' C module alone (issue 33: importing
         try:  # ctypes itself, with struct, costs every spawned call ~2 ms); ctypes when that is not there
-            import _ctypes  # type: ignore[import-not-found]
+            import _ctypes
 
-            prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")
+            prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]  # None: this program
             return bool(_ctypes.call_function(prctl, (_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0)
         except (ImportError, AttributeError, OSError, TypeError, ValueError):
             pass
