@@ -331,3 +331,41 @@ def test_queued_request_keeps_env_references_and_is_filled_where_it_is_sent():
         req.target, req.body, req.shown(), "op-1")
     with pytest.raises(RequestError, match="TOKEN is not set"):
         from_queued(queued, {})
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="needs the openssl command for a test cert")
+def test_starttls_checks_the_hosts_certificate_and_sends(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``starttls = true`` (the documented port-587 set-up, R-K2): the upgraded connection checks the certificate
+    against ``host``, the message is sent; a certificate for another name is refused before anything is sent
+    (failed, not sent: never an internal error, never ``unknown``). A hostile test found STARTTLS crashing."""
+    import ssl
+    import subprocess
+
+    from _kit.smtp_server import SmtpServer
+
+    from workrun.core.models import SmtpSpec
+    from workrun.outbound.mail import send_mail
+
+    def cert(name: str) -> tuple[str, str]:
+        c, k = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(k), "-out", str(c),
+                        "-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}"],
+                       check=True, capture_output=True)
+        return str(c), str(k)
+
+    mail = {"to": ["ops@example.com"], "cc": [], "subject": "undo", "body": "undo it", "message_id": "<k@workrun>"}
+    for name, sent in (("localhost", True), ("elsewhere.example", False)):
+        crt, key = cert(name)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        monkeypatch.setenv("SSL_CERT_FILE", crt)  # what ssl.create_default_context() trusts
+        with SmtpServer(starttls=ctx) as server:
+            smtp = SmtpSpec.model_validate({"host": "localhost", "port": server.port, "starttls": True,
+                                            "from": "workrun@example.com"})
+            got = send_mail(mail, smtp, parse_allow([f"127.0.0.1:{server.port}"]))
+            if sent:
+                assert got.succeeded and got.failure is None, got
+                assert [m["Subject"] for m in server.messages()] == ["undo"]
+            else:
+                assert not got.succeeded and got.failure == Failure.NOT_SENT and "not sent" in (got.error or ""), got
+                assert server.messages() == []

@@ -58,15 +58,17 @@ class SmtpServer:
 
     __test__ = False
 
-    def __init__(self) -> None:
+    def __init__(self, starttls: Any = None) -> None:
+        """``starttls``: an ``ssl.SSLContext`` of the server's certificate: STARTTLS is offered and required."""
         self.port = _free_port()
         self.mode = "accept"
         self.received: list[dict[str, Any]] = []
         self.rcpts = 0
         self.datas = 0
         self.logins: list[tuple[str, str]] = []
+        tls: dict[str, Any] = {"tls_context": starttls, "require_starttls": True} if starttls is not None else {}
         self._controller = Controller(_Handler(self), hostname="127.0.0.1", port=self.port,
-                                      authenticator=self._authenticate, auth_require_tls=False)
+                                      authenticator=self._authenticate, auth_require_tls=False, **tls)
 
     def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> Any:
         from aiosmtpd.smtp import AuthResult, LoginPassword

@@ -124,6 +124,7 @@ def _client(tls: bool, address: str, **kwargs: Any) -> smtplib.SMTP:
                 super().__init__(**kwargs)
 
             def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+                self._host = host  # the name STARTTLS checks the certificate against (R-K2)
                 return socket.create_connection((self._address, port), timeout)
 
         class _PinnedTls(smtplib.SMTP_SSL):
@@ -232,7 +233,7 @@ def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
         in_data = True  # from here on, the message may have reached the server
         client.send(data + b"\r\n.\r\n")
         code, reply = client.getreply()
-    except (smtplib.SMTPException, OSError) as exc:
+    except (smtplib.SMTPException, OSError, ValueError) as exc:  # ValueError: what ssl refuses to set up
         if in_data:
             return SendResult(True, failure=Failure.UNKNOWN,
                               error=f"outcome unknown: the connection to {where} ended after the message was sent "
