@@ -6,6 +6,7 @@ only when it is newer than the venv, and the App config is dumped once per confi
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -135,3 +136,19 @@ def test_the_config_snapshot_is_made_once_per_app_config_and_is_its_json_dump():
     assert first == app.model_dump(mode="json") and config_snapshot(app) is first
     edited = AppSpec.model_validate({"name": "a", "entry": "main.py", "timeout": 6})  # pyproject.toml edited
     assert config_snapshot(edited)["timeout"] == 6 and config_snapshot(app)["timeout"] == 5
+
+
+def test_a_marker_that_is_json_but_no_marker_is_synced_again_not_an_internal_error(tmp_path, monkeypatch):
+    manager = envs.EnvManager(tmp_path / "data")
+    project = tmp_path / "app"
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'a'\nversion = '0'\n")
+    (project / ".venv" / "bin" / "python").write_text("")
+    (project / ".venv" / "pyvenv.cfg").write_text("version_info = 3.11.7\n")
+    _, _, marker = manager._where(project)
+    marker.parent.mkdir(parents=True)
+    marker.write_text("[]")
+    synced: list[Path] = []
+    monkeypatch.setattr(manager, "_sync", lambda where, offline: synced.append(where))
+    assert manager.python(project) == str(Path(os.path.realpath(project)) / ".venv" / "bin" / "python")
+    assert synced and json.loads(marker.read_text())["key"]

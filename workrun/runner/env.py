@@ -276,6 +276,8 @@ class EnvManager:
                 known = json.loads(marker.read_text())
             except (OSError, ValueError):
                 known = {}
+            if not isinstance(known, dict):  # JSON, but not a marker (found by a hostile test): synced again
+                known = {}
             if known.get("key") != key or not venv_python.exists():
                 self._sync(project, offline)
                 _mark(marker, key, project)
