@@ -83,15 +83,21 @@ def alive(pid: int, start: str | None) -> bool:
 def wait_exit(pid: int, timeout: float) -> None:
     """Block until ``pid`` (not necessarily our child) exits or ``timeout`` seconds pass (a pidfd on Linux;
     a short sleep elsewhere). Returns None: the caller looks again with :func:`alive`."""
+    if _exited_within(pid, timeout) is None:
+        time.sleep(min(timeout, 0.05))
+
+
+def _exited_within(pid: int, timeout: float) -> bool | None:
+    """True when ``pid`` has exited (a zombie at least) within ``timeout`` seconds, False when it is still
+    going, None when there is no pidfd to tell (Linux before 5.3, other platforms)."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        time.sleep(min(timeout, 0.05))
-        return
+        return None
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
-        poller.poll(max(0, int(timeout * 1000)))
+        return bool(poller.poll(max(0, int(timeout * 1000))))
     finally:
         os.close(fd)
 
@@ -239,21 +245,6 @@ def _ended_by_supervisor(proc: subprocess.Popen[bytes] | ForkedProcess, code: in
     return code == record.exit_code
 
 
-def _exits_within(pid: int, timeout: float) -> bool:
-    """True when our child ``pid`` has exited (a zombie at least) within ``timeout`` seconds (a pidfd, Linux
-    5.3+); False when it is still going, or there is no pidfd to tell."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return False
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(max(0, int(timeout * 1000))))
-    finally:
-        os.close(fd)
-
-
 def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, deadline: float,
          call_dir: Path | None = None, *, running: Callable[[], None] | None = None) -> Outcome:
     """Wait for a call's supervisor; the watchdog ends its group at ``deadline`` (epoch seconds) or on stop.
@@ -272,7 +263,7 @@ def wait(proc: subprocess.Popen[bytes] | ForkedProcess, watchdog: Watchdog, dead
             if isinstance(proc, ForkedProcess):
                 if not proc.wait(RUNNING_AFTER):
                     running()
-            elif not _exits_within(proc.pid, RUNNING_AFTER):  # a spawned call: one write fewer when quick
+            elif not _exited_within(proc.pid, RUNNING_AFTER):  # a spawned call: one write fewer when quick
                 running()
         if isinstance(proc, ForkedProcess):
             proc.wait()
