@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import types
 from pathlib import Path
 
 __all__ = ["main", "run"]
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (this process's stdout from now on)
     # start-up allocates a lot and frees little: collect young objects less often (issue 14)
     gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
+    _no_pydantic_plugins()
     if "--version" in args and set(args) <= _FAST_VERSION:
         from workrun import __version__
 
@@ -49,6 +51,29 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(141 if _stdout_gone() else 1)
         sys.exit(0)
     sys.exit(run(args))
+
+
+_PLUGIN_LOADER = "pydantic.plugin._loader"
+
+
+def _no_pydantic_plugins() -> None:
+    """In the ``workrun`` process (not when Workrun is imported as a library), load no pydantic plugin.
+
+    A pydantic plugin (an entry point of group ``pydantic`` of any distribution installed beside Workrun) is
+    handed every value pydantic validates (here: workflow files, their inputs, App configs) and may change how
+    it is validated; Workrun's answers must not depend on what else is installed. And finding plugins costs
+    each command its start (issue 33, R-P3): pydantic imports
+    ``importlib.metadata`` (the email and zipfile packages with it) and reads every installed distribution's
+    metadata at the first validation, 15–30 ms on a 2-core machine. pydantic's own switch,
+    ``PYDANTIC_DISABLE_PLUGINS``, skips the reading but not the import, and an environment variable would be
+    inherited by the Apps this process starts. So the one place pydantic asks for plugins,
+    ``pydantic.plugin._loader.get_plugins()`` (called when a validator is built), answers "none" here. A
+    pydantic that already loaded its plugin loader is left as it is."""
+    if _PLUGIN_LOADER in sys.modules:
+        return
+    loader = types.ModuleType(_PLUGIN_LOADER, "Workrun's answer to pydantic: no plugins in this process.")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # get_plugins() -> () : no plugin
+    sys.modules[_PLUGIN_LOADER] = loader
 
 
 def _quick(args: list[str]) -> int | None:
