@@ -295,7 +295,7 @@ def test_a_prestarted_server_is_taken_over_by_the_first_call_of_its_environment(
     env = app_environment(python, sdk_dir, data / "calls" / "x")
     forkserver.prestart(python, sdk_dir, env, project)
     forkserver.prestart(python, sdk_dir, {**env, "WORKRUN_TEST_OTHER": "1"}, project)
-    early = [e.server.proc.pid for e in forkserver._EARLY.values() if e.server is not None]
+    early = [server.proc.pid for server in forkserver._EARLY.values()]
     assert len(early) == 2
     servers = ForkServers()
     try:

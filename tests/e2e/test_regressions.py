@@ -337,7 +337,7 @@ def test_nothing_of_a_refused_data_dir_runs_ahead_of_its_check(workrun, write_wo
     finally:
         os.chmod(isolated_env, 0o700)
     assert res.code == 2 and "writable by group or others" in res.err, res
-    time.sleep(0.5)  # a prestart thread would have started the server by now
+    time.sleep(0.5)  # a prestarted server would have run by now
     assert not planted.exists()
 
 

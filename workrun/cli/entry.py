@@ -197,32 +197,30 @@ def _first_project(workflow: str) -> str | None:
 
 
 def _ahead(args: list[str]) -> None:
-    """For ``workrun run WORKFLOW …``: in a background thread, while this process loads the rest of itself
-    (issue 14, R-P1), start the journal's integrity check (:func:`workrun.journal.sqlite.check_ahead`) and the
-    fork server of the first process node's App environment. Only an existing data directory that passes its
-    checks, and an already synced environment, are used; anything else is left to the command."""
+    """For ``workrun run WORKFLOW …``, first thing (issue 14, issue 33, R-P1): start the fork server of the first
+    process node's App environment and the journal's integrity check
+    (:func:`workrun.journal.sqlite.check_ahead`), so that both run on the other core while this process loads
+    the rest of itself. Neither is waited for here. Only an existing data directory that passes its checks,
+    and an already synced environment, are used; anything else is left to the command."""
     words = [a for a in args if a != "--debug"]
     if len(words) < 2 or words[0] != "run" or os.environ.get("WORKRUN_JOURNAL"):
         return
     workflow = next((w for w in words[1:] if not w.startswith("-")), None)
     if workflow is None or not workflow.endswith(".toml"):
         return
-    import threading
-
     from workrun.core.paths import existing_data_dir
+
+    data = existing_data_dir()
+    if data is None:
+        return
+    project = _first_project(workflow)
+    if project:
+        from workrun.runner.forkserver import prestart_fork_server
+
+        prestart_fork_server(data, Path(project))
     from workrun.journal.sqlite import check_ahead
-    from workrun.runner.local import prestart_fork_server  # imported here, not in the thread (no import race)
 
-    def start() -> None:
-        data = existing_data_dir()
-        if data is None:
-            return
-        check_ahead(data / "journal.sqlite3")  # the open's integrity check, on the other core meanwhile
-        project = _first_project(workflow)
-        if project:
-            prestart_fork_server(data, Path(project))
-
-    threading.Thread(target=start, name="workrun-prestart", daemon=True).start()
+    check_ahead(data / "journal.sqlite3")  # the open's integrity check, in a thread, without the GIL
 
 
 def run(args: list[str], errors: list[str] | None = None, *, ahead: bool = True) -> int:
@@ -233,7 +231,7 @@ def run(args: list[str], errors: list[str] | None = None, *, ahead: bool = True)
         errors: when given, the error lines of a :class:`~workrun.core.errors.WorkrunError` that ended the command
             (or of a usage error) are appended to it as data (the dashboard's detached actions read them so,
             never from stderr).
-        ahead: start ``run``'s work ahead in a thread (:func:`_ahead`); an in-process caller (the tests' CLI
+        ahead: start ``run``'s work ahead (:func:`_ahead`); an in-process caller (the tests' CLI
             runner) says False.
     """
     args = _debug_first(args)

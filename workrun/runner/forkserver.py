@@ -39,10 +39,11 @@ from typing import Any
 
 from workrun.core.errors import UsageError
 from workrun.core.paths import real_path
+from workrun.runner.env import EnvManager, app_environment, existing_sdk_path
 from workrun_sdk import _wire
 
 __all__ = ["LAUNCH_ENV", "REQUEST_MAX", "ForkServers", "ForkServerError", "ForkedProcess", "RequestTooLarge",
-           "launch_mode", "prestart"]
+           "launch_mode", "prestart", "prestart_fork_server"]
 
 LAUNCH_ENV = "WORKRUN_LAUNCH"
 _READY_TIMEOUT = 60.0  # seconds for a server to load (a warm Tool App module may import a lot)
@@ -194,10 +195,11 @@ class ForkedProcess:
 
 class _Server:
     """One fork server process, its request socket and its reply pipe; ``calls``: the kind of calls it serves,
-    ``"process"`` or ``"tool"`` (a warm server's is ``"tool"``: see :func:`_key`)."""
+    ``"process"`` or ``"tool"`` (a warm server's is ``"tool"``: see :func:`_key`). Made with ``wait`` (the
+    default), it waits for the server's first line (:attr:`ready`); else :meth:`wait_ready` reads it later."""
 
     def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None,
-                 umask: int = -1, calls: str = "process") -> None:
+                 umask: int = -1, calls: str = "process", wait: bool = True) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request per message
         self._req, req_r = ours.detach(), theirs.detach()
         rep_r, rep_w = os.pipe()
@@ -219,7 +221,18 @@ class _Server:
         self._rep = rep_r
         self._buffer = b""
         self.lock = threading.Lock()
-        self.ready: dict[str, Any] = self._read(_READY_TIMEOUT)
+        self.ready: dict[str, Any] = self._read(_READY_TIMEOUT) if wait else {}
+
+    def wait_ready(self) -> bool:
+        """For a server made with ``wait=False``: read its first line now (at most ``_READY_TIMEOUT`` s) into
+        :attr:`ready`; True when it says it is ready. Never raises: a server that died or did not answer is not
+        ready."""
+        if not self.ready:
+            try:
+                self.ready = self._read(_READY_TIMEOUT)
+            except (EOFError, OSError, ForkServerError, ValueError) as exc:
+                self.ready = {"error": str(exc) or type(exc).__name__}
+        return bool(self.ready.get("ready"))
 
     def _read(self, timeout: float) -> dict[str, Any]:
         end = time.monotonic() + timeout
@@ -293,55 +306,40 @@ def _key(python: str, sdk_dir: Path, env: dict[str, str], warm: tuple[str | None
     return ident, (_env_state(python), tuple(sorted(server_env.items()))), server_env
 
 
-class _Early:
-    """A plain server started ahead of its first call (:func:`prestart`); ``done`` is set once it is up or
-    failed (``server`` None)."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.server: _Server | None = None
-
-
-_EARLY: dict[tuple[Any, ...], _Early] = {}
+_EARLY: dict[tuple[Any, ...], _Server] = {}
 _EARLY_LOCK = threading.Lock()
 
 
 def prestart(python: str, sdk_dir: Path, env: dict[str, str], cwd: Path) -> None:
     """Start the plain fork server that calls with environment ``env`` will use, ahead of the first call.
 
-    Blocks until the server is up (run it in a thread: ``workrun run`` does this while it loads the rest of
-    itself, issue 14). The first :class:`ForkServers` that needs a server of this key takes this one over;
-    one nobody takes is ended by :meth:`ForkServers.close` or when this process exits (its request socket
-    closes). Never raises: a server that does not start is simply not there, and the call starts its own.
+    Returns once the server's process is started (a fork and an exec: ~2 ms), without waiting for it to be up:
+    ``workrun run`` calls this first thing, and the server starts (an interpreter and the SDK, ~40 ms) on the
+    other core while the command loads the rest of itself (issue 14, issue 33). The first
+    :class:`ForkServers` that needs a server of this key takes this one over and only then reads whether it
+    came up; one nobody takes is ended by :meth:`ForkServers.close` or when this process exits (its request
+    socket closes). Never raises: a server that does not start is simply not there, and the call starts its
+    own.
     """
     ident, state, server_env = _key(python, sdk_dir, env, None)
-    early = _Early()
     with _EARLY_LOCK:
         if (ident, state) in _EARLY:
             return
-        _EARLY[(ident, state)] = early
-    try:
-        # the umask a runner has once its data dir is open (workrun.core.paths.private_umask), which this
-        # process may not have set yet: calls forked from it get the same one as from any other server
-        server = _Server(python, sdk_dir, server_env, cwd, None, umask=0o077)
-        if server.ready.get("ready"):
-            early.server = server
-        else:
-            server.close(wait=0.5)
-    except (EOFError, OSError, ValueError):
-        pass
-    finally:
-        early.done.set()
+        try:
+            # the umask a runner has once its data dir is open (workrun.core.paths.private_umask), which this
+            # process may not have set yet: calls forked from it get the same one as from any other server
+            _EARLY[(ident, state)] = _Server(python, sdk_dir, server_env, cwd, None, umask=0o077, wait=False)
+        except (OSError, ValueError):
+            pass
 
 
 def _take_early(ident: tuple[Any, ...], state: tuple[Any, ...]) -> _Server | None:
     """The server :func:`prestart` started for this key, once it is up (None when there is none or it failed)."""
     with _EARLY_LOCK:
-        early = _EARLY.pop((ident, state), None)
-    if early is None or not early.done.wait(_READY_TIMEOUT):
+        server = _EARLY.pop((ident, state), None)
+    if server is None:
         return None
-    server = early.server
-    if server is not None and server.proc.poll() is not None:
+    if not server.wait_ready() or server.proc.poll() is not None:
         server.close(wait=0.5)
         return None
     return server
@@ -349,12 +347,10 @@ def _take_early(ident: tuple[Any, ...], state: tuple[Any, ...]) -> _Server | Non
 
 def _close_early() -> None:
     with _EARLY_LOCK:
-        left = [e for e in _EARLY.values() if e.done.is_set()]
-        for key in [k for k, e in _EARLY.items() if e.done.is_set()]:
-            del _EARLY[key]
-    for early in left:
-        if early.server is not None:
-            early.server.close(wait=0.5)
+        left = list(_EARLY.values())
+        _EARLY.clear()
+    for server in left:
+        server.close(wait=0.5)
 
 
 class ForkServers:
@@ -477,3 +473,24 @@ def _claimed(call_dir: Path) -> ForkedProcess | None:
             return ForkedProcess(pid, _wire.start_time(pid), str(call_dir))
         return None
     return None
+
+
+def prestart_fork_server(data_dir: Path, project: Path) -> None:
+    """Start the fork server of ``project``'s environment ahead of its first call (R-P1, issue 14).
+
+    ``workrun run`` calls this first thing, so the server's own start-up (an interpreter and the SDK, ~40 ms)
+    runs on the other core while the command loads the rest of itself. Does nothing unless calls start by
+    fork, the environment is synced for its current lock and the SDK copy exists: nothing is synced, created
+    or checked here (the command does that as always). Returns once the server's process is started, without
+    waiting for it to be up (:func:`prestart`); never raises.
+    """
+    try:
+        if launch_mode() != "fork":
+            return
+        sdk = existing_sdk_path(data_dir)
+        python = EnvManager(data_dir).ready_python(project) if sdk is not None else None
+        if sdk is None or python is None:
+            return
+        prestart(python, sdk, app_environment(python, sdk, Path(os.devnull)), Path(project).resolve())
+    except Exception:  # ahead-of-time work only: the call starts its own server as before
+        return

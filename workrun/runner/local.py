@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -15,11 +14,11 @@ from workrun.core.rows import OperationRow
 from workrun.outbound.http import PreparedRequest, SendResult, allow_from_env, parse_allow, send
 from workrun.runner import calldir
 from workrun.runner.base import Collected, Outcome, Started
-from workrun.runner.env import EnvManager, app_environment, existing_sdk_path, sdk_bytecode, sdk_path
-from workrun.runner.forkserver import ForkServers, RequestTooLarge, launch_mode, prestart
+from workrun.runner.env import EnvManager, app_environment, sdk_bytecode, sdk_path
+from workrun.runner.forkserver import ForkServers, RequestTooLarge
 from workrun.runner.process import Watchdog, alive, kill_group, proc_start_time, spawn_app_process, wait, wait_exit
 
-__all__ = ["LocalRunner", "prestart_fork_server"]
+__all__ = ["LocalRunner"]
 
 
 class LocalRunner:
@@ -211,23 +210,3 @@ class LocalRunner:
             servers, self._servers = self._servers, None
         if servers is not None:
             servers.close()
-
-
-def prestart_fork_server(data_dir: Path, project: Path) -> None:
-    """Start the fork server of ``project``'s environment ahead of its first call (R-P1, issue 14).
-
-    ``workrun run`` calls this in a thread while it loads the rest of itself, so the server's own start-up
-    (an interpreter and the SDK, ~50 ms) is off the run's path. Does nothing unless calls start by fork,
-    the environment is synced for its current lock and the SDK copy exists: nothing is synced, created or
-    checked here (the command does that as always). Blocks until the server is up; never raises.
-    """
-    try:
-        if launch_mode() != "fork":
-            return
-        sdk = existing_sdk_path(data_dir)
-        python = EnvManager(data_dir).ready_python(project) if sdk is not None else None
-        if sdk is None or python is None:
-            return
-        prestart(python, sdk, app_environment(python, sdk, Path(os.devnull)), Path(project).resolve())
-    except Exception:  # ahead-of-time work only: the call starts its own server as before
-        return
