@@ -43,6 +43,13 @@ __all__ = [
 FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
+def _empty_list() -> list[Any]:
+    """A new empty list: the default of list fields. A Python function, not ``list``: pydantic reads the
+    signature of every default factory when it builds a schema, and a builtin's costs ~2 ms the first time
+    (its text signature is parsed), on every command's start (issue 33)."""
+    return []
+
+
 class _Strict(BaseModel):
     """Base of every config model: unknown keys refused, values typed as TOML types them (SPEC §17).
 
@@ -125,7 +132,7 @@ class EmailSpec(_Strict):
     """An ``email`` action's message (R-K2): ``to`` and ``cc`` addresses, a plain-text UTF-8 ``body`` template."""
 
     to: list[str] = Field(min_length=1)
-    cc: list[str] = Field(default_factory=list)
+    cc: list[str] = Field(default_factory=_empty_list)
     body: str
 
 
@@ -385,7 +392,7 @@ class _Node(_Strict):
     """What every node has (SPEC §9). Paths are made absolute when the workflow is loaded."""
 
     key: str
-    needs: list[str] = Field(default_factory=list)
+    needs: list[str] = Field(default_factory=_empty_list)
     on_failure: FailurePolicy = Field(default_factory=FailurePolicy)
 
     @field_validator("needs")
@@ -427,10 +434,10 @@ class AgentNode(_Node):
 
     kind: Literal["agent"]
     input: dict[str, Any] = Field(default_factory=dict)
-    tools: list[ToolRef] = Field(default_factory=list)
+    tools: list[ToolRef] = Field(default_factory=_empty_list)
     prompt: str = ""
     model: str = "scripted"
-    script: list[dict[str, Any]] = Field(default_factory=list)
+    script: list[dict[str, Any]] = Field(default_factory=_empty_list)
     answer: str | None = None
     fail_answer: bool = False
     max_steps: int = Field(default=50, ge=1, le=10000)
@@ -506,7 +513,7 @@ class WorkflowSpec(_Strict):
     path: str
     inputs: dict[str, Any] = Field(default_factory=dict)
     nodes: dict[str, NodeSpec]
-    http_allow: list[str] = Field(default_factory=list)
+    http_allow: list[str] = Field(default_factory=_empty_list)
     notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)
     connectors: dict[str, ConnectorSpec] = Field(default_factory=dict)  # ``[connectors.NAME]`` (R-K1)
     smtp: SmtpSpec | None = None  # ``[smtp]``: where email actions are sent from (R-K2)
