@@ -61,16 +61,18 @@ def _worker_id(journal, proc) -> str:
                  f"worker pid {proc.pid} to register")
 
 
-def _start(shared, tmp_path, **order):
+def _start(shared, tmp_path, *, lease: float | None = None, **order):
     """Route the shop (the order answered as ``order`` says, else 201; a declined payment; the order's reverse
-    action), submit one run and start the scheduler-only worker S: ``(journal, server, run_id, S)``."""
+    action), submit one run and start the scheduler-only worker S (with its own ``lease``, seconds, when
+    given): ``(journal, server, run_id, S)``."""
     journal, server = shared
     server.route("POST", "/api/orders", **(order or {"status": 201, "json": {"id": 7}}))
     server.route("POST", "/api/payments", status=402, body="declined")
     server.route("DELETE", "/api/orders/7", status=204)
     [run_id] = fleet.submit(_workflow(tmp_path, server), 1)
+    env = {"WORKRUN_LEASE": str(lease)} if lease is not None else None
     return journal, server, run_id, fleet.start_worker(tmp_path / "homeS", tmp_path, "S", concurrency=1,
-                                                       executors=0)
+                                                       executors=0, env=env)
 
 
 def _ended(journal, run_id):
@@ -122,8 +124,13 @@ def test_requests_and_reverse_actions_are_sent_once_by_another_worker_and_the_se
 def test_scheduler_killed_with_its_request_queued_the_next_one_uses_what_a_worker_sent(shared, tmp_path):
     """R-R3 across workers: the scheduler dies after queueing a request no executor claimed yet; a worker's
     executor sends it, and the scheduler that takes the run over journals that result (one operation, one
-    request at the server), never a second send."""
-    journal, server, run_id, s = _start(shared, tmp_path)
+    request at the server), never a second send.
+
+    S's run claim lasts 8 s, so the new worker's executor claims the queued request well before its scheduler
+    may take the run over. (A takeover that came first would fence the still queued request, never sent, and
+    run the node again: also one request at the server, but two operations; on a busy machine a 3 s lease
+    let that happen.)"""
+    journal, server, run_id, s = _start(shared, tmp_path, lease=8)
     procs = [s]
     try:
         wait_for(lambda: journal.dispatched_calls(run_id), 60, "S to queue the first request")
