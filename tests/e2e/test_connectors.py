@@ -243,3 +243,21 @@ def test_every_bad_connector_and_smtp_table_is_reported(cli, write_workflow):
     lines = res.err.strip().splitlines()
     assert res.code == 2 and len(lines) == 3, res
     assert [ln.split(": ")[2] for ln in lines] == ["connectors.a.foo", "connectors.b.bar", "smtp.port"]
+
+
+def test_a_connector_with_an_unset_header_variable_is_one_error_not_one_per_node_that_uses_it(cli, write_workflow):
+    """R-L1: the connector's own error only; the nodes that use it are not also told the connector is unknown."""
+    res = cli("check", write_workflow("unset", '[connectors.shop]\nbase_url = "http://127.0.0.1:9/api"\n'
+                                      'headers = { Authorization = "Bearer {{ env.WORKRUN_TEST_UNSET_TOKEN }}" }\n'
+                                      '[nodes.a]\nkind = "http"\nconnector = "shop"\nmethod = "GET"\nurl = "/a"\n'
+                                      '[nodes.b]\nkind = "http"\nconnector = "shop"\nmethod = "GET"\nurl = "/b"\n'
+                                      'needs = ["a"]\n'))
+    lines = res.err.strip().splitlines()
+    assert res.code == 2 and len(lines) == 1, res
+    assert "connectors.shop.headers.Authorization: environment variable WORKRUN_TEST_UNSET_TOKEN is not set" \
+        in lines[0]
+    bad_url = cli("check", write_workflow("badurl", '[connectors.shop]\nbase_url = "http://127.0.0.1:9/a?q=1"\n'
+                                          '[nodes.a]\nkind = "http"\nconnector = "shop"\nmethod = "GET"\n'
+                                          'url = "/a"\n'))
+    assert bad_url.code == 2 and len(bad_url.err.strip().splitlines()) == 1, bad_url
+    assert ": connectors.shop.base_url: " in bad_url.err and "unknown connector" not in bad_url.err

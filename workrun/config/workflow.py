@@ -532,8 +532,10 @@ def _emails_without_smtp(nodes: Mapping[str, NodeSpec], notify: HttpAction | Non
 
 def _parse_connectors(value: Any, file: str, errors: list[ConfigError]) -> dict[str, ConnectorSpec]:
     """``[connectors.NAME]`` (R-K1): a literal ``base_url``, ``headers`` (``{{ env.NAME }}`` allowed and set now),
-    ``timeout``, ``rate_limit`` and ``circuit_breaker``. Each connector's first error is added to ``errors``
-    (a connector with an error is left out).
+    ``timeout``, ``rate_limit`` and ``circuit_breaker``. Each connector's first error is added to ``errors``. A
+    connector whose table has the right keys and types stays declared even when its ``base_url`` or a header
+    is wrong (an unset ``{{ env.NAME }}``): what uses it is then not also reported as using an unknown
+    connector (the load fails on the connector's own error all the same, R-L1).
     """
     if value is None:
         return {}
@@ -544,8 +546,7 @@ def _parse_connectors(value: Any, file: str, errors: list[ConfigError]) -> dict[
     for name, table in value.items():
         try:
             out[name] = _parse_connector(name, table, file, out)
-        except ConfigError as exc:
-            out.pop(name, None)
+        except ConfigError as exc:  # a connector that validated is in ``out`` already: it stays declared
             errors.append(exc)
     return out
 
