@@ -86,6 +86,9 @@ def test_token_cookie_and_host(ui_server, isolated_env: Path) -> None:
     with httpx.Client(base_url=server.base, timeout=60) as anon:
         assert anon.get("/").status_code == 401
         assert anon.get("/api/runs").status_code == 401
+        assert anon.get("/api/runs").json() == {  # the API refuses in JSON, as every other API error
+            "error": "unauthorized: open the URL that `workrun ui` printed (with its token)"}
+        assert anon.get("/").headers["content-type"].startswith("text/plain")
         assert anon.get("/?token=wrong").status_code == 401
         assert anon.get("/?token=%C3%A9%00").status_code == 401  # any text is compared safely, never a 500
         odd_cookie = f"workrun_session_{server.port}=\u00e9".encode("latin-1")

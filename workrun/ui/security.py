@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -85,11 +86,12 @@ class Guard:
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if headers.get("host", "") not in self.hosts:
-            await _plain(send_with_headers, 403, "forbidden: the Host header must be 127.0.0.1:PORT or localhost:PORT")
+            await _plain(send_with_headers, scope, 403,
+                         "forbidden: the Host header must be 127.0.0.1:PORT or localhost:PORT")
             return
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
-            await _plain(send_with_headers, 405, "method not allowed")
+            await _plain(send_with_headers, scope, 405, "method not allowed")
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = (query.get("token") or [""])[-1]
@@ -100,7 +102,7 @@ class Guard:
         has_token = bool(given) and _same(given, self.token)
         path = scope.get("path", "/")
         if not (has_session or has_bearer or has_token):
-            await _plain(send_with_headers, 401,
+            await _plain(send_with_headers, scope, 401,
                          "unauthorized: open the URL that `workrun ui` printed (with its token)")
             return
         if has_token and method in ("GET", "HEAD") and not path.startswith("/api/"):
@@ -113,11 +115,12 @@ class Guard:
             return
         if method == "POST":
             if self.read_only:
-                await _plain(send_with_headers, 403, "forbidden: this dashboard is read-only (workrun ui --read-only)")
+                await _plain(send_with_headers, scope, 403,
+                             "forbidden: this dashboard is read-only (workrun ui --read-only)")
                 return
             api_client = has_bearer and "origin" not in headers  # a program holding the token, not a browser (R-D7)
             if not api_client and headers.get("origin", "") not in self.origins:
-                await _plain(send_with_headers, 403, "forbidden: state changes need a same-origin Origin header")
+                await _plain(send_with_headers, scope, 403, "forbidden: state changes need a same-origin Origin header")
                 return
             body = b""
             more = True
@@ -126,13 +129,13 @@ class Guard:
                 body += message.get("body", b"")
                 more = message.get("more_body", False)
                 if len(body) > MAX_FORM_BYTES:
-                    await _plain(send_with_headers, 413, "request body too large")
+                    await _plain(send_with_headers, scope, 413, "request body too large")
                     return
             form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True) \
                 if headers.get("content-type", "").startswith("application/x-www-form-urlencoded") else {}
             sent = headers.get("x-workrun-csrf") or headers.get("x-csrf-token") or (form.get("csrf") or [""])[-1]
             if not (sent and _same(sent, self.csrf)):
-                await _plain(send_with_headers, 403, "forbidden: missing or wrong CSRF token")
+                await _plain(send_with_headers, scope, 403, "forbidden: missing or wrong CSRF token")
                 return
             replayed = False
 
@@ -165,9 +168,13 @@ def _cookies(header: str, name: str) -> list[str]:
     return out
 
 
-async def _plain(send: Send, status: int, text: str) -> None:
-    body = (text + "\n").encode()
+async def _plain(send: Send, scope: Scope, status: int, text: str) -> None:
+    """Refuse a request: ``text`` as one plain line, or ``{"error": text}`` under ``/api/`` (as every other
+    error of the API)."""
+    if str(scope.get("path", "")).startswith("/api/"):
+        body, kind = json.dumps({"error": text}).encode(), b"application/json"
+    else:
+        body, kind = (text + "\n").encode(), b"text/plain; charset=utf-8"
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
