@@ -174,7 +174,7 @@ def _pydantic_plugin(tmp_path: Path) -> tuple[dict[str, str], Path]:
 def test_the_workrun_command_loads_no_pydantic_plugin_and_no_package_metadata(tmp_path):
     env, marker = _pydantic_plugin(tmp_path)
     tutorial = Path(__file__).parents[1] / "demo_apps" / "workflows" / "tutorial.toml"
-    probe = ("import sys\nfrom workrun.cli.entry import run, _no_pydantic_plugins\n_no_pydantic_plugins()\n"
+    probe = ("import sys\nfrom workrun.cli.entry import run, no_pydantic_plugins\nno_pydantic_plugins()\n"
              f"code = run(['check', {str(tutorial)!r}], ahead=False)\n"
              "print(code, 'importlib.metadata' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
@@ -192,3 +192,43 @@ def test_workrun_imported_as_a_library_leaves_pydantic_plugins_loaded(tmp_path):
     probe = "from workrun.core.models import AppSpec\nAppSpec.model_validate({'name': 'a', 'entry': 'main.py'})\n"
     subprocess.run([sys.executable, "-c", probe], env=env, check=True)
     assert marker.read_text() == "loaded"  # the plugin is real: only the workrun command leaves it out
+
+
+def test_a_dashboard_action_loads_no_pydantic_plugin_either(tmp_path):
+    """The dashboard runs each action as ``python -m workrun.cli.detached``: a workrun command like any other."""
+    env, marker = _pydantic_plugin(tmp_path)
+    tutorial = Path(__file__).parents[1] / "demo_apps" / "workflows" / "tutorial.toml"
+    result = tmp_path / "result.json"
+    subprocess.run([sys.executable, "-m", "workrun.cli.detached", str(result), "--", "check", str(tutorial)],
+                   env=env, capture_output=True, check=True)
+    assert json.loads(result.read_text())["code"] == 0
+    assert not marker.exists()
+
+
+def test_the_early_fork_server_is_the_one_of_the_project_the_loader_will_use(tmp_path):
+    """A symlinked workflow file: ``project`` is relative to the folder of the file it points to (as the loader
+    resolves it), never to the symlink's folder, whose same-named project would start ahead for nothing."""
+    from workrun.cli.entry import _first_project
+
+    real, links = tmp_path / "real", tmp_path / "links"
+    (real / "app").mkdir(parents=True)
+    (links / "app").mkdir(parents=True)  # a different project at the symlink's side
+    (real / "wf.toml").write_text('[nodes.a]\nproject = "app"\napp = "x"\n')
+    (links / "wf.toml").symlink_to(real / "wf.toml")
+    assert Path(_first_project(str(links / "wf.toml")) or "").resolve() == (real / "app").resolve()
+
+
+def test_a_fork_server_that_never_says_it_is_ready_is_ended_not_left_behind(tmp_path, monkeypatch):
+    from workrun.runner import forkserver
+
+    sdk = tmp_path / "sdk"
+    (sdk / "workrun_sdk").mkdir(parents=True)
+    pid_file = tmp_path / "pid"
+    (sdk / "workrun_sdk" / "_forkserver.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    monkeypatch.setattr(forkserver, "_READY_TIMEOUT", 1.0)
+    with pytest.raises(forkserver.ForkServerError):
+        forkserver._Server(sys.executable, sdk, dict(os.environ), tmp_path, None)
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped: no such process any more
+        os.kill(pid, 0)

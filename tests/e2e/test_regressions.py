@@ -384,3 +384,37 @@ def test_an_empty_data_directory_nobody_may_write_is_exit_2_naming_it(tmp_path, 
         assert list(home.iterdir()) == []
     finally:
         subprocess.run([chattr, "-i", str(home)], check=True)
+
+
+# --- found by the hostile review of issue 33's third pass ---------------------------------------------------------
+
+
+def test_a_project_path_no_system_call_takes_is_one_error_line_not_an_internal_error(cli, write_workflow, tmp_path):
+    """A NUL in ``project`` and a symlink loop: exit 2 naming the field (SPEC §10), not ``internal error``."""
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    nul = cli("check", write_workflow("nul", '[nodes.a]\nproject = "a\\u0000b"\napp = "x"\n'))
+    assert nul.code == 2 and "nodes.a.project: not a usable path" in nul.err and "internal" not in nul.err, nul
+    loop = cli("check", write_workflow("loop", f'[nodes.a]\nproject = "{tmp_path / "loop1"}"\napp = "x"\n'
+                                               f'[nodes.b]\nkind = "agent"\ntools = [{{ project = '
+                                               f'"{tmp_path / "loop2"}", app = "t" }}]\n'))
+    assert loop.code == 2 and "internal" not in loop.err, loop
+    assert [ln.split(": ")[2] for ln in loop.err.strip().splitlines()] == ["nodes.a.project",
+                                                                          "nodes.b.tools[0].project"], loop
+
+
+def test_ctrl_c_that_code_below_wraps_in_its_own_error_is_still_interrupted_exit_130():
+    """pydantic catches a KeyboardInterrupt while it builds a model and raises an error of its own: the command
+    reports what the person did (``interrupted``, 130), not an internal error (exit 1)."""
+    probe = ("import os, signal, sys\nfrom workrun.cli import entry\nentry._note_interrupts()\n"
+             "try:\n    try:\n        os.kill(os.getpid(), signal.SIGINT)\n        signal.pause()\n"
+             "    except KeyboardInterrupt as exc:\n        raise RuntimeError('Error calling __set_name__') from exc\n"
+             "except RuntimeError as exc:\n    code = entry._failed(exc, False)\nprint(code)\n"
+             "print(entry._failed(RuntimeError('no interrupt here'), False) if not entry._INTERRUPTED else 'noted')\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["130", "noted"], out
+    assert out.stderr.strip() == "error: interrupted", out
+    plain = subprocess.run([sys.executable, "-c", "from workrun.cli import entry\n"
+                            "print(entry._failed(RuntimeError('boom'), False))\n"],
+                           capture_output=True, text=True, timeout=60)
+    assert plain.stdout.strip() == "1" and "internal error: RuntimeError: boom" in plain.stderr, plain

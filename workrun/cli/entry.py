@@ -19,7 +19,7 @@ import sys
 import types
 from pathlib import Path
 
-__all__ = ["main", "run"]
+__all__ = ["main", "no_pydantic_plugins", "run"]
 
 _GC_THRESHOLD = 10_000  # allocations between young collections (Python's default: 700)
 
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (this process's stdout from now on)
     # start-up allocates a lot and frees little: collect young objects less often (issue 14)
     gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
-    _no_pydantic_plugins()
+    no_pydantic_plugins()
+    _note_interrupts()
     if "--version" in args and set(args) <= _FAST_VERSION:
         from workrun import __version__
 
@@ -53,10 +54,29 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(run(args))
 
 
+_INTERRUPTED: list[int] = []  # the SIGINTs this process got while no command had its own handler
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _note_interrupts() -> None:
+    """Ctrl-C (SIGINT) still raises ``KeyboardInterrupt``, and is noted as data: code that catches the
+    interrupt and raises its own error instead (pydantic does, while it builds a model) must not turn a
+    person's Ctrl-C into an ``internal error`` (exit 1): :func:`_failed` reports it as ``interrupted``, 130.
+    A command that stops work on SIGINT (``run``, ``resume``...) installs its own handler meanwhile."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
 _PLUGIN_LOADER = "pydantic.plugin._loader"
 
 
-def _no_pydantic_plugins() -> None:
+def no_pydantic_plugins() -> None:
     """In the ``workrun`` process (not when Workrun is imported as a library), load no pydantic plugin.
 
     A pydantic plugin (an entry point of group ``pydantic`` of any distribution installed beside Workrun) is
@@ -128,7 +148,8 @@ def _failed(exc: BaseException, debug: bool) -> int:
     if isinstance(exc, typer.Abort):  # typer >= 0.20 vendors click without an Abort in typer._click.exceptions
         print_error("aborted")
         return 130
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, KeyboardInterrupt) or (_INTERRUPTED and isinstance(exc, Exception)
+                                              and not isinstance(exc, WorkrunError)):
         print_error("interrupted")
         return 130
     if isinstance(exc, BrokenPipeError) and _stdout_gone():  # the reader went away (``| head``): nothing to say
@@ -180,8 +201,9 @@ def _stdout_gone() -> bool:
 
 
 def _first_project(workflow: str) -> str | None:
-    """The ``project`` of the workflow file's first process node, resolved against the file's folder, or None
-    (not a readable workflow: the command itself reports why)."""
+    """The ``project`` of the workflow file's first process node, resolved against the file's folder (that of
+    the file a symlink points to, as the loader does), or None (not a readable workflow: the command itself
+    reports why)."""
     import tomllib
 
     try:
@@ -192,7 +214,7 @@ def _first_project(workflow: str) -> str | None:
     for node in (nodes or {}).values() if isinstance(nodes, dict) else ():
         if isinstance(node, dict) and node.get("kind", "process") == "process" \
                 and isinstance(node.get("project"), str):
-            return os.path.join(os.path.dirname(os.path.abspath(workflow)), node["project"])
+            return os.path.join(os.path.dirname(os.path.realpath(workflow)), node["project"])
     return None
 
 

@@ -311,12 +311,12 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExe
         raise ConfigError("must be a table", file=file, field=prefix)
     table = dict(table)
     if "project" in table and isinstance(table["project"], str):
-        table["project"] = str((base / table["project"]).resolve())
+        table["project"] = _resolved(base, table["project"], file, f"{prefix}.project")
     if isinstance(table.get("tools"), list):
         table["tools"] = [
-            {**t, "project": str((base / t["project"]).resolve())}
+            {**t, "project": _resolved(base, t["project"], file, f"{prefix}.tools[{i}].project")}
             if isinstance(t, dict) and isinstance(t.get("project"), str) else t
-            for t in table["tools"]
+            for i, t in enumerate(table["tools"])
         ]
     kind = table.get("kind", "process")
     if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
@@ -332,6 +332,18 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExe
     actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
     actions += [node.on_failure.action] if node.on_failure.action is not None else []
     return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)]
+
+
+def _resolved(base: Path, written: str, file: str, field: str) -> str:
+    """``written`` (a ``project`` path) made absolute against the workflow's folder, symlinks resolved.
+
+    Raises:
+        ConfigError: a path no system call takes (a NUL character) or a symlink loop, naming the field.
+    """
+    try:
+        return str((base / written).resolve())
+    except (OSError, ValueError, RuntimeError) as exc:  # ValueError: NUL; RuntimeError: a symlink loop
+        raise ConfigError(f"not a usable path: {exc}", file=file, field=field) from None
 
 
 def _check_node_refs(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: set[str],

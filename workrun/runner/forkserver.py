@@ -221,7 +221,13 @@ class _Server:
         self._rep = rep_r
         self._buffer = b""
         self.lock = threading.Lock()
-        self.ready: dict[str, Any] = self._read(_READY_TIMEOUT) if wait else {}
+        self.ready: dict[str, Any] = {}
+        if wait:
+            try:
+                self.ready = self._read(_READY_TIMEOUT)
+            except BaseException:  # never up (or interrupted): no server may outlive the wait, nor its descriptors
+                self.close(wait=0.5)
+                raise
 
     def wait_ready(self) -> bool:
         """For a server made with ``wait=False``: read its first line now (at most ``_READY_TIMEOUT`` s) into
