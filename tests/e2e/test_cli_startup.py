@@ -3,8 +3,10 @@ print exactly what the typer path prints (same bytes, same exit code). Timings l
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -266,3 +268,22 @@ def test_check_imports_no_typer_or_rich_and_answers_as_typer_does(workrun, write
     for path, options in ((wf, []), (wf, ["--json"]), (bad, []), (bad, ["--json"]), (tmp_path / "none.toml", [])):
         fast, slow = workrun("check", path, *options), workrun("check", *options, "--", path)
         assert (fast.code, fast.out, fast.err) == (slow.code, slow.out, slow.err), (path, options, fast, slow)
+
+
+def test_check_loads_no_call_path(isolated_env):
+    """SPEC §24 (``check`` is quick): checking process nodes loads their checker, not the call path (effects,
+    the runner's processes and fork servers, the journal), which the executor ``run`` uses loads."""
+    tutorial = Path(__file__).parents[2] / "demo_apps" / "workflows" / "tutorial.toml"
+    probe = ("import json, sys\nfrom workrun.cli.entry import run\n"
+             f"code = run(['check', {str(tutorial)!r}], ahead=False)\n"
+             "print(json.dumps([code, sorted(m for m in sys.modules if m.startswith('workrun'))]))\n"
+             "from workrun.nodes import default_executors\ndefault_executors()['process']\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('workrun'))))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    code, checked = json.loads(lines[-2])
+    assert code == 0 and "workrun.nodes.process_check" in checked, proc
+    call_path = {"workrun.effects", "workrun.effects.operations", "workrun.nodes.process", "workrun.runner.process",
+                 "workrun.runner.forkserver", "workrun.journal"}
+    assert not set(checked) & call_path, set(checked) & call_path
+    assert call_path - {"workrun.journal"} <= set(json.loads(lines[-1]))  # the executor does load it

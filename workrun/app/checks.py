@@ -24,9 +24,9 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
         ConfigError: every error found (exit 2; :class:`~workrun.core.errors.ConfigErrors` when several).
     """
     from workrun.config.workflow import compensable, load_workflow
-    from workrun.nodes import default_executors
+    from workrun.nodes import default_checkers
 
-    spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_executors())
+    spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_checkers())
     count = sum(1 for node in spec.nodes.values() if compensable(node))
     return Finished({"ok": True, "nodes": len(spec.nodes), "compensable": count}, 0,
                     f"ok: {len(spec.nodes)} nodes, {count} compensable")

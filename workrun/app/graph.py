@@ -46,13 +46,13 @@ def graph(target: str | Path, *, fmt: str = "mermaid", home: Path | str | None =
     """
     from workrun.config.workflow import load_workflow
     from workrun.core.models import WorkflowSpec
-    from workrun.nodes import default_executors
+    from workrun.nodes import default_checkers
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})", field="--format")
     path = Path(target)
     if path.is_file() or path.suffix == ".toml":
-        spec, _ = load_workflow(path, {}, default_executors(), known_inputs_only=False)
+        spec, _ = load_workflow(path, {}, default_checkers(), known_inputs_only=False)
         model = _model(spec)
     else:
         with reading(home=home) as svc:

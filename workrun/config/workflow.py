@@ -32,7 +32,7 @@ from workrun.core.models import (
     WorkflowSpec,
 )
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
-from workrun.nodes.base import NodeExecutor, Where
+from workrun.nodes.base import NodeChecker, Where
 from workrun.outbound.http import (
     allow_from_env,
     check_action,
@@ -164,14 +164,14 @@ def _check_input_names(defaults: dict[str, Any], overrides: dict[str, str],
 
 
 def load_workflow(path: Path, overrides: dict[str, str] | None,
-                  executors: Mapping[str, NodeExecutor], *,
+                  executors: Mapping[str, NodeChecker], *,
                   known_inputs_only: bool = True) -> tuple[WorkflowSpec, dict[str, Any]]:
     """Load, validate and resolve a workflow file (R-W1; SPEC §9, §10, §17).
 
     Args:
         path: the workflow TOML file; ``project`` paths are relative to it.
         overrides: ``--input`` values, overriding ``[inputs]`` defaults.
-        executors: ``{kind: executor}``; each node is checked by its kind's executor.
+        executors: ``{kind: executor}`` or ``{kind: checker}``; each node is checked by its kind's.
         known_inputs_only: refuse an override whose name is neither under ``[inputs]`` nor used by a
             ``{{ inputs.NAME }}`` template (SPEC §17); ``rerun`` passes False (its inputs are recorded).
 
@@ -293,7 +293,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     return spec, inputs
 
 
-def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeExecutor], inputs: dict[str, Any],
+def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChecker], inputs: dict[str, Any],
                file: str, connectors: dict[str, ConnectorSpec]
                ) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]]]:
     """One ``[nodes.KEY]`` table, validated and checked by its kind's executor.

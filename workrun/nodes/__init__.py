@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
+from typing import Any
 
-from workrun.nodes.base import NodeExecutor, NodeJob, Where
+from workrun.nodes.base import NodeChecker, NodeExecutor, NodeJob, Where
 
-__all__ = ["NodeExecutor", "NodeJob", "Where", "default_executors"]
+__all__ = ["NodeChecker", "NodeExecutor", "NodeJob", "Where", "default_checkers", "default_executors"]
 
 # kind -> (module, executor class), in the order kinds are listed to the user; the classes are imported from
 # their modules (``workrun.nodes.process.ProcessExecutor``...)
@@ -25,16 +26,23 @@ _KINDS = {
 }
 
 
-class _Registry(Mapping[str, NodeExecutor]):
-    """``{kind: executor}`` whose executors are created (their modules imported) on first use."""
+# kind -> (module, checker class) where a kind's load-time check loads less than its executor (``workrun check``)
+_CHECKERS = {
+    "process": ("workrun.nodes.process_check", "ProcessChecker"),
+}
 
-    def __init__(self) -> None:
-        self._made: dict[str, NodeExecutor] = {}
 
-    def __getitem__(self, kind: str) -> NodeExecutor:
+class _Registry(Mapping[str, Any]):
+    """``{kind: executor}`` (or checker) whose objects are created (their modules imported) on first use."""
+
+    def __init__(self, where: Mapping[str, tuple[str, str]]) -> None:
+        self._where = where
+        self._made: dict[str, Any] = {}
+
+    def __getitem__(self, kind: str) -> Any:
         made = self._made.get(kind)
         if made is None:
-            module, cls = _KINDS[kind]
+            module, cls = self._where[kind]
             made = self._made[kind] = getattr(importlib.import_module(module), cls)()
         return made
 
@@ -50,4 +58,10 @@ class _Registry(Mapping[str, NodeExecutor]):
 
 def default_executors() -> Mapping[str, NodeExecutor]:
     """``{kind: executor}`` of every built-in node kind (each created when first asked for)."""
-    return _Registry()
+    return _Registry(_KINDS)
+
+
+def default_checkers() -> Mapping[str, NodeChecker]:
+    """``{kind: checker}`` of every built-in node kind, for loading a workflow that is not run (``workrun check``,
+    ``graph``): a kind's own checker where it has one that loads less than its executor, else its executor."""
+    return _Registry({**_KINDS, **_CHECKERS})

@@ -20,7 +20,7 @@ from workrun.core.outcomes import NodeOutcome
 if TYPE_CHECKING:  # a name in annotations only: checking a workflow needs no runner or journal (SPEC §24)
     from workrun.runner.context import Context
 
-__all__ = ["NodeExecutor", "NodeJob", "Where"]
+__all__ = ["NodeChecker", "NodeExecutor", "NodeJob", "Where"]
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,9 @@ class NodeJob:
         self.svc.say(self.run_id, self.node.key, level, text)
 
 
-class NodeExecutor(Protocol):
-    """Runs one kind of node. Knows nothing of the engine, and never writes its node's start: the engine
-    does, and the journal holds it for the node's first write (:meth:`~workrun.journal.base.RunRecords.start_node`)."""
+class NodeChecker(Protocol):
+    """Checks one kind of node when a workflow is loaded: all that ``workrun check`` needs of a kind, so a
+    kind may give a checker that loads less than its executor (SPEC §24: ``check`` is quick)."""
 
     kind: ClassVar[str]
 
@@ -80,6 +80,12 @@ class NodeExecutor(Protocol):
         Raises:
             ConfigError: naming ``where.file`` and the field.
         """
+
+
+class NodeExecutor(NodeChecker, Protocol):
+    """Checks and runs one kind of node. Knows nothing of the engine, and never writes its node's start: the
+    engine does, and the journal holds it for the node's first write
+    (:meth:`~workrun.journal.base.RunRecords.start_node`)."""
 
     def run(self, job: NodeJob) -> NodeOutcome:
         """Run the node to its end, in a worker thread; resume after a runner restart from the journal.

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from workrun.core.backoff import backoff_delay
 from workrun.core.errors import ConfigError
-from workrun.core.models import NodeSpec, OutputField, ProcessNode
+from workrun.core.models import ProcessNode
 from workrun.core.outcomes import Failure, NodeOutcome, brief
 from workrun.core.rows import OperationRow
 from workrun.core.templates import render
 from workrun.effects.operations import call_app
-from workrun.nodes.base import NodeJob, Where
+from workrun.nodes.base import NodeJob
+from workrun.nodes.process_check import ProcessChecker
 from workrun.runner.apps import load_app
 
 if TYPE_CHECKING:
@@ -26,35 +27,14 @@ def _counts(op: OperationRow) -> bool:
     return op["failure"] is None or Failure(op["failure"]).counts
 
 
-class ProcessExecutor:
-    """Runs a process node: renders its input, calls its App, retries under ``on_failure = { retry }``.
+class ProcessExecutor(ProcessChecker):
+    """Runs a process node: renders its input, calls its App, retries under ``on_failure = { retry }``
+    (checked as :class:`~workrun.nodes.process_check.ProcessChecker` checks it).
 
     Resuming after a restart: a succeeded call is reused (never re-sent, R-R2); an
     ``unknown`` outcome fails the node unless the App is idempotent (R-R3); failed
     calls already made count against the retry budget.
     """
-
-    kind: ClassVar[str] = "process"
-
-    def check(self, node: NodeSpec, where: Where) -> dict[str, OutputField]:
-        """``project`` and ``app`` present, the project a directory, the App a process App; return its contract.
-
-        Raises:
-            ConfigError: naming the field.
-        """
-        assert isinstance(node, ProcessNode)
-        for field in ("project", "app"):
-            if not getattr(node, field):
-                raise ConfigError("is required for a process node", file=where.file, field=where.at(field))
-        project, app_name = str(node.project), str(node.app)
-        if not Path(project).is_dir():
-            raise ConfigError(f"App project directory {project} not found", file=where.file,
-                              field=where.at("project"))
-        app = load_app(Path(project), app_name, file=where.file, field=where.at("app"))
-        if app.kind != "process":
-            raise ConfigError(f"App {app_name!r} is a {app.kind} App; a process node needs a process App",
-                              file=where.file, field=where.at("app"))
-        return dict(app.output)
 
     def run(self, job: NodeJob) -> NodeOutcome:
         """Make the node's call (again, up to the retry budget); see the class doc."""
