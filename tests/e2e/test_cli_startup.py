@@ -284,6 +284,6 @@ def test_check_loads_no_call_path(isolated_env):
     code, checked = json.loads(lines[-2])
     assert code == 0 and "workrun.nodes.process_check" in checked, proc
     call_path = {"workrun.effects", "workrun.effects.operations", "workrun.nodes.process", "workrun.runner.process",
-                 "workrun.runner.forkserver", "workrun.journal"}
+                 "workrun.runner.forkserver", "workrun.runner.base", "workrun.journal"}
     assert not set(checked) & call_path, set(checked) & call_path
     assert call_path - {"workrun.journal"} <= set(json.loads(lines[-1]))  # the executor does load it

@@ -28,8 +28,8 @@ from workrun.core.models import AppSpec
 from workrun.core.outcomes import Failure
 from workrun.core.paths import real_path
 from workrun.core.rows import AttemptRow, CompensationRow, JsonObject, OperationRow
-from workrun.runner import Outcome
 from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
+from workrun.runner.base import Outcome
 from workrun.runner.context import Context, new_id
 from workrun.runner.process import alive, proc_start_time
 from workrun.runner.snapshots import materialize, take

@@ -2,10 +2,9 @@
 
 ``env.py`` (uv environments, clean environment), ``process.py`` (spawn, process
 groups, the watchdog), ``calldir.py`` (the call-directory file protocol),
-``local.py`` (:class:`~workrun.runner.local.LocalRunner`, composing them; imported from there, so that reading
-an App's config never loads processes and fork servers).
+``local.py`` (:class:`~workrun.runner.local.LocalRunner`, composing them). Each is imported from its own module
+(the contract from ``workrun.runner.base``), so that reading an App's config (``apps.py``) loads nothing else
+(SPEC §24: ``check`` is quick).
 """
 
-from workrun.runner.base import AppRunner, Collected, Outcome, Started
-
-__all__ = ["AppRunner", "Collected", "Outcome", "Started"]
+__all__: list[str] = []

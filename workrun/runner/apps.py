@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import subprocess
 import threading
 import time
 import tomllib
@@ -321,6 +319,9 @@ def _git_ignored(project: Path, rels: list[str]) -> set[str]:
     """The paths among ``rels`` (relative to ``project``, which :func:`_fingerprinted_files` found in a git work
     tree) that git ignores: untracked and matched by ``.gitignore``, ``.git/info/exclude`` or the global excludes
     file. Empty when git is missing or says it is not a work tree (then nothing is ignored)."""
+    import shutil  # here, not at the top: checking a workflow never asks git (SPEC §24: ``check`` is quick)
+    import subprocess
+
     git = shutil.which("git")
     if not git or not rels:
         return set()

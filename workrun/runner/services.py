@@ -19,7 +19,8 @@ from workrun.core import settings
 from workrun.core.paths import data_dir as default_data_dir
 from workrun.core.paths import private_umask
 from workrun.journal import Journal, open_journal
-from workrun.runner import AppRunner, calldir
+from workrun.runner import calldir
+from workrun.runner.base import AppRunner
 from workrun.runner.context import Confirm, Reporter, TicketOpener
 from workrun.runner.forkserver import launch_mode
 from workrun.runner.local import LocalRunner
