@@ -299,7 +299,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChecker], inputs: dict[str, Any],
                file: str, connectors: dict[str, ConnectorSpec]
                ) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]]]:
-    """One ``[nodes.KEY]`` table, validated and checked by its kind's executor.
+    """One ``[nodes.KEY]`` table, validated and checked by its kind's checker (or executor).
 
     Returns:
         ``(node, its output contract, the template references of its actions)``.
