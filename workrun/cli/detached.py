@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workrun.cli.entry import no_pydantic_plugins
-
 __all__ = ["main", "write_result"]
 
 
@@ -56,7 +54,6 @@ def main(argv: list[str]) -> int:
         print("usage: python -m workrun.cli.detached RESULT -- ARGS…", file=sys.stderr)
         return 2
     result_path, args = Path(argv[0]), argv[2:]
-    no_pydantic_plugins()  # a dashboard action is a workrun command like any other
     if args[0] in ("rerun", "compensate", "stop") and len(args) >= 2:
         result = _run_action(args)
     else:

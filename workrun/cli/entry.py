@@ -16,10 +16,9 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import types
 from pathlib import Path
 
-__all__ = ["main", "no_pydantic_plugins", "run"]
+__all__ = ["main", "run"]
 
 _GC_THRESHOLD = 10_000  # allocations between young collections (Python's default: 700)
 
@@ -40,7 +39,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (this process's stdout from now on)
     # start-up allocates a lot and frees little: collect young objects less often (issue 14)
     gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
-    no_pydantic_plugins()
     _note_interrupts()
     if "--version" in args and set(args) <= _FAST_VERSION:
         from workrun import __version__
@@ -64,36 +62,13 @@ def _on_interrupt(signum: int, frame: object) -> None:
 
 def _note_interrupts() -> None:
     """Ctrl-C (SIGINT) still raises ``KeyboardInterrupt``, and is noted as data: code that catches the
-    interrupt and raises its own error instead (pydantic does, while it builds a model) must not turn a
+    interrupt and raises its own error instead (a library may, in the middle of its work) must not turn a
     person's Ctrl-C into an ``internal error`` (exit 1): :func:`_failed` reports it as ``interrupted``, 130.
     A command that stops work on SIGINT (``run``, ``resume``...) installs its own handler meanwhile."""
     import signal
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_interrupt)
-
-
-_PLUGIN_LOADER = "pydantic.plugin._loader"
-
-
-def no_pydantic_plugins() -> None:
-    """In the ``workrun`` process (not when Workrun is imported as a library), load no pydantic plugin.
-
-    A pydantic plugin (an entry point of group ``pydantic`` of any distribution installed beside Workrun) is
-    handed every value pydantic validates (here: workflow files, their inputs, App configs) and may change how
-    it is validated; Workrun's answers must not depend on what else is installed. And finding plugins costs
-    each command its start (issue 33, R-P3): pydantic imports
-    ``importlib.metadata`` (the email and zipfile packages with it) and reads every installed distribution's
-    metadata at the first validation, 15–30 ms on a 2-core machine. pydantic's own switch,
-    ``PYDANTIC_DISABLE_PLUGINS``, skips the reading but not the import, and an environment variable would be
-    inherited by the Apps this process starts. So the one place pydantic asks for plugins,
-    ``pydantic.plugin._loader.get_plugins()`` (called when a validator is built), answers "none" here. A
-    pydantic that already loaded its plugin loader is left as it is."""
-    if _PLUGIN_LOADER in sys.modules:
-        return
-    loader = types.ModuleType(_PLUGIN_LOADER, "Workrun's answer to pydantic: no plugins in this process.")
-    loader.get_plugins = tuple  # type: ignore[attr-defined]  # get_plugins() -> () : no plugin
-    sys.modules[_PLUGIN_LOADER] = loader
 
 
 def _quick(args: list[str]) -> int | None:

@@ -20,7 +20,8 @@ Shapes (options in any order after the subcommand; a leading ``--debug`` is allo
     run WORKFLOW [--json] [--wait] [--eval] [--yes] [--input KEY=VALUE | -i KEY=VALUE]...
     check WORKFLOW [--json] [--input KEY=VALUE | -i KEY=VALUE]...
 
-``run`` needs pydantic (the workflow is validated) but not typer: it runs
+``run`` and ``check`` need neither typer nor pydantic (the workflow is validated by
+:mod:`workrun.core.shape`): ``run`` runs
 :func:`workrun.cli.running.run_workflow`, what the typer command calls (issue 14).
 """
 

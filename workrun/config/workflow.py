@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.models import (
     NODE_MODELS,
@@ -31,6 +29,7 @@ from workrun.core.models import (
     SmtpSpec,
     WorkflowSpec,
 )
+from workrun.core.shape import ShapeError
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeChecker, Where
 from workrun.outbound.http import (
@@ -42,7 +41,7 @@ from workrun.outbound.http import (
     whole_reference,
 )
 from workrun.outbound.mail import check_smtp
-from workrun.runner.apps import load_app, one_reading, parse_toml, pydantic_error, toml_type
+from workrun.runner.apps import load_app, one_reading, parse_toml, shape_error, toml_type
 
 __all__ = ["load_workflow", "parse_policy"]
 
@@ -60,9 +59,9 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
         return FailurePolicy.parse(value)
     except PolicyError as exc:
         raise ConfigError(exc.message, file=file, field=f"{field}.{exc.where}" if exc.where else field) from None
-    except ValidationError as exc:
+    except ShapeError as exc:
         sub = next((k for k in ("compensate", "fallback_action") if isinstance(value, dict) and k in value), "retry")
-        raise pydantic_error(exc, file, f"{field}.{sub}") from None
+        raise shape_error(exc, file, f"{field}.{sub}") from None
 
 
 def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str,
@@ -328,8 +327,8 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
     table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
     try:
         node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
-    except ValidationError as exc:
-        raise pydantic_error(exc, file, prefix) from None
+    except ShapeError as exc:
+        raise shape_error(exc, file, prefix) from None
     node = _with_connector_timeouts(node, connectors)
     contract = executors[kind].check(node, Where(file, prefix, connectors))
     actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
@@ -486,8 +485,8 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
         raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=f"notify.{kind}")
     try:
         action = HttpAction.model_validate(value["http"] if kind == "http" else {kind: value[kind]})
-    except ValidationError as exc:
-        raise pydantic_error(exc, file, f"notify.{kind}") from None
+    except ShapeError as exc:
+        raise shape_error(exc, file, f"notify.{kind}") from None
     action = _with_connector_timeouts(action, connectors or {})
     _check_action_templates(action, file, f"notify.{kind}", inputs, set(),
                             frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}),
@@ -507,8 +506,8 @@ def _parse_smtp(value: Any, file: str) -> SmtpSpec | None:
         raise ConfigError("must be a table", file=file, field="smtp")
     try:
         smtp = SmtpSpec.model_validate(value)
-    except ValidationError as exc:
-        raise pydantic_error(exc, file, "smtp") from None
+    except ShapeError as exc:
+        raise shape_error(exc, file, "smtp") from None
     check_smtp(smtp, file=file)
     return smtp
 
@@ -579,8 +578,8 @@ def _parse_connector(name: str, table: Any, file: str, out: dict[str, ConnectorS
         raise ConfigError("must be a table", file=file, field=field)
     try:
         spec = ConnectorSpec.model_validate(table)
-    except ValidationError as exc:
-        raise pydantic_error(exc, file, field) from None
+    except ShapeError as exc:
+        raise shape_error(exc, file, field) from None
     out[name] = spec
     connector_of(out, name, file=file, field=field)  # a literal http(s) base_url, no query
     headers = HttpRequestSpec(method="GET", url="http://127.0.0.1/", headers=spec.headers)

@@ -1,4 +1,4 @@
-"""Pydantic models of what users write: App configs (``[tool.workrun.apps.NAME]``) and workflows.
+"""Models of what users write: App configs (``[tool.workrun.apps.NAME]``) and workflows.
 
 Journal rows are typed dicts (:mod:`workrun.core.rows`); these models describe
 *input* that must be validated before anything runs (R-I2).
@@ -7,18 +7,9 @@ Journal rows are typed dicts (:mod:`workrun.core.rows`); these models describe
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    field_serializer,
-    field_validator,
-    model_validator,
-)
+from workrun.core.shape import Field, Shape
 
 __all__ = [
     "NODE_MODELS",
@@ -43,22 +34,13 @@ __all__ = [
 FieldType = Literal["string", "integer", "number", "boolean", "object", "array"]
 
 
-def _empty_list() -> list[Any]:
-    """A new empty list: the default of list fields. A Python function, not ``list``: pydantic reads the
-    signature of every default factory when it builds a schema, and a builtin's costs ~2 ms the first time
-    (its text signature is parsed), on every command's start (issue 33)."""
-    return []
-
-
-class _Strict(BaseModel):
+class _Strict(Shape):
     """Base of every config model: unknown keys refused, values typed as TOML types them (SPEC §17).
 
-    ``strict``: a string where a number or boolean belongs is an error, never converted; an integer
-    is a fine number; a boolean is never a number. ``defer_build``: a model's validator is built when it is
-    first used, not at import, so a command pays only for the models it validates (``check``: SPEC §24).
+    Strict: a string where a number or boolean belongs is an error, never converted; an integer
+    is a fine number; a boolean is never a number (:mod:`workrun.core.shape`). A model's checks are built
+    when it is first validated, not at import, so a command pays only for the models it validates (SPEC §24).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class OutputField(_Strict):
@@ -108,8 +90,6 @@ class SmtpSpec(_Strict):
     ``tls`` unless the host is a loopback address; ``timeout`` is seconds for the whole exchange.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True, defer_build=True)
-
     host: str = Field(min_length=1)
     port: int = Field(default=25, ge=1, le=65535)
     starttls: bool = False
@@ -132,7 +112,7 @@ class EmailSpec(_Strict):
     """An ``email`` action's message (R-K2): ``to`` and ``cc`` addresses, a plain-text UTF-8 ``body`` template."""
 
     to: list[str] = Field(min_length=1)
-    cc: list[str] = Field(default_factory=_empty_list)
+    cc: list[str] = Field(default_factory=list)
     body: str
 
 
@@ -184,8 +164,6 @@ class HttpRequestSpec(_Strict):
     table is sent as JSON, a string as text. ``kind``: ``sms`` when written as an ``sms`` action (R-K3).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
-
     kind: Literal["http", "sms", "email", "update_data"] = "http"
     method: HttpMethod
     url: str
@@ -195,9 +173,8 @@ class HttpRequestSpec(_Strict):
     email: EmailSpec | None = None  # ``kind = "email"``: the message, sent through the workflow's [smtp] (R-K2)
     update_data: UpdateDataSpec | None = None  # ``kind = "update_data"``: a write to the run's data (R-K4)
 
-    @model_validator(mode="before")
     @classmethod
-    def _sugar(cls, value: Any) -> Any:
+    def _before(cls, value: Any) -> Any:
         return _action_sugar(value)
 
 
@@ -226,9 +203,8 @@ class CompensationSpec(_Strict):
     http: HttpRequestSpec | None = None
     idempotent: bool = False
 
-    @model_validator(mode="before")
     @classmethod
-    def _sms(cls, value: Any) -> Any:
+    def _before(cls, value: Any) -> Any:
         """``compensation = { sms = {…} }`` is the reverse action ``http = POST /sms`` (R-K3); ``email = {…}`` an
         email reverse action (R-K2)."""
         for kind in ("sms", "email"):
@@ -241,11 +217,9 @@ class CompensationSpec(_Strict):
     backoff: float = Field(default=1.0, ge=0, le=3600)
     code: Literal["live", "snapshot"] = "live"
 
-    @model_validator(mode="after")
-    def _one_kind(self) -> CompensationSpec:
+    def _after(self) -> None:
         if (self.entry is None) == (self.http is None):
             raise ValueError("give exactly one of entry (a script) and http (a reverse action)")
-        return self
 
 
 class ToolPolicy(_Strict):
@@ -272,11 +246,9 @@ class AppSpec(_Strict):
     description: str = ""
     warm: bool = False  # R-P2: a Tool App's module is imported once in its fork server
 
-    @model_validator(mode="after")
-    def _warm_tool_only(self) -> AppSpec:
+    def _after(self) -> None:
         if self.warm and self.kind != "tool":
             raise ValueError("warm = true applies to Tool Apps only (kind = \"tool\")")
-        return self
 
 
 class RetryPolicy(_Strict):
@@ -330,7 +302,7 @@ class FailurePolicy(_Strict):
         Raises:
             PolicyError: naming the sub-field (``""``, ``"retry"``, ``"then"``, ``"compensate"`` …) and what
                 is wrong.
-            ValidationError: the retry or action table has a bad key or value.
+            ShapeError: the retry or action table has a bad key or value.
         """
         if isinstance(value, FailurePolicy):
             return value
@@ -388,28 +360,26 @@ class ToolRef(_Strict):
     app: str
 
 
+def _unique(value: list[str]) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError("lists a node twice")
+    return value
+
+
+def _policy(value: Any) -> Any:
+    return FailurePolicy.parse(value) if not isinstance(value, dict) or "kind" not in value else value
+
+
+def _written(policy: FailurePolicy) -> Any:
+    return policy.written()
+
+
 class _Node(_Strict):
     """What every node has (SPEC §9). Paths are made absolute when the workflow is loaded."""
 
     key: str
-    needs: list[str] = Field(default_factory=_empty_list)
-    on_failure: FailurePolicy = Field(default_factory=FailurePolicy)
-
-    @field_validator("needs")
-    @classmethod
-    def _unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("lists a node twice")
-        return value
-
-    @field_validator("on_failure", mode="before")
-    @classmethod
-    def _policy(cls, value: Any) -> Any:
-        return FailurePolicy.parse(value) if not isinstance(value, dict) or "kind" not in value else value
-
-    @field_serializer("on_failure")
-    def _written(self, policy: FailurePolicy) -> Any:
-        return policy.written()
+    needs: list[str] = Field(default_factory=list, after=_unique)
+    on_failure: FailurePolicy = Field(default_factory=FailurePolicy, before=_policy, dump=_written)
 
     def templated(self) -> dict[str, Any]:
         """The fields that may hold ``{{ ... }}`` templates, by name."""
@@ -434,10 +404,10 @@ class AgentNode(_Node):
 
     kind: Literal["agent"]
     input: dict[str, Any] = Field(default_factory=dict)
-    tools: list[ToolRef] = Field(default_factory=_empty_list)
+    tools: list[ToolRef] = Field(default_factory=list)
     prompt: str = ""
     model: str = "scripted"
-    script: list[dict[str, Any]] = Field(default_factory=_empty_list)
+    script: list[dict[str, Any]] = Field(default_factory=list)
     answer: str | None = None
     fail_answer: bool = False
     max_steps: int = Field(default=50, ge=1, le=10000)
@@ -471,13 +441,13 @@ class HttpNode(_Node):
 
     kind: Literal["http"]
     method: HttpMethod
-    url: str = Field(strict=True)
-    headers: dict[str, str] = Field(default_factory=dict, strict=True)
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] | str | None = None
-    timeout: float = Field(default=30.0, gt=0, le=3600, strict=True)
-    idempotent: bool = Field(default=False, strict=True)
+    timeout: float = Field(default=30.0, gt=0, le=3600)
+    idempotent: bool = False
     compensation: HttpAction | None = None
-    connector: str | None = Field(default=None, strict=True)  # R-K1: ``url`` is relative to its base_url
+    connector: str | None = None  # R-K1: ``url`` is relative to its base_url
 
     def templated(self) -> dict[str, Any]:
         """``url``, ``headers`` (without their ``{{ env.NAME }}`` secrets, R-H5) and ``body``."""
@@ -492,18 +462,8 @@ NODE_MODELS: dict[str, type[_Node]] = {"process": ProcessNode, "agent": AgentNod
                                       "http": HttpNode}
 
 
-def _node_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return str(value.get("kind", "process"))
-    return str(getattr(value, "kind", "process"))
-
-
-NodeSpec = Annotated[
-    Annotated[ProcessNode, Tag("process")] | Annotated[AgentNode, Tag("agent")]
-    | Annotated[RemoteAgentNode, Tag("remote_agent")] | Annotated[HttpNode, Tag("http")],
-    Discriminator(_node_kind),
-]
-"""One node of a workflow: a union discriminated by ``kind`` (default ``process``)."""
+NodeSpec = ProcessNode | AgentNode | RemoteAgentNode | HttpNode
+"""One node of a workflow: a union told apart by ``kind`` (default ``process``)."""
 
 
 class WorkflowSpec(_Strict):
@@ -513,7 +473,7 @@ class WorkflowSpec(_Strict):
     path: str
     inputs: dict[str, Any] = Field(default_factory=dict)
     nodes: dict[str, NodeSpec]
-    http_allow: list[str] = Field(default_factory=_empty_list)
+    http_allow: list[str] = Field(default_factory=list)
     notify: HttpAction | None = None  # ``[notify] http = {...}``: one message per ticket / dead letter (R-M8)
     connectors: dict[str, ConnectorSpec] = Field(default_factory=dict)  # ``[connectors.NAME]`` (R-K1)
     smtp: SmtpSpec | None = None  # ``[smtp]``: where email actions are sent from (R-K2)

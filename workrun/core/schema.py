@@ -1,6 +1,6 @@
 """JSON Schemas (draft 2020-12) of a workflow file and of a pyproject's ``[tool.workrun]`` table (SPEC §21, R-L4).
 
-Built from the same pydantic models the loader validates with (node kinds, App configs, actions), with the
+Built from the same models the loader validates with (node kinds, App configs, actions), with the
 written forms the loader accepts besides them (``on_failure``'s strings and tables, ``[notify] http``, a
 node's ``kind`` defaulting to ``process``). A workflow file may start with ``#:schema URL`` so that TOML
 editors (Taplo, Even Better TOML) complete and check it; ``workrun schema workflow > workflow.schema.json``

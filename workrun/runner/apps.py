@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from workrun.core.errors import ConfigError
 from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.core.models import AppSpec
 from workrun.core.paths import real_path
+from workrun.core.shape import ShapeError, toml_type
 from workrun.outbound.http import check_action
 
 __all__ = [
@@ -36,7 +35,7 @@ __all__ = [
     "load_project",
     "one_reading",
     "parse_toml",
-    "pydantic_error",
+    "shape_error",
     "toml_type",
 ]
 
@@ -54,10 +53,6 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
     "array": (list,),
 }
-
-
-_WANTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "a boolean (true or false)",
-           "string_type": "a string", "dict_type": "a table", "model_type": "a table", "list_type": "an array"}
 
 
 def parse_toml(text: str, file: str) -> dict[str, Any]:
@@ -87,50 +82,12 @@ def parse_toml(text: str, file: str) -> dict[str, Any]:
     return data
 
 
-def toml_type(value: Any) -> str:
-    """Name ``value``'s TOML type for a message: ``"a string ('60')"``, ``"a boolean"``, ``"an integer"``."""
-    if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"a string ({shown!r})"
-    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (dict, "a table"),
-                       (list, "an array")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-def _union_tag(part: Any) -> bool:
-    """True for pydantic's name of a union member in an error location (``str``, ``dict[str,any]``)."""
-    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
-
-
-def pydantic_error(exc: ValidationError, file: str, prefix: str) -> ConfigError:
-    """Turn the first pydantic error into a one-line ConfigError naming file and field.
-
-    A wrong type (strict models: SPEC §17) reads ``must be a number, not a string ('60')``.
-    """
-    errors = exc.errors()
-    err = errors[0]
-    where = tuple(err["loc"])
-    msg = err["msg"]
-    # A union (``body``: a table or a string) fails once per member, each under the member's tag
-    # (``body.dict[str,any]``, ``body.str``): name the field itself and every type it accepts.
-    members = [e for e in errors if e["type"] in _WANTED and where and tuple(e["loc"])[:-1] == where[:-1]
-               and _union_tag(e["loc"][-1]) and e.get("input") is err.get("input")]
-    if err["type"] in _WANTED and len(members) > 1:
-        where = where[:-1]
-        wanted = " or ".join(dict.fromkeys(_WANTED[e["type"]] for e in members))
-        msg = f"must be {wanted}, not {toml_type(err.get('input'))}"
-    elif err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "missing":
-        msg = "is required"
-    elif err["type"] in _WANTED:
-        msg = f"must be {_WANTED[err['type']]}, not {toml_type(err.get('input'))}"
-    elif err["type"] == "value_error" and isinstance((err.get("ctx") or {}).get("error"), ValueError):
-        msg = str(err["ctx"]["error"])  # our validator's own words, without pydantic's "Value error, "
-    loc = ".".join(str(p) for p in (prefix, *where) if p != "")
-    return ConfigError(msg, file=file, field=loc)
+def shape_error(exc: ShapeError, file: str, prefix: str) -> ConfigError:
+    """The first error of a config table that does not fit its model, as a one-line ConfigError naming the file
+    and the field under ``prefix``: ``nodes.a.timeout: must be a number, not a string ('60')`` (SPEC §17)."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+    return ConfigError(err["msg"], file=file, field=loc)
 
 
 def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
@@ -189,8 +146,8 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
             raise ConfigError("must be a table", file=file, field=prefix)
         try:
             apps[name] = AppSpec.model_validate({**table, "name": name})
-        except ValidationError as exc:
-            raise pydantic_error(exc, file, prefix) from None
+        except ShapeError as exc:
+            raise shape_error(exc, file, prefix) from None
     return file, apps
 
 
