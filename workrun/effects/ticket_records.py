@@ -14,7 +14,7 @@ a value from outside (an input, a result, an answer, an error line) that contain
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -50,7 +50,7 @@ SYSTEM_ACTOR = "workrun"  # the actor of events Workrun itself records (opening,
 
 def new_ticket_id() -> str:
     """A new ticket id: ``tkt_`` + 12 hex digits (a unique prefix is accepted by every command, R-M6)."""
-    return f"tkt_{uuid.uuid4().hex[:12]}"
+    return f"tkt_{os.urandom(6).hex()}"
 
 
 def one_line(text: str | None, limit: int = 300) -> str:

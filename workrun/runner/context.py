@@ -9,8 +9,8 @@ connection, the App runner and a call-directory janitor thread) is built at the 
 
 from __future__ import annotations
 
+import os
 import threading
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +25,7 @@ __all__ = ["Confirm", "Context", "Reporter", "TicketOpener", "new_id"]
 
 def new_id(prefix: str) -> str:
     """A new random id like ``run_3f2a9c0d1e4b`` (12 hex digits: unique prefixes stay short)."""
-    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+    return f"{prefix}_{os.urandom(6).hex()}"
 
 
 class Reporter(Protocol):

@@ -12,7 +12,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from pathlib import Path
 
 from workrun.core import settings
@@ -63,7 +62,7 @@ class _Janitor:
         for name in names:
             old = calls / name
             if name == ".trash":
-                aside = calls / f".trash-{uuid.uuid4().hex[:8]}"
+                aside = calls / f".trash-{os.urandom(4).hex()}"
                 try:
                     os.rename(old, aside)
                 except OSError:
@@ -189,7 +188,7 @@ class Services:
                 (:func:`workrun.runner.calldir.recycle`).
         """
         trash = path.parent / ".trash"
-        target = trash / f"{path.name}.{uuid.uuid4().hex[:8]}"
+        target = trash / f"{path.name}.{os.urandom(4).hex()}"
         with self._janitor_lock:
             if self._janitor is None:
                 self._janitor = _Janitor()
