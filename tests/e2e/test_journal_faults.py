@@ -3,6 +3,7 @@ a damaged journal is refused without writes; a newer schema is refused naming bo
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -133,12 +134,16 @@ def test_the_check_started_ahead_is_the_one_the_open_uses(tmp_path, monkeypatch)
         checked.append("ahead" if str(p.resolve()) in backend._AHEAD else "here")
         return real(p, db)
 
+    closed = path.with_name(path.name + ".closed")  # a clean close vouches for the file: forget it, so it is checked
     monkeypatch.setattr(backend, "_checked", spy)
+    closed.unlink()
     backend.check_ahead(path)
     backend.SqliteJournal(path).close()
+    closed.unlink()
     backend.SqliteJournal(path).close()
     assert checked == ["ahead", "here"] and backend._AHEAD == {}
     monkeypatch.setattr(backend, "_checked", real)
+    closed.unlink()
     backend.check_ahead(path)  # a result of "not ok" from ahead refuses the open, as a check on open would
     with backend._AHEAD_LOCK:
         thread, box = backend._AHEAD[str(path.resolve())]
@@ -146,3 +151,51 @@ def test_the_check_started_ahead_is_the_one_the_open_uses(tmp_path, monkeypatch)
     box[:] = [["row 7 missing from index x"]]
     with pytest.raises(JournalError, match="integrity check failed: row 7 missing"):
         backend.SqliteJournal(path)
+
+
+def test_a_journal_as_workrun_closed_it_is_not_read_again_and_any_change_is(tmp_path, monkeypatch):
+    """The page-by-page check is skipped only for a file exactly as Workrun's last (checked, writing) close left
+    it: same inode, size, mtime and ctime, no write-ahead log. A write (even with its mtime put back), a left
+    write-ahead log or a bad record means every page is read again, and damage is refused."""
+    from workrun.core.errors import JournalError
+    from workrun.journal import sqlite as backend
+
+    path = tmp_path / "journal.sqlite3"
+    backend.SqliteJournal(path).close()
+    assert backend.unchanged_since_close(path)
+    backend.check_ahead(path)
+    assert backend._AHEAD == {}  # nothing to check ahead
+    pragmas: list[str] = []
+    real_connect = backend.sqlite3.connect
+
+    def traced(*args, **kwargs):
+        db = real_connect(*args, **kwargs)
+        db.set_trace_callback(pragmas.append)
+        return db
+
+    monkeypatch.setattr(backend.sqlite3, "connect", traced)
+    backend.SqliteJournal(path).close()
+    assert not [p for p in pragmas if "quick_check" in p]
+    # a write with the mtime put back: the ctime still tells
+    st = path.stat()
+    db = sqlite3.connect(path)
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    db.close()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page_size:root * page_size] = b"\x13" * page_size
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and not backend.unchanged_since_close(path)
+    with pytest.raises(JournalError, match="integrity check failed|malformed"):
+        backend.SqliteJournal(path)
+    assert [p for p in pragmas if "quick_check" in p]
+    # a write-ahead log left beside the file, or a record that is not a stat, vouches for nothing
+    other = tmp_path / "other.sqlite3"
+    backend.SqliteJournal(other).close()
+    wal = other.with_name(other.name + "-wal")
+    wal.write_bytes(b"")
+    assert not backend.unchanged_since_close(other)
+    wal.unlink()
+    other.with_name(other.name + ".closed").write_text("not json")
+    assert not backend.unchanged_since_close(other)
