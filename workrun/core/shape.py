@@ -19,7 +19,7 @@ an integer is a fine number (kept as a float); a boolean is never a number.
 
 from __future__ import annotations
 
-import inspect
+import datetime
 import types
 import typing
 from collections.abc import Callable
@@ -59,6 +59,9 @@ class ShapeError(ValueError):
     def errors(self) -> list[dict[str, Any]]:
         """Every error, in the order of the fields (unknown keys last)."""
         return list(self._errors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._errors,))
 
 
 class _FieldInfo:
@@ -122,10 +125,13 @@ def _scalar(tp: type) -> _Check:
 
     def check(value: Any, loc: tuple[Any, ...], errors: list[dict[str, Any]]) -> Any:
         kind = type(value)
-        if kind is tp:
+        if kind is tp or (tp is str and isinstance(value, str)):
             return value
         if tp is float and kind is int:
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # beyond a float's range (~1.8e308)
+                pass
         return _err(errors, "type", loc, f"must be {wanted}, not {toml_type(value)}", value)
     return check
 
@@ -304,7 +310,6 @@ class Shape:
     """
 
     model_fields: dict[str, _FieldInfo] = {}
-    _keys: dict[str, str] = {}  # the keys a table may write (aliases and names) -> field names
     _ready = False  # True once the fields' checks are built
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -336,9 +341,6 @@ class Shape:
             copy.check = _bounded(copy, _compile(copy.annotation))
             fields[name] = copy
         cls.model_fields = fields
-        keys = {f.key(): n for n, f in fields.items()}
-        keys.update({n: n for n in fields})
-        cls._keys = keys
         cls._ready = True
 
     @classmethod
@@ -358,9 +360,11 @@ class Shape:
         start = len(errors)
         values: dict[str, Any] = {}
         given: set[str] = set()
+        used: set[str] = set()
         for name, field in cls.model_fields.items():
             key = field.key() if field.alias and field.alias in value else name
             if key in value:
+                used.add(key)
                 raw = value[key]
                 values[name] = raw if field.check is None else field.check(raw, (*loc, key), errors)
                 given.add(name)
@@ -368,9 +372,8 @@ class Shape:
                 _err(errors, "missing", (*loc, field.key()), "is required", value)
             else:
                 values[name] = field.make_default()
-        keys = cls._keys
-        for key in value:
-            if key not in keys:
+        for key in value:  # a field written under its alias and its name too: the name is the unknown key
+            if key not in used:
                 _err(errors, "extra_forbidden", (*loc, key), "unknown key", value[key])
         if len(errors) > start:
             return _BAD
@@ -433,14 +436,16 @@ class Shape:
 
     def model_dump(self, *, mode: str = "python", include: set[str] | None = None,
                    by_alias: bool = False) -> dict[str, Any]:
-        """The fields as plain data (nested models as dicts; dicts and lists copied); ``mode`` is accepted for
-        pydantic's callers: every value is JSON's already. ``by_alias`` writes a field under its alias."""
+        """The fields as plain data (nested models as dicts; dicts and lists copied). ``mode="json"``: TOML's
+        dates and times (in free-form tables such as a node's ``input``) as ISO 8601 strings, ``Z`` for UTC, as
+        pydantic wrote them. ``by_alias`` writes a field under its alias."""
         out: dict[str, Any] = {}
         for name, field in type(self).model_fields.items():
             if include is not None and name not in include:
                 continue
             value = self.__dict__[name]
-            out[field.key() if by_alias else name] = field.dump(value) if field.dump else _dumped(value, by_alias)
+            out[field.key() if by_alias else name] = field.dump(value) if field.dump else \
+                _dumped(value, by_alias, mode == "json")
         return out
 
     @classmethod
@@ -450,7 +455,7 @@ class Shape:
         schema = _model_schema(cls, defs)
         if defs:
             schema["$defs"] = defs
-        return schema
+        return _sorted(schema)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise TypeError(f"{type(self).__name__} is frozen: use model_copy(update=...)")
@@ -472,13 +477,16 @@ class Shape:
         return f"{type(self).__name__}({parts})"
 
 
-def _dumped(value: Any, by_alias: bool) -> Any:
+def _dumped(value: Any, by_alias: bool, json: bool) -> Any:
     if isinstance(value, Shape):
-        return value.model_dump(by_alias=by_alias)
+        return value.model_dump(by_alias=by_alias, mode="json" if json else "python")
     if isinstance(value, dict):
-        return {k: _dumped(v, by_alias) for k, v in value.items()}
+        return {k: _dumped(v, by_alias, json) for k, v in value.items()}
     if isinstance(value, list):
-        return [_dumped(v, by_alias) for v in value]
+        return [_dumped(v, by_alias, json) for v in value]
+    if json and isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
+        utc = isinstance(value, datetime.datetime) and value.utcoffset() == datetime.timedelta(0)
+        return value.isoformat()[:-6] + "Z" if utc else value.isoformat()  # "+00:00" written "Z"
     return value
 
 
@@ -504,6 +512,17 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin in (Union, types.UnionType):
         return {"anyOf": [_type_schema(a, defs) if a is not type(None) else {"type": "null"} for a in args]}
     raise TypeError(f"no JSON Schema for {tp!r}")
+
+
+def _sorted(value: Any, parent: str | None = None) -> Any:
+    """Keys in sorted order at every level, except a ``properties`` table's (the fields' order) and a
+    ``default``'s, as pydantic writes a schema (``workrun schema`` is the same text as before)."""
+    if isinstance(value, dict):
+        keys = value if parent in ("properties", "default") else sorted(value)
+        return {k: _sorted(value[k], k) for k in keys}
+    if isinstance(value, list):
+        return [_sorted(v, parent) for v in value]
+    return value
 
 
 def _bounds(field: _FieldInfo, schema: dict[str, Any]) -> None:
@@ -532,6 +551,8 @@ def _model_schema(cls: type[Shape], defs: dict[str, Any]) -> dict[str, Any]:
         if field.default is not _MISSING:
             schema["default"] = field.default
         props[field.key()] = schema
+    import inspect  # only ``workrun schema`` needs it (it imports ast, dis, tokenize...)
+
     out: dict[str, Any] = {"additionalProperties": False}
     if cls.__doc__:
         out["description"] = inspect.cleandoc(cls.__doc__)
