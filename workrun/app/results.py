@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from workrun.core.structs import field, struct
 
 __all__ = ["Finished"]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Finished:
     """What a use case ended with.
 

@@ -68,7 +68,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +75,7 @@ from workrun.core import settings
 from workrun.core.errors import DatabaseUnreachableError, EnvironmentUnavailableError
 from workrun.core.outcomes import Failure
 from workrun.core.rows import DispatchedCallRow
+from workrun.core.structs import asdict
 from workrun.journal import open_journal
 from workrun.journal.base import SharedJournal
 from workrun.outbound.http import (

@@ -16,15 +16,14 @@ resolves or retries them), A returns to ``pending``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from workrun.core.states import COMPENSATION_DONE as DONE
 from workrun.core.states import COMPENSATION_HOLDING as HOLDING
+from workrun.core.structs import field, struct
 
 __all__ = ["Item", "Plan", "plan"]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Item:
     """One operation of the run, as the planner sees it.
 
@@ -46,7 +45,7 @@ class Item:
     held_back: bool = False
 
 
-@dataclass
+@struct
 class Plan:
     """What to do now.
 

@@ -8,9 +8,10 @@ from the kind, never by reading the message.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from workrun.core import structs
 
 __all__ = ["Failure", "NodeOutcome", "brief"]
 
@@ -70,7 +71,7 @@ class Failure(StrEnum):
         return self is not Failure.NOT_STARTED
 
 
-@dataclass
+@structs.struct
 class NodeOutcome:
     """How one node ended.
 

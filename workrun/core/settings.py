@@ -17,16 +17,16 @@ import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workrun.core.errors import ConfigError
+from workrun.core.structs import struct
 
 __all__ = ["VARIABLES", "Settings", "current", "parse_allow_entry"]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Settings:
     """The checked settings of this process.
 

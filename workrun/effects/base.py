@@ -17,11 +17,11 @@ requests), injected once in the :class:`~workrun.runner.context.Context`: no eff
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workrun.core.errors import StaleStatusError
 from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
+from workrun.core.structs import struct
 
 if TYPE_CHECKING:
     from workrun.effects.operations import Attempted
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["ActionOnly", "Compensator", "Effect", "Planned", "begin_attempt"]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Planned:
     """How a succeeded call is compensated (R-C1, R-C2), as its compensation record stores it.
 

@@ -17,7 +17,6 @@ import os
 import shutil
 import signal as _signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,6 +27,7 @@ from workrun.core.models import AppSpec
 from workrun.core.outcomes import Failure
 from workrun.core.paths import real_path
 from workrun.core.rows import AttemptRow, CompensationRow, JsonObject, OperationRow
+from workrun.core.structs import struct
 from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.runner.base import Outcome
 from workrun.runner.context import Context, new_id
@@ -313,7 +313,7 @@ def _compensation_source(svc: Context, op: OperationRow) -> tuple[Path, str | No
     return project, None
 
 
-@dataclass
+@struct
 class Attempted:
     """What :func:`run_attempt` did.
 

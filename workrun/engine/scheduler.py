@@ -8,15 +8,15 @@ check them on random workflows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from workrun.core.outcomes import NodeOutcome
 from workrun.core.rows import NodeRow
+from workrun.core.structs import field, struct
 
 __all__ = ["ReadySet", "Verdict"]
 
 
-@dataclass
+@struct
 class ReadySet:
     """Which pending nodes of a run may start now (R-W1, R-W2), looking only at nodes whose readiness may have
     changed (issue 14: O(changes) per step).
@@ -74,7 +74,7 @@ class ReadySet:
         return out
 
 
-@dataclass
+@struct
 class Verdict:
     """What the ended nodes mean for the run: the first failure (nothing new starts after it, R-W3), a
     terminate policy (R-M5), or an injected failure after ``fail_after`` succeeded (R-V1, R-V3).

@@ -9,13 +9,13 @@ entry in :func:`workrun.nodes.default_executors` plus its spec class in
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from workrun.core import structs
 from workrun.core.models import NodeSpec, OutputField
 from workrun.core.outcomes import NodeOutcome
+from workrun.core.structs import struct
 
 if TYPE_CHECKING:  # a name in annotations only: checking a workflow needs no runner or journal (SPEC §24)
     from workrun.runner.context import Context
@@ -23,21 +23,21 @@ if TYPE_CHECKING:  # a name in annotations only: checking a workflow needs no ru
 __all__ = ["NodeChecker", "NodeExecutor", "NodeJob", "Where"]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Where:
     """Where a node is written: the workflow ``file``, the node's field prefix (``nodes.KEY``) and the workflow's
     ``[connectors]`` (R-K1) its requests may name."""
 
     file: str
     field: str
-    connectors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    connectors: Mapping[str, Any] = structs.field(default_factory=dict)
 
     def at(self, sub: str) -> str:
         """The full field name of ``sub`` (``nodes.KEY.sub``)."""
         return f"{self.field}.{sub}" if sub else self.field
 
 
-@dataclass
+@struct
 class NodeJob:
     """Everything an executor needs to run one node of one run.
 
@@ -57,7 +57,7 @@ class NodeJob:
     context: dict[str, Any]
     depends_on: list[str]
     svc: Context
-    should_stop: Callable[[], bool] = field(default=lambda: False)
+    should_stop: Callable[[], bool] = structs.field(default=lambda: False)
     fresh: bool = False
 
     def say(self, level: str, text: str) -> None:

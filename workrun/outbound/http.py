@@ -31,7 +31,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -39,6 +38,7 @@ from workrun.core import settings
 from workrun.core.errors import ConfigError
 from workrun.core.outcomes import Failure
 from workrun.core.redact import redact_value
+from workrun.core.structs import field, struct
 from workrun.core.templates import strings
 from workrun_sdk import _wire
 
@@ -114,7 +114,7 @@ def env_names(text: str) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class UrlTemplate:
     """A URL whose scheme, host and port are literal; only the part after them may hold templates.
 
@@ -224,7 +224,7 @@ def whole_reference(text: str) -> str | None:
     return whole.group(1) if whole else None
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class ConnectorLimits:
     """What a connector's gate keeps per process (R-K1): its name, ``rate`` ``(requests, per seconds)`` and
     ``breaker`` ``(failures, reset seconds)``, each None when not set."""
@@ -248,7 +248,7 @@ class ConnectorLimits:
                    (int(breaker[0]), float(breaker[1])) if breaker else None)
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Connector:
     """A ``[connectors.NAME]`` as requests use it (R-K1).
 
@@ -627,7 +627,7 @@ def _fill_value(value: Any, lookup: Callable[[str], Any]) -> Any:
 # -- the request ------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@struct
 class PreparedRequest:
     """One request ready to send.
 
@@ -909,7 +909,7 @@ _RULES: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = [
 ]
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class AllowEntry:
     """One ``http_allow`` entry: an address or network, optionally one port."""
 
@@ -924,7 +924,7 @@ class AllowEntry:
         return address.version == self.network.version and address in self.network
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class AllowList:
     """Addresses the guard lets through (``http_allow`` plus ``WORKRUN_HTTP_ALLOW``)."""
 
@@ -1039,7 +1039,7 @@ def _show(ip: IPAddress) -> str:
 # -- sending ----------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@struct
 class SendResult:
     """What happened to one request (R-H1, R-H2).
 

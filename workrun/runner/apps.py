@@ -14,7 +14,6 @@ import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.core.models import AppSpec
 from workrun.core.paths import real_path
 from workrun.core.shape import ShapeError, toml_type
+from workrun.core.structs import struct
 from workrun.outbound.http import check_action
 
 __all__ = [
@@ -259,7 +259,7 @@ def check_contract(result: Any, output: dict[str, Any]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Fingerprint:
     """A project's code fingerprint (R-J2).
 

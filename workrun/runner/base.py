@@ -10,12 +10,12 @@ outcome after (R-J1).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workrun.core.outcomes import Failure
 from workrun.core.rows import OperationRow
+from workrun.core.structs import field, struct
 
 if TYPE_CHECKING:
     from workrun.outbound.http import PreparedRequest, SendResult
@@ -33,7 +33,7 @@ behind was launched before its runner died, so one window from the start of a re
 recovery never waits this long per call (break-it finding, issue 14)."""
 
 
-@dataclass
+@struct
 class Outcome:
     """How a process ended.
 
@@ -79,7 +79,7 @@ class Outcome:
         return None
 
 
-@dataclass
+@struct
 class Collected:
     """What an App left in its call directory.
 
@@ -99,7 +99,7 @@ class Collected:
     stderr_tail: str = ""
 
 
-@dataclass
+@struct
 class Started:
     """A process :meth:`AppRunner.start` started: ``pid`` (its process group id too), ``proc_start`` (the
     kernel's start time, to tell a reused pid apart) and the runner's own ``handle``."""

@@ -11,10 +11,10 @@ import json
 import os
 import stat
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workrun.core.structs import struct
 from workrun.runner.base import Collected, Outcome
 from workrun_sdk import _wire
 
@@ -25,7 +25,7 @@ CAPTURE_BYTES = 64 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Claim:
     """The ``claim`` file: ``started`` by the call's supervisor (``started PID START``: its pid and its
     ``/proc`` start time, ``-`` where there is none) or ``abandoned`` by recovery."""

@@ -17,9 +17,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from workrun.core.structs import struct
 from workrun.runner.base import RUNNING_AFTER, Outcome
 from workrun.runner.calldir import fence, read_exit
 from workrun.runner.forkserver import ForkedProcess
@@ -133,7 +133,7 @@ def kill_group(pgid: int, grace: float) -> None:
     _signal_group(pgid, signal.SIGKILL)
 
 
-@dataclass
+@struct
 class _Watched:
     deadline: float
     timed_out: bool = False

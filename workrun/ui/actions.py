@@ -22,10 +22,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from workrun.core.lock import SchedulerLock
+from workrun.core.structs import struct
 from workrun.repair.operator import actor
 
 __all__ = ["ActionResult", "run_action", "ui_actor"]
@@ -33,7 +33,7 @@ __all__ = ["ActionResult", "run_action", "ui_actor"]
 DECIDE_TIMEOUT = 60.0  # seconds to wait for a command to exit or take the lock (a loaded machine is slow)
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class ActionResult:
     """What became of a dashboard action.
 

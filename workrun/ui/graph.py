@@ -9,8 +9,9 @@ compensation badges, numbered in compensation order.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+from workrun.core.structs import field, struct
 
 __all__ = ["Badge", "Box", "Edge", "Graph", "compensation_order", "dependencies", "layers", "layout", "wrap_name"]
 
@@ -28,7 +29,7 @@ MARGIN = 16
 SWEEPS = 4  # barycentre sweeps (down and up) to reduce crossings
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Badge:
     """One compensation of one operation of a node: ``order`` is its place in compensation order (None: skipped)."""
 
@@ -39,7 +40,7 @@ class Badge:
     held_back: bool = False
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Box:
     """A node drawn at ``(x, y)`` (top-left, pixels) with size ``w`` x ``h``."""
 
@@ -59,7 +60,7 @@ class Box:
         return LABEL_H + LINE_H * (max(1, len(self.lines)) - 1)
 
 
-@dataclass(frozen=True)
+@struct(frozen=True)
 class Edge:
     """A dependency ``src`` -> ``dst`` (dst depends on src); ``kind``: ``needs`` or ``template``; ``d``: SVG path."""
 
@@ -69,7 +70,7 @@ class Edge:
     d: str
 
 
-@dataclass
+@struct
 class Graph:
     """The laid-out graph: ``width`` x ``height`` pixels."""
 
