@@ -162,7 +162,9 @@ def test_a_journal_as_workrun_closed_it_is_not_read_again_and_any_change_is(tmp_
 
     path = tmp_path / "journal.sqlite3"
     backend.SqliteJournal(path).close()
-    assert backend.unchanged_since_close(path)
+    checked_at = backend.vouched(path)
+    assert checked_at is not None
+    assert backend.vouched(path, checked_at + backend.CHECK_EVERY + 1) is None  # every page again, at least so often
     backend.check_ahead(path)
     assert backend._AHEAD == {}  # nothing to check ahead
     pragmas: list[str] = []
@@ -186,7 +188,7 @@ def test_a_journal_as_workrun_closed_it_is_not_read_again_and_any_change_is(tmp_
     data[(root - 1) * page_size:root * page_size] = b"\x13" * page_size
     path.write_bytes(bytes(data))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert path.stat().st_size == st.st_size and not backend.unchanged_since_close(path)
+    assert path.stat().st_size == st.st_size and backend.vouched(path) is None
     with pytest.raises(JournalError, match="integrity check failed|malformed"):
         backend.SqliteJournal(path)
     assert [p for p in pragmas if "quick_check" in p]
@@ -195,7 +197,21 @@ def test_a_journal_as_workrun_closed_it_is_not_read_again_and_any_change_is(tmp_
     backend.SqliteJournal(other).close()
     wal = other.with_name(other.name + "-wal")
     wal.write_bytes(b"")
-    assert not backend.unchanged_since_close(other)
+    assert backend.vouched(other) is None
     wal.unlink()
-    other.with_name(other.name + ".closed").write_text("not json")
-    assert not backend.unchanged_since_close(other)
+    marker = other.with_name(other.name + ".closed")
+    assert backend.vouched(other) is not None
+    record = marker.read_text()
+    for bad in ("not json", "[1, 2]", '{"stat": [], "checked_at": 1}'):
+        marker.write_text(bad)
+        assert backend.vouched(other) is None
+    # a marker that is no small regular file is never read through or waited on (hostile review)
+    marker.unlink()
+    os.mkfifo(marker)
+    assert backend.vouched(other) is None
+    marker.unlink()
+    marker.symlink_to("/dev/zero")
+    assert backend.vouched(other) is None
+    marker.unlink()
+    marker.write_text(record + " " * 5000)
+    assert backend.vouched(other) is None

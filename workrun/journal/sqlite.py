@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -87,11 +88,11 @@ def check_ahead(path: Path) -> None:
     instead of checking again (issue 14: the check reads every page, and a journal only grows).
 
     Nothing when the file does not exist (it is created and migrated on open), a check is under way, or the file
-    is as Workrun's last close left it (:func:`unchanged_since_close`). Never raises: a check that cannot run
+    is as Workrun's last close left it (:func:`vouched`). Never raises: a check that cannot run
     ahead is run on open as usual.
     """
     key = os.path.abspath(path)
-    if not os.path.isfile(key) or unchanged_since_close(Path(key)):
+    if not os.path.isfile(key) or vouched(Path(key)) is not None:
         return
     box: list[Any] = []
 
@@ -127,27 +128,55 @@ def _stat_of(path: Path) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def unchanged_since_close(path: Path) -> bool:
-    """True when the journal ``path`` is exactly as a Workrun process left it when it closed it last: that
-    process opened it checked (``PRAGMA quick_check`` passed, or this same test did), wrote it only through
-    SQLite, was its last connection (no write-ahead log is left) and recorded its stat on close. Such a file
-    need not be read page by page again on the next open (issue 33: the check reads every page, 40 ms per open
-    of a 14 MB journal on a 2-core machine). Any change since (a crash mid-write, another program, a copy or a
-    restore) changes the stat, and the next open checks every page again."""
-    if os.path.exists(f"{path}-wal"):
-        return False
+#: seconds a clean close vouches for the file since its last page-by-page check: every page is read again at least
+#: this often while the journal is used, whatever no stat shows (damage below the file system, or written into the
+#: file while a run had it open)
+CHECK_EVERY = 600.0
+_MARKER_MAX = 4096  # bytes: a record is ~100
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """The record of the journal's last clean close, or None: missing, not a small regular file (never
+    followed through a link, never waited on as a FIFO), or not a record."""
     try:
-        with open(f"{path}{_CLEAN_SUFFIX}", encoding="ascii") as fh:
-            recorded = json.load(fh)
+        fd = os.open(f"{path}{_CLEAN_SUFFIX}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MARKER_MAX:
+            return None
+        record = json.loads(os.read(fd, _MARKER_MAX))
     except (OSError, ValueError):
-        return False
-    current = _stat_of(path)
-    return current is not None and recorded == current
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(record, dict) or not isinstance(record.get("checked_at"), float):
+        return None
+    return record
 
 
-def _record_clean_close(path: Path) -> None:
-    """After a checked journal's last close: record its stat for :func:`unchanged_since_close` (best effort;
-    nothing recorded while another connection keeps a write-ahead log)."""
+def vouched(path: Path, now: float | None = None) -> float | None:
+    """When the journal ``path`` is exactly as a Workrun process left it when it closed it last, and its pages
+    were all checked less than :data:`CHECK_EVERY` seconds ago: the time of that check (None otherwise).
+
+    That process opened it checked (``PRAGMA quick_check`` passed, or this same test did), wrote it only through
+    SQLite, was its last connection (no write-ahead log is left) and recorded the file's stat on close. Such a
+    file need not be read page by page again on the next open (issue 33: the check reads every page, 40 ms per
+    open of a 14 MB journal on a 2-core machine). Any change since (a crash mid-write, another program, a copy
+    or a restore) changes the stat, and the next open checks every page again."""
+    if os.path.exists(f"{path}-wal"):
+        return None
+    record = _read_marker(path)
+    if record is None or record.get("stat") != _stat_of(path):
+        return None
+    at, now = record["checked_at"], time.time() if now is None else now
+    return at if 0 <= now - at < CHECK_EVERY else None
+
+
+def _record_clean_close(path: Path, checked_at: float) -> None:
+    """After a checked journal's last close: record its stat and when its pages were last all checked, for
+    :func:`vouched` (best effort; nothing recorded while another connection keeps a write-ahead log)."""
     marker = f"{path}{_CLEAN_SUFFIX}"
     try:
         if os.path.exists(f"{path}-wal"):
@@ -158,25 +187,28 @@ def _record_clean_close(path: Path) -> None:
             return
         tmp = f"{marker}.{os.getpid()}"
         with open(tmp, "w", encoding="ascii") as fh:
-            json.dump(current, fh)
+            json.dump({"stat": current, "checked_at": float(checked_at)}, fh)
         os.replace(tmp, marker)
     except OSError:
         pass
 
 
-def _checked(path: Path, db: sqlite3.Connection) -> list[str]:
-    """``PRAGMA quick_check``'s lines for the journal ``path``: ``["ok"]`` when the file is as Workrun's last
-    close left it (:func:`unchanged_since_close`), from :func:`check_ahead` when it checked this file (waiting
-    for it), else from ``db`` now."""
+def _checked(path: Path, db: sqlite3.Connection) -> tuple[list[str], float]:
+    """``PRAGMA quick_check``'s lines for the journal ``path`` and when its pages were read: ``["ok"]`` and the
+    time of the last check when the file is as Workrun's last close left it (:func:`vouched`), else from
+    :func:`check_ahead` when it checked this file (waiting for it), else from ``db`` now."""
     with _AHEAD_LOCK:
         ahead = _AHEAD.pop(os.path.abspath(path), None)
-    if ahead is None and unchanged_since_close(path):
-        return ["ok"]
+    at = time.time()
+    if ahead is None:
+        last = vouched(path, at)
+        if last is not None:
+            return ["ok"], last
     if ahead is not None:
         ahead[0].join()
         if ahead[1] and isinstance(ahead[1][0], list):
-            return [str(line) for line in ahead[1][0]]
-    return [r["quick_check"] for r in db.execute("PRAGMA quick_check").fetchall()]
+            return [str(line) for line in ahead[1][0]], at
+    return [r["quick_check"] for r in db.execute("PRAGMA quick_check").fetchall()], at
 
 
 class SqliteJournal(SqlJournal):
@@ -214,13 +246,13 @@ class SqliteJournal(SqlJournal):
                                            check_same_thread=False)
             self._db.row_factory = _row
             self._db.execute("PRAGMA busy_timeout = 30000")
-            self._vouch = False  # record a clean close (the file was checked, and is written here)
+            self._checked_at: float | None = None  # a clean close is recorded: the file was checked at this time
             if check:
-                problems = _checked(self.path, self._db)
+                problems, checked_at = _checked(self.path, self._db)
                 if problems != ["ok"]:
                     raise JournalError(f"integrity check failed: {problems[0]}; nothing was written. "
                                        "Restore a backup or move the file away", file=str(self.path))
-                self._vouch = not read_only
+                self._checked_at = None if read_only else checked_at
             if read_only:
                 if self._db.execute("PRAGMA user_version").fetchone()["user_version"] != len(MIGRATIONS):
                     raise JournalError("the journal needs a migration, and its directory is not writable by "
@@ -359,8 +391,9 @@ class SqliteJournal(SqlJournal):
             self._closing = True
             self._has_pending.set()
             self._db.close()
-            if getattr(self, "_vouch", False):
-                _record_clean_close(self.path)
+            checked_at = getattr(self, "_checked_at", None)
+            if checked_at is not None:
+                _record_clean_close(self.path, checked_at)
 
     def _held_added(self) -> None:
         """The background writer writes a held write once it was held :data:`MESSAGE_DELAY` seconds and nothing
