@@ -92,3 +92,32 @@ def test_a_struct_pickles_and_matches_by_position():
     match Point(1, 2):
         case Point(a, b):
             assert (a, b) == (1, 2)
+
+
+def test_the_guards_of_dataclasses_hold():
+    """Hostile review: what dataclasses refuse at class creation, a struct refuses too; a redeclared field keeps
+    its place; a struct that holds itself has a repr; asdict copies what it does not know."""
+    import collections
+
+    with pytest.raises(ValueError):
+        struct(type("A", (), {"__annotations__": {"items": "list[int]"}, "items": []}))
+    with pytest.raises(TypeError):
+        struct(type("B", (), {"__annotations__": {"a": "int", "b": "int"}, "a": 1}))
+    with pytest.raises(ValueError):
+        field(default=1, default_factory=list)
+    with pytest.raises(TypeError):
+        struct(type("C", (Point,), {"__annotations__": {"z": "int"}, "z": 0}))  # not frozen under a frozen base
+
+    @struct(frozen=True)
+    class Moved(Point):
+        x: int = 5
+
+    assert Moved(1, 2) == Moved(x=1, y=2) and Moved.__match_args__ == ("x", "y", "tags")
+    box = Box("b")
+    box.items.append(box)
+    assert repr(box) == "Box(name='b', items=[...], where=None, meta={})"
+    kept = {1, 2}
+    counts = collections.defaultdict(int, {"a": 1})
+    out = asdict(Box("b", [kept], meta={"c": counts}))
+    assert out["items"][0] == kept and out["items"][0] is not kept
+    assert isinstance(out["meta"]["c"], collections.defaultdict) and out["meta"]["c"]["zz"] == 0

@@ -13,6 +13,7 @@ reading its field list; creating a class costs ~10 µs, an instance ~1 µs more 
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform
 
@@ -34,7 +35,13 @@ class _Field:
 
 
 def field(*, default: Any = _MISSING, default_factory: Callable[[], Any] | None = None) -> Any:
-    """A field's default (``default``) or a function making a new one for each instance (``default_factory``)."""
+    """A field's default (``default``) or a function making a new one for each instance (``default_factory``).
+
+    Raises:
+        ValueError: both given.
+    """
+    if default is not _MISSING and default_factory is not None:
+        raise ValueError("give a field a default or a default_factory, not both")
     return _Field(default, default_factory)
 
 
@@ -67,6 +74,7 @@ def _values(self: Any) -> tuple[Any, ...]:
     return tuple(getattr(self, f.name) for f in type(self).__struct_fields__)
 
 
+@reprlib.recursive_repr()
 def _repr(self: Any) -> str:
     parts = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in type(self).__struct_fields__)
     return f"{type(self).__qualname__}({parts})"
@@ -98,22 +106,34 @@ def struct(cls: type[_T] | None = None, *, frozen: bool = False) -> Any:
     def wrap(klass: type[_T]) -> type[_T]:
         fields: dict[str, _Field] = {}
         for base in reversed(klass.__mro__[1:]):
+            if hasattr(base, "__struct_fields__") and getattr(base, "__struct_frozen__", False) != frozen:
+                raise TypeError(f"{klass.__name__}: a struct and its base struct are both frozen or both not")
             for f in getattr(base, "__struct_fields__", ()):
                 fields[f.name] = f
         for name, annotation in klass.__dict__.get("__annotations__", {}).items():
             if "ClassVar" in str(annotation):
                 continue
             value = klass.__dict__.get(name, _MISSING)
+            if isinstance(value, (list, dict, set)):
+                raise ValueError(f"{klass.__name__}.{name}: a mutable default ({type(value).__name__}) would be "
+                                 "shared by every instance: use field(default_factory=...)")
             f = value if isinstance(value, _Field) else _Field(value, None)
             f.name = name
-            fields.pop(name, None)
-            fields[name] = f
+            fields[name] = f  # a field a base has keeps its place, as in a dataclass
             if isinstance(value, _Field):
                 if f.default is _MISSING:
                     delattr(klass, name)
                 else:
                     setattr(klass, name, f.default)
-        methods: dict[str, Any] = {"__struct_fields__": tuple(fields.values()), "__init__": _init,
+        required_after_default = [f.name for i, f in enumerate(fields.values()) if f.default is _MISSING
+                                  and f.default_factory is None and any(
+                                      g.default is not _MISSING or g.default_factory is not None
+                                      for g in list(fields.values())[:i])]
+        if required_after_default:
+            raise TypeError(f"{klass.__name__}.{required_after_default[0]}: a field without a default follows "
+                            "one with a default")
+        methods: dict[str, Any] = {"__struct_fields__": tuple(fields.values()), "__struct_frozen__": frozen,
+                                   "__init__": _init,
                                    "__repr__": _repr, "__eq__": _eq, "__match_args__": tuple(fields)}
         if frozen:
             methods.update(__hash__=_hash, __setattr__=_frozen_set, __delattr__=_frozen_del)
@@ -140,8 +160,13 @@ def _plain(value: Any) -> Any:
         return type(value)(_plain(v) for v in value) if not hasattr(value, "_fields") else \
             type(value)(*(_plain(v) for v in value))
     if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    return value
+        kind: Any = type(value)
+        items = {_plain(k): _plain(v) for k, v in value.items()}
+        factory = getattr(value, "default_factory", _MISSING)  # a defaultdict stays one
+        return kind(items) if factory is _MISSING else kind(factory, items)
+    import copy  # anything else is copied as dataclasses.asdict copies it
+
+    return copy.deepcopy(value)
 
 
 def replace(obj: _T, **changes: Any) -> _T:
