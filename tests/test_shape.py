@@ -61,18 +61,18 @@ def test_strict_toml_types_never_converted():
 def test_every_error_in_field_order_unknown_keys_last():
     assert errors_of(Outer, {"zz": 1, "mode": "c", "tags": ["x", 3], "inner": {"n": 0}, "items": {"k": {"m": 1}}}) == [
         ("name", "is required"),
-        ("mode", "Input should be 'a' or 'b'"),
+        ("mode", "must be 'a' or 'b', not a string ('c')"),
         ("tags.1", "must be a string, not an integer"),
-        ("inner.n", "Input should be greater than or equal to 1"),
+        ("inner.n", "must be greater than or equal to 1, not 0"),
         ("items.k.m", "unknown key"),
         ("zz", "unknown key"),
     ]
 
 
 def test_bounds_and_lengths():
-    assert errors_of(Outer, {"name": "a"}) == [("name", "String should have at least 2 characters")]
-    assert errors_of(Outer, {"name": "ab", "ratio": 0}) == [("ratio", "Input should be greater than 0")]
-    assert errors_of(Inner, {"n": 10}) == [("n", "Input should be less than or equal to 9")]
+    assert errors_of(Outer, {"name": "a"}) == [("name", "must have at least 2 characters, not 1")]
+    assert errors_of(Outer, {"name": "ab", "ratio": 0}) == [("ratio", "must be greater than 0, not 0")]
+    assert errors_of(Inner, {"n": 10}) == [("n", "must be less than or equal to 9, not 10")]
 
 
 def test_a_union_of_a_table_and_a_string_names_both():
@@ -195,6 +195,10 @@ def test_toml_dates_and_times_dump_to_json_as_iso_strings():
 
 def test_edge_values_are_errors_of_the_field_not_internal_errors():
     assert errors_of(Outer, {"name": "ab", "ratio": 10**400}) == [("ratio", "must be a number, not an integer")]
+    import datetime
+
+    assert errors_of(Outer, {"name": "ab", "ratio": datetime.date(2024, 1, 2)}) == [
+        ("ratio", "must be a number, not a date")]
     # a field written under its alias and its name: the name is an unknown key (as pydantic had it)
     assert errors_of(Outer, {"name": "ab", "from": "a@b", "sender": 1}) == [("sender", "unknown key")]
     import enum
@@ -214,3 +218,19 @@ def test_the_json_schema_keys_are_sorted_as_pydantic_wrote_them():
     assert list(schema) == sorted(schema)
     assert list(schema["properties"])[:3] == ["key", "needs", "on_failure"]
     assert list(schema["properties"]["timeout"]) == ["default", "exclusiveMinimum", "maximum", "title", "type"]
+
+
+def test_dates_in_a_workflows_inputs_are_iso_strings_once_loaded(tmp_path):
+    """New-user review: ``[inputs] when = 2024-01-02`` passed ``check`` and was an internal error at ``run``."""
+    import json
+
+    from workrun.config.workflow import load_workflow
+    from workrun.nodes import default_checkers
+
+    wf = tmp_path / "wf.toml"
+    wf.write_text('[inputs]\nwhen = 2024-01-02\nat = 10:30:00\n[nodes.a]\nkind = "http"\nmethod = "POST"\n'
+                  'url = "http://127.0.0.1:9/x"\nbody = { when = "{{ inputs.when }}", at = "{{ inputs.at }}" }\n'
+                  'http_allow = ["127.0.0.1"]\n'.replace('http_allow = ["127.0.0.1"]\n', ""))
+    spec, values = load_workflow(wf, {}, default_checkers())
+    assert spec.inputs == {"when": "2024-01-02", "at": "10:30:00"} and values["when"] == "2024-01-02"
+    json.dumps(spec.model_dump(mode="json"))

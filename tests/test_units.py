@@ -57,11 +57,11 @@ def _project(tmp_path: Path, apps: str, files=("main.py", "compensate.py")) -> P
 
 
 @pytest.mark.parametrize("apps, field, message", [
-    ('[tool.workrun.apps.a]\nentry = "main.py"\nkind = "job"\n', "tool.workrun.apps.a.kind", "Input should be"),
+    ('[tool.workrun.apps.a]\nentry = "main.py"\nkind = "job"\n', "tool.workrun.apps.a.kind", "must be 'process' or 'tool', not a string ('job')"),
     ('[tool.workrun.apps.a]\nentry = "main.py"\ncolour = 1\n', "tool.workrun.apps.a.colour", "unknown key"),
     ('[tool.workrun.apps.a]\nkind = "process"\n', "tool.workrun.apps.a.entry", "is required"),
     ('[tool.workrun.apps.a]\nentry = "main.py"\n[tool.workrun.apps.a.output]\nx = { type = "str" }\n',
-     "tool.workrun.apps.a.output.x.type", "Input should be"),
+     "tool.workrun.apps.a.output.x.type", "must be 'string', 'integer'"),
     ('[tool.workrun.apps.a]\nentry = "main.py"\ntimeout = -1\n', "tool.workrun.apps.a.timeout", "greater than"),
 ])
 def test_app_config_errors_name_file_and_field(tmp_path, apps, field, message):

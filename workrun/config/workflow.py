@@ -29,7 +29,7 @@ from workrun.core.models import (
     SmtpSpec,
     WorkflowSpec,
 )
-from workrun.core.shape import ShapeError
+from workrun.core.shape import ShapeError, jsonable
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeChecker, Where
 from workrun.outbound.http import (
@@ -204,6 +204,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     defaults = data.get("inputs", {})
     if not isinstance(defaults, dict):
         raise ConfigError("must be a table", file=file, field="inputs")
+    defaults = jsonable(defaults)  # a TOML date is an ISO string, as in a node's input
     nodes_table = data.get("nodes")
     if not isinstance(nodes_table, dict) or not nodes_table:
         raise ConfigError("a workflow needs at least one [nodes.KEY] table", file=file, field="nodes")

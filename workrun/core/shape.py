@@ -25,7 +25,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union
 
-__all__ = ["Field", "Shape", "ShapeError", "toml_type"]
+__all__ = ["Field", "Shape", "ShapeError", "jsonable", "toml_type"]
 
 _MISSING: Any = object()
 _S = TypeVar("_S", bound="Shape")
@@ -38,7 +38,8 @@ def toml_type(value: Any) -> str:
         shown = value if len(value) <= 40 else value[:37] + "..."
         return f"a string ({shown!r})"
     for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (dict, "a table"),
-                       (list, "an array")):
+                       (list, "an array"), (datetime.datetime, "a date-time"), (datetime.date, "a date"),
+                       (datetime.time, "a time")):
         if isinstance(value, kind):
             return name
     return type(value).__name__
@@ -145,7 +146,7 @@ def _literal(choices: tuple[Any, ...]) -> _Check:
     def check(value: Any, loc: tuple[Any, ...], errors: list[dict[str, Any]]) -> Any:
         if type(value) is str and value in choices:
             return value
-        return _err(errors, "literal_error", loc, f"Input should be {listed}", value)
+        return _err(errors, "literal_error", loc, f"must be {listed}, not {toml_type(value)}", value)
     return check
 
 
@@ -274,24 +275,25 @@ def _bounded(field: _FieldInfo, inner: _Check | None) -> _Check | None:
                 return _BAD
             except ValueError as exc:
                 return _err(errors, "value_error", loc, str(exc), value)
+        written = value  # as the file has it (an integer stays one in a message)
         if inner is not None:
             value = inner(value, loc, errors)
             if value is _BAD:
                 return _BAD
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if ge is not None and not value >= ge:
-                return _err(errors, "bounds", loc, f"Input should be greater than or equal to {ge}", value)
+                return _err(errors, "bounds", loc, f"must be greater than or equal to {ge}, not {written}", value)
             if gt is not None and not value > gt:
-                return _err(errors, "bounds", loc, f"Input should be greater than {gt}", value)
+                return _err(errors, "bounds", loc, f"must be greater than {gt}, not {written}", value)
             if le is not None and not value <= le:
-                return _err(errors, "bounds", loc, f"Input should be less than or equal to {le}", value)
+                return _err(errors, "bounds", loc, f"must be less than or equal to {le}, not {written}", value)
         if min_length is not None and isinstance(value, (str, list)) and len(value) < min_length:
             if isinstance(value, str):
                 unit = "character" if min_length == 1 else "characters"
-                return _err(errors, "too_short", loc, f"String should have at least {min_length} {unit}", value)
+                return _err(errors, "too_short", loc, f"must have at least {min_length} {unit}, not {len(value)}",
+                            value)
             unit = "item" if min_length == 1 else "items"
-            return _err(errors, "too_short", loc,
-                        f"List should have at least {min_length} {unit} after validation, not {len(value)}", value)
+            return _err(errors, "too_short", loc, f"must have at least {min_length} {unit}, not {len(value)}", value)
         if after is not None:
             try:
                 value = after(value)
@@ -321,8 +323,7 @@ class Shape:
             value = cls.__dict__.get(name, _MISSING)
             field = value if isinstance(value, _FieldInfo) else _FieldInfo(value)
             field.name = name
-            fields.pop(name, None)
-            fields[name] = field
+            fields[name] = field  # a field a base has keeps its place, as in pydantic
             if name in cls.__dict__:
                 delattr(cls, name)
         cls.model_fields = fields
@@ -484,7 +485,18 @@ def _dumped(value: Any, by_alias: bool, json: bool) -> Any:
         return {k: _dumped(v, by_alias, json) for k, v in value.items()}
     if isinstance(value, list):
         return [_dumped(v, by_alias, json) for v in value]
-    if json and isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
+    return jsonable(value) if json else value
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with TOML's dates and times (at any depth of its tables and arrays) as ISO 8601 strings, ``Z``
+    for UTC, as pydantic wrote them in JSON: what a run's inputs, a node's ``input`` and a request ``body``
+    hold once loaded (the journal, an App's input and a request are JSON)."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
         utc = isinstance(value, datetime.datetime) and value.utcoffset() == datetime.timedelta(0)
         return value.isoformat()[:-6] + "Z" if utc else value.isoformat()  # "+00:00" written "Z"
     return value
