@@ -234,3 +234,18 @@ def test_dates_in_a_workflows_inputs_are_iso_strings_once_loaded(tmp_path):
     spec, values = load_workflow(wf, {}, default_checkers())
     assert spec.inputs == {"when": "2024-01-02", "at": "10:30:00"} and values["when"] == "2024-01-02"
     json.dumps(spec.model_dump(mode="json"))
+
+
+def test_every_error_of_a_table_is_reported_not_only_its_first(tmp_path):
+    """R-L1: ``check`` and ``run`` give every error, one line each (new-user review: a node with a bad method, a
+    string timeout and a misspelled key said only the first)."""
+    from workrun.config.workflow import load_workflow
+    from workrun.core.errors import ConfigError
+    from workrun.nodes import default_checkers
+
+    wf = tmp_path / "wf.toml"
+    wf.write_text('[nodes.b]\nkind = "http"\nmethod = "FETCH"\nurl = "http://127.0.0.1/x"\ntimeout = "5"\ncolour = 1\n')
+    with pytest.raises(ConfigError) as caught:
+        load_workflow(wf, {}, default_checkers())
+    assert [line.split(": ", 2)[1] for line in caught.value.lines()] == [
+        "nodes.b.method", "nodes.b.timeout", "nodes.b.colour"]

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from workrun.core.errors import ConfigError
+from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.core.models import AppSpec
 from workrun.core.paths import real_path
@@ -83,11 +83,12 @@ def parse_toml(text: str, file: str) -> dict[str, Any]:
 
 
 def shape_error(exc: ShapeError, file: str, prefix: str) -> ConfigError:
-    """The first error of a config table that does not fit its model, as a one-line ConfigError naming the file
-    and the field under ``prefix``: ``nodes.a.timeout: must be a number, not a string ('60')`` (SPEC §17)."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-    return ConfigError(err["msg"], file=file, field=loc)
+    """Every error of a config table that does not fit its model, one line each naming the file and the field
+    under ``prefix``: ``nodes.a.timeout: must be a number, not a string ('60')`` (SPEC §17); a
+    :class:`~workrun.core.errors.ConfigErrors` when there are several (R-L1: all of them, not just the first)."""
+    found = [ConfigError(e["msg"], file=file, field=".".join(str(p) for p in (prefix, *e["loc"]) if p != ""))
+             for e in exc.errors()]
+    return found[0] if len(found) == 1 else ConfigErrors(found)
 
 
 def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
