@@ -49,6 +49,8 @@ BAD = {
     "no nodes": 'name = "empty"\n',
     "bad retry": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
                  'on_failure = { retry = { attempts = "three" } }\n',
+    "process node without app": '[nodes.a]\nproject = "."\n',  # new-user review: the schema let it pass
+    "process node without project": '[nodes.a]\napp = "x"\n',
 }
 
 

@@ -78,8 +78,8 @@ def _node(kind: str, defs: dict[str, Any]) -> dict[str, Any]:
     if "compensation" in props:  # an http node's reverse action: any ACTION form (SPEC §19)
         props["compensation"] = {"anyOf": [{"$ref": "#/$defs/Action"}, {"type": "null"}]}
     schema["required"] = [r for r in schema.get("required", []) if r not in ("key", "on_failure")]
-    if kind == "process":
-        schema["required"] = [r for r in schema["required"] if r != "kind"]
+    if kind == "process":  # ``project`` and ``app`` are required (the process checker says so at load)
+        schema["required"] = [r for r in schema["required"] if r != "kind"] + ["project", "app"]
         props["kind"] = {"const": "process", "default": "process"}
     else:
         props["kind"] = {"const": kind}
