@@ -107,7 +107,7 @@ def struct(cls: type[_T] | None = None, *, frozen: bool = False) -> Any:
         fields: dict[str, _Field] = {}
         for base in reversed(klass.__mro__[1:]):
             if hasattr(base, "__struct_fields__") and getattr(base, "__struct_frozen__", False) != frozen:
-                raise TypeError(f"{klass.__name__}: a struct and its base struct are both frozen or both not")
+                raise TypeError(f"{klass.__name__}: a struct is frozen exactly when its base struct is")
             for f in getattr(base, "__struct_fields__", ()):
                 fields[f.name] = f
         for name, annotation in klass.__dict__.get("__annotations__", {}).items():
@@ -125,13 +125,12 @@ def struct(cls: type[_T] | None = None, *, frozen: bool = False) -> Any:
                     delattr(klass, name)
                 else:
                     setattr(klass, name, f.default)
-        required_after_default = [f.name for i, f in enumerate(fields.values()) if f.default is _MISSING
-                                  and f.default_factory is None and any(
-                                      g.default is not _MISSING or g.default_factory is not None
-                                      for g in list(fields.values())[:i])]
-        if required_after_default:
-            raise TypeError(f"{klass.__name__}.{required_after_default[0]}: a field without a default follows "
-                            "one with a default")
+        defaulted = False
+        for f in fields.values():
+            has_default = f.default is not _MISSING or f.default_factory is not None
+            if defaulted and not has_default:
+                raise TypeError(f"{klass.__name__}.{f.name}: a field without a default follows one with a default")
+            defaulted = defaulted or has_default
         methods: dict[str, Any] = {"__struct_fields__": tuple(fields.values()), "__struct_frozen__": frozen,
                                    "__init__": _init,
                                    "__repr__": _repr, "__eq__": _eq, "__match_args__": tuple(fields)}
