@@ -418,3 +418,40 @@ def test_ctrl_c_that_code_below_wraps_in_its_own_error_is_still_interrupted_exit
                             "print(entry._failed(RuntimeError('boom'), False))\n"],
                            capture_output=True, text=True, timeout=60)
     assert plain.stdout.strip() == "1" and "internal error: RuntimeError: boom" in plain.stderr, plain
+
+
+def test_a_run_that_cannot_be_resumed_does_not_stop_every_later_command(cli, write_workflow, isolated_env,
+                                                                         monkeypatch):
+    """Hostile review: a run whose driving fails with an internal error (a bug) was resumed first by every later
+    ``run``, which failed the same way until ``workrun stop``. Now it is reported and left as it is, the new run
+    runs; ``workrun resume`` itself still shows the error."""
+    import sqlite3 as sq
+
+    from workrun.engine import recovery
+
+    wf = write_workflow("h", 'http_allow = ["127.0.0.1"]\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+                             'url = "http://127.0.0.1:9/x"\n')
+    first = cli("run", wf, "--json")
+    assert first.code == 1, first.err
+    old = json.loads(first.out)["run_id"]
+    db = sq.connect(isolated_env / "journal.sqlite3")
+    db.execute("UPDATE runs SET status = 'running', ended_at = NULL WHERE run_id = ?", (old,))
+    db.commit()
+    db.close()
+    real = recovery.drive
+
+    def broken(svc, run_id, executors):
+        if run_id == old:
+            raise RuntimeError("boom")
+        return real(svc, run_id, executors)
+
+    monkeypatch.setattr(recovery, "drive", broken)
+    second = cli("run", wf)
+    said = f"run {old} could not be resumed: internal error: RuntimeError: boom"
+    assert second.code == 1 and said in second.out and "run failed" in second.out, second.out + second.err
+    runs = json.loads(cli("runs", "list", "--json").out)
+    assert len(runs) == 2 and {r["run_id"] for r in runs} - {old}
+    shown = json.loads(cli("runs", "show", old, "--json").out)
+    assert shown["status"] == "running" and any(said in m["text"] for m in shown["messages"])
+    resumed = cli("resume")
+    assert resumed.code == 1 and "internal error" in resumed.err and "RuntimeError" in resumed.err

@@ -139,7 +139,7 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
             if pending:
                 svc.reporter.message(None, None, "warning",
                                      f"resuming {len(pending)} unfinished run(s) first: {', '.join(pending)}")
-                resume_all(svc)
+                resume_all(svc, past_internal_errors=True)  # one broken run must not stop every command
         yield svc
     finally:
         for signum, handler in previous.items():

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 
 from workrun.compensation import compensate_run, plan_records
+from workrun.core.errors import WorkrunError
 from workrun.core.rows import OperationRow, RunRow
 from workrun.effects import for_compensation, for_operation, settle_operations
 from workrun.effects.ticket_actions import notify_dead_letters, run_actions, send_notifications
@@ -117,10 +118,17 @@ def _runs_with_attempts_in_flight(svc: Context) -> list[str]:
     return [c["run_id"] for c in svc.journal.list_compensations("running")]
 
 
-def resume_all(svc: Context, executors: Mapping[str, NodeExecutor] | None = None) -> list[str]:
+def resume_all(svc: Context, executors: Mapping[str, NodeExecutor] | None = None, *,
+               past_internal_errors: bool = False) -> list[str]:
     """Continue every unfinished run and compensation in the data dir; return the run ids handled (R-R1).
 
     Standalone calls in flight are settled too (their record only; never compensated).
+
+    Args:
+        past_internal_errors: a run whose driving fails with an internal error (a bug, not a
+            :class:`~workrun.core.errors.WorkrunError`) is reported and left as it is, and the next run is
+            resumed: what a scheduling command does before its own work, so that one such run does not stop
+            every later command. ``workrun resume`` itself raises it.
     """
     executors = executors if executors is not None else default_executors()
     settle_operations(svc, None)
@@ -129,7 +137,20 @@ def resume_all(svc: Context, executors: Mapping[str, NodeExecutor] | None = None
         if svc.stopping():
             break
         svc.say(run_id, None, "info", f"resuming run {run_id}")
-        drive(svc, run_id, executors)
+        try:
+            drive(svc, run_id, executors)
+        except WorkrunError:
+            raise
+        except Exception as exc:
+            if not past_internal_errors:
+                raise
+            try:  # in the run's record, and on the terminal
+                svc.say(run_id, None, "error",
+                        f"run {run_id} could not be resumed: internal error: {type(exc).__name__}: {exc}; it is left "
+                        f"as it is (`workrun resume` shows the error, `workrun stop {run_id}` ends the run)")
+            except WorkrunError:  # the journal refuses even that: nothing else can go on
+                raise exc from None
+            continue
         handled.append(run_id)
     return handled
 
