@@ -29,7 +29,7 @@ from workrun.core.models import (
     SmtpSpec,
     WorkflowSpec,
 )
-from workrun.core.shape import ShapeError, jsonable
+from workrun.core.shape import ShapeError, jsonable, toml_type
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeChecker, Where
 from workrun.outbound.http import (
@@ -41,7 +41,7 @@ from workrun.outbound.http import (
     whole_reference,
 )
 from workrun.outbound.mail import check_smtp
-from workrun.runner.apps import load_app, one_reading, parse_toml, shape_error, toml_type
+from workrun.runner.apps import load_app, one_reading, parse_toml, shape_error
 
 __all__ = ["load_workflow", "parse_policy"]
 

@@ -21,7 +21,7 @@ from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.core.models import AppSpec
 from workrun.core.paths import real_path
-from workrun.core.shape import ShapeError, toml_type
+from workrun.core.shape import ShapeError
 from workrun.core.structs import struct
 from workrun.outbound.http import check_action
 
@@ -36,7 +36,6 @@ __all__ = [
     "one_reading",
     "parse_toml",
     "shape_error",
-    "toml_type",
 ]
 
 FINGERPRINT_EXCLUDED_DIRS = frozenset(
