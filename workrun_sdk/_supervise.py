@@ -43,7 +43,7 @@ import _signal as signal  # type: ignore[import-not-found]  # the C module: ``si
 import os
 import sys
 
-from workrun_sdk import _wire
+from workrun_sdk import _lightjson, _wire
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -480,13 +480,11 @@ def _read_exactly(fd: int, size: int) -> bytes:
 def _app_waits(fd: int) -> NoReturn:
     """The App process of a spare: take the call's place when the request comes, run the App when told to go
     (see :func:`spare_app`)."""
-    import json
-
     head = _read_exactly(fd, 8)
     if len(head) < 8:  # never used
         os._exit(0)
     try:
-        request = json.loads(_read_exactly(fd, int.from_bytes(head, "big")))
+        request = _lightjson.loads(_read_exactly(fd, int.from_bytes(head, "big")).decode("utf-8"))
         call_dir = request["call_dir"]
         enter(request["cwd"], request["env"], call_dir, truncate=False)
         envelope = _wire.read_envelope(os.path.join(call_dir, "input.json"))

@@ -12,14 +12,12 @@ Exit 0 means done; any other exit means not done (retried with backoff).
 
 from __future__ import annotations
 
-import json
-
 TYPE_CHECKING = False  # typing costs ~14 ms of every App call's start-up; annotations are strings
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-from workrun_sdk import _call
+from workrun_sdk import _call, _lightjson
 
 __all__ = ["Context", "context", "result"]
 
@@ -72,7 +70,7 @@ class Context:
 
 def _freeze(value: Any) -> Any:
     # A fresh plain copy: the Context cannot be changed, and what it holds stays JSON-serialisable.
-    return json.loads(json.dumps(value))
+    return _lightjson.loads(_lightjson.dumps(value))
 
 
 def context() -> Context:
