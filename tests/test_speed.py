@@ -197,3 +197,19 @@ def test_a_fork_server_that_never_says_it_is_ready_is_ended_not_left_behind(tmp_
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):  # killed and reaped: no such process any more
         os.kill(pid, 0)
+
+
+def test_the_cli_exits_without_module_teardown_yet_as_the_interpreter_would(tmp_path):
+    """``workrun.cli.entry._exit`` (issue 33: ~5 ms of every command): non-daemon threads are joined and atexit
+    handlers run, in that order, buffered output is flushed, and the exit code is kept."""
+    log = tmp_path / "log"
+    probe = ("import atexit, sys, threading, time\nfrom workrun.cli.entry import _exit\n"
+             f"log = open({str(log)!r}, 'a', buffering=1)\n"
+             "def late():\n    time.sleep(0.2)\n    log.write('thread\\n')\n"
+             "threading.Thread(target=late).start()\n"
+             "atexit.register(lambda: log.write('atexit\\n'))\n"
+             "sys.stdout.write('no newline')\n"
+             "_exit(3)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert (out.returncode, out.stdout, out.stderr) == (3, "no newline", "")
+    assert log.read_text() == "thread\natexit\n"

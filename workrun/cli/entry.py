@@ -49,7 +49,34 @@ def main(argv: list[str] | None = None) -> None:
         except BrokenPipeError:
             sys.exit(141 if _stdout_gone() else 1)
         sys.exit(0)
-    sys.exit(run(args))
+    _exit(run(args))
+
+
+def _exit(code: int) -> None:
+    """End the process with ``code`` as the interpreter would: non-daemon threads joined, ``atexit`` handlers
+    run (tracing's last export), stdout and stderr flushed; but without tearing down every module and object
+    first, which only costs time (~5 ms of every command, issue 33) in a process about to vanish. Whatever
+    cannot be done so (no ``threading._shutdown`` in this interpreter, a stream that cannot be flushed) is left
+    to the interpreter's own exit.
+
+    Raises:
+        SystemExit: with ``code``, when the interpreter's own exit is used.
+    """
+    threading = sys.modules.get("threading")
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is None:
+        sys.exit(code)
+    shutdown()
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # the reader went away, or a stream was closed: as the interpreter does
+        sys.exit(code)
+    os._exit(code)
 
 
 _INTERRUPTED: list[int] = []  # the SIGINTs this process got while no command had its own handler
