@@ -591,3 +591,28 @@ def test_ending_a_run_reads_its_held_node_starts_first(journal, journal_backend)
     journal.start_node("run_held02", "a", at=1.0)
     journal.end_run("run_held02", "stopped", at=2.0, reason="stopped by the user")
     assert {n["node_key"]: n["status"] for n in journal.nodes("run_held02")} == {"a": "stopped", "b": "skipped"}
+
+
+def test_write_back_settles_the_files_ahead_of_close_and_later_writes_are_kept(journal, journal_backend, tmp_path):
+    """``write_back`` (issue 33): SQLite copies its write-ahead log into the database file on a thread of its own,
+    so close has nothing left to copy; a write after it is still kept, and close removes the log as before."""
+    import sqlite3
+
+    from workrun.journal import open_journal
+
+    _run(journal)
+    journal.write_back()
+    journal.write_back()  # said twice: one copy
+    if journal_backend == "sqlite":
+        journal._writing_back.join()
+        probe = sqlite3.connect(str(journal.path))
+        busy, frames, copied = probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        probe.close()
+        assert frames > 0 and copied == frames and busy == 0
+    _run(journal, "run_bbb222")  # written after write_back
+    journal.close()
+    if journal_backend == "sqlite":
+        assert not (tmp_path / "journal.sqlite3-wal").exists()
+    again = open_journal(tmp_path)
+    assert again.run("run_aaa111") and again.run("run_bbb222")
+    again.close()

@@ -476,6 +476,12 @@ class Journal(RunRecords, CallRecords, CompensationRecords, TicketRecords, Remot
     def schema_version(self) -> int:
         """The number of migrations applied."""
 
+    def write_back(self) -> None:
+        """Say that no write is expected soon (a run was driven to its end): the journal may settle its files in
+        the background meanwhile (SQLite: copy its write-ahead log into the database file, with that copy's
+        syncs off the caller's path, issue 33). Later writes are still taken; :meth:`close` waits for what
+        was started here. Best effort: never raises."""
+
     def close(self) -> None:
         """Release the connection."""
 

@@ -408,6 +408,9 @@ class PostgresJournal(SqlJournal):
             "o.fingerprint_files, o.created_at, COUNT(*) OVER (PARTITION BY o.project, o.app) AS calls "
             "FROM operations o ORDER BY o.project, o.app, o.created_at DESC, o.rowid DESC")
 
+    def write_back(self) -> None:
+        """Nothing to settle: the server keeps its own files (see :meth:`workrun.journal.base.Journal.write_back`)."""
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
