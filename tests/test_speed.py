@@ -213,3 +213,22 @@ def test_the_cli_exits_without_module_teardown_yet_as_the_interpreter_would(tmp_
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert (out.returncode, out.stdout, out.stderr) == (3, "no newline", "")
     assert log.read_text() == "thread\natexit\n"
+
+
+def test_the_look_ahead_at_a_workflow_parses_it_once_for_the_loader(tmp_path):
+    """``run``'s early look for the first project (``_first_project``) keeps its parse for the loader, which takes
+    it once (issue 33); any other text, or a second reading, is parsed anew."""
+    from workrun.cli.entry import _first_project
+    from workrun.runner.apps import parse_toml
+
+    wf = tmp_path / "wf.toml"
+    wf.write_text('name = "w"\r\n[nodes.a]\r\nproject = "p"\r\napp = "x"\r\n')
+    assert _first_project(str(wf)) == str(tmp_path / "p")
+    text = wf.read_text(encoding="utf-8")  # as the loader reads it (newlines translated)
+    kept = parse_toml(text, str(wf))
+    assert kept == {"name": "w", "nodes": {"a": {"project": "p", "app": "x"}}}
+    again = parse_toml(text, str(wf))
+    assert again == kept and again is not kept  # taken once: a second reading parses anew
+    ahead = parse_toml(text, str(wf), ahead=True)
+    assert parse_toml(text + "\n# edited\n", str(wf)) is not ahead  # another text: not this parse
+    assert parse_toml(text, str(wf)) is ahead

@@ -206,12 +206,14 @@ def _first_project(workflow: str) -> str | None:
     """The ``project`` of the workflow file's first process node, resolved against the file's folder (that of
     the file a symlink points to, as the loader does), or None (not a readable workflow: the command itself
     reports why)."""
-    import tomllib
+    from workrun.core.errors import ConfigError
+    from workrun.runner.apps import parse_toml
 
     try:
-        with open(workflow, "rb") as fh:
-            nodes = tomllib.load(fh).get("nodes")
-    except (OSError, ValueError):
+        with open(workflow, encoding="utf-8") as fh:  # as the loader reads it: the same text
+            text = fh.read()
+        nodes = parse_toml(text, workflow, ahead=True).get("nodes")  # the loader takes this parse (issue 33)
+    except (OSError, ValueError, ConfigError):
         return None
     for node in (nodes or {}).values() if isinstance(nodes, dict) else ():
         if isinstance(node, dict) and node.get("kind", "process") == "process" \
