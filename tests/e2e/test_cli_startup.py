@@ -288,3 +288,20 @@ def test_check_loads_no_call_path(isolated_env):
                  "workrun.runner.forkserver", "workrun.runner.base", "workrun.journal"}
     assert not set(checked) & call_path, set(checked) & call_path
     assert call_path - {"workrun.journal"} <= set(json.loads(lines[-1]))  # the executor does load it
+
+
+def test_a_run_whose_call_directories_are_recycled_imports_no_shutil(write_workflow, marker_project):
+    """Issue 33: shutil's compression modules (~3 ms) are imported only to remove a tree, and a run whose call
+    directories are recycled removes none (the last run's empty ``.trash`` is removed with one rmdir)."""
+    wf = write_workflow("recycled", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n'
+                                    f'[nodes.b]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "b" }}\n'
+                                    'needs = ["a"]\n')
+    for first in (True, False):  # the second finds the first's call directories pooled and its .trash left
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "workrun", "run", str(wf), "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        modules = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                   if line.startswith("import time:")}
+        assert "workrun.engine.driver" in modules, proc.stderr[-3000:]
+        if not first:  # the first copies the SDK into the new data directory
+            assert not modules & {"shutil", "bz2", "lzma"}, sorted(modules)

@@ -14,7 +14,6 @@ so both decide alike. Processes are run through ``svc.runner`` (an
 from __future__ import annotations
 
 import os
-import shutil
 import signal as _signal
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from workrun.core.backoff import backoff_delay
 from workrun.core.errors import EnvironmentUnavailableError, StaleStatusError
 from workrun.core.models import AppSpec
 from workrun.core.outcomes import Failure
-from workrun.core.paths import real_path
+from workrun.core.paths import real_path, remove_tree
 from workrun.core.rows import AttemptRow, CompensationRow, JsonObject, OperationRow
 from workrun.core.structs import struct
 from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
@@ -174,7 +173,7 @@ def _failed_before_start(svc: Context, op_id: str, call_dir: Path, error: str, f
     late start is possible); return the operation row."""
     svc.runner.fence(call_dir)
     svc.journal.finish_operation(op_id, status="failed", failure=failure, error=error, at=svc.now())
-    shutil.rmtree(call_dir, ignore_errors=True)
+    remove_tree(call_dir)
     return svc.journal.operation(op_id)
 
 
@@ -353,7 +352,7 @@ def run_attempt(svc: Context, comp: CompensationRow, op: OperationRow, trigger: 
         svc.journal.start_attempt(cid, number, trigger=trigger, call_dir=str(call_dir), seen=comp["status"],
                                   at=started)
     except StaleStatusError:  # an operator resolved or changed it meanwhile: nothing was written, run nothing
-        shutil.rmtree(call_dir, ignore_errors=True)
+        remove_tree(call_dir)
         return Attempted(svc.journal.compensation(cid), None)
     context = {**(comp["context"] or {}), "attempt": number}
     envelope = {"kind": "compensation", "input": op["input"], "context": context, "tool": None}
@@ -400,11 +399,11 @@ def run_attempt_again(svc: Context, comp: CompensationRow, op: OperationRow) -> 
     try:
         started = svc.runner.start(python, source, source / config.compensation.entry, call_dir, envelope)
     except OSError as exc:
-        shutil.rmtree(call_dir, ignore_errors=True)
+        remove_tree(call_dir)
         return f"cannot start the compensation process: {exc}"
     outcome = svc.runner.wait(started, svc.now() + float(comp["timeout"]))
     collected = svc.runner.collect(call_dir)
-    shutil.rmtree(call_dir, ignore_errors=True)
+    remove_tree(call_dir)
     if outcome.exit_code == 0 and not outcome.timed_out and collected.error is None:
         return None
     tail = _last_line(collected.stderr_tail)
@@ -476,7 +475,7 @@ def finish_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow, out
         exit_code=outcome.exit_code, signal=outcome.signal,
         stdout_tail=got.stdout_tail if got else None, stderr_tail=got.stderr_tail if got else None,
         compensation_status=comp_status, reason=reason, next_attempt_at=next_at)
-    shutil.rmtree(call_dir, ignore_errors=True)
+    remove_tree(call_dir)
     after = svc.journal.compensation(cid)
     metrics.count_attempt("app", str(status))
     metrics.count_compensation(after["status"])
@@ -531,7 +530,7 @@ def gc_call_dirs(svc: Context, *, dry_run: bool = False) -> tuple[int, int, list
         if not dry_run:
             try:
                 if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
+                    remove_tree(path, ignore_errors=False)
                 else:
                     path.unlink(missing_ok=True)
             except OSError:

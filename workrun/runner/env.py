@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from workrun.core.errors import EnvironmentUnavailableError
 from workrun.core.filestamps import StampedCache
-from workrun.core.paths import real_path, user_umask
+from workrun.core.paths import copy_file, real_path, remove_tree, user_umask
 from workrun_sdk import _wire
 
 __all__ = ["EnvManager", "app_environment", "clean_env", "existing_sdk_path", "sdk_bytecode", "sdk_path", "uv_bin"]
@@ -52,6 +51,8 @@ def uv_bin() -> str:
 
         return str(uv.find_uv_bin())
     except Exception:
+        import shutil  # only without the uv package: see workrun.core.paths.remove_tree
+
         found = shutil.which("uv")
         if not found:
             raise EnvironmentUnavailableError("uv is not installed (pip install uv)") from None
@@ -85,12 +86,12 @@ def sdk_path(data_dir: Path) -> Path:
         tmp = data_dir / "sdk" / f".{digest}.{os.getpid()}.{threading.get_ident()}"
         (tmp / "workrun_sdk").mkdir(parents=True, exist_ok=True)
         for p in files:
-            shutil.copyfile(p, tmp / "workrun_sdk" / p.name)  # not copy2: modes come from the private umask
+            copy_file(p, tmp / "workrun_sdk" / p.name)  # not copy2: modes come from the private umask
         _compile_here(tmp / "workrun_sdk")
         try:
             os.rename(tmp, target)
         except OSError:  # another process won the race
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
     return target
 
 

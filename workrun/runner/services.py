@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
 
 from workrun.core import settings
 from workrun.core.paths import data_dir as default_data_dir
-from workrun.core.paths import private_umask
+from workrun.core.paths import private_umask, remove_tree
 from workrun.journal import Journal, open_journal
 from workrun.runner import calldir
 from workrun.runner.base import AppRunner
@@ -105,7 +104,10 @@ class _Janitor:
 
 def _remove(path: Path, calls: Path | None) -> None:
     if calls is None or not calldir.recycle(path, calls):
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            os.rmdir(path)  # an empty one (the last run's ``.trash``, usually): no tree to walk
+        except OSError:
+            remove_tree(path)
 
 
 class Services:
@@ -169,7 +171,7 @@ class Services:
         """
         path = self.data_dir / "calls" / name
         if replace and path.exists():
-            shutil.rmtree(path)
+            remove_tree(path, ignore_errors=False)
         if not calldir.take_dir(path):  # an empty directory of an earlier call, else a new one
             path.mkdir(parents=True, exist_ok=False)
         return path
@@ -202,7 +204,7 @@ class Services:
                 trash.mkdir(exist_ok=True)
                 os.rename(path, target)
         except OSError:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
             return
         with self._janitor_lock:
             if self._janitor is None:  # closed meanwhile

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from workrun.core import settings
+from workrun.core.paths import copy_file, remove_tree
 from workrun.core.states import COMPENSATION_DONE
 from workrun.runner.apps import Fingerprint
 
@@ -90,7 +90,7 @@ def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) ->
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(f".tmp{os.getpid()}")
-            shutil.copyfile(project / rel, tmp)
+            copy_file(project / rel, tmp)
             os.replace(tmp, target)
     manifest.parent.mkdir(parents=True, exist_ok=True)
     tmp = manifest.with_suffix(f".tmp{os.getpid()}")
@@ -146,14 +146,14 @@ def materialize(data_dir: Path, snapshot: str, journal: Any = None) -> Path:
         _fetch(data_dir, snapshot, store)
     files = json.loads((data_dir / "snapshots" / f"{snapshot}.json").read_text())["files"]
     tmp = tree.with_name(f".{snapshot}.{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)
     for rel, digest in files.items():
         dest = tmp / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(data_dir / "objects" / digest[:2] / digest, dest)
+        copy_file(data_dir / "objects" / digest[:2] / digest, dest)
     (tmp / ".complete").write_text("")
     if tree.exists():
-        shutil.rmtree(tree, ignore_errors=True)
+        remove_tree(tree)
     os.replace(tmp, tree)
     return tree
 
@@ -206,7 +206,7 @@ def _gc(svc: Any, *, dry_run: bool) -> tuple[int, int]:
         removed += 1
         if not dry_run:
             manifest.unlink()
-            shutil.rmtree(data_dir / "snapshot-trees" / sid, ignore_errors=True)
+            remove_tree(data_dir / "snapshot-trees" / sid)
     if not dry_run and (data_dir / "objects").is_dir():
         for obj in (data_dir / "objects").glob("*/*"):
             if obj.name not in live_objects:
