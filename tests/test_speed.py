@@ -232,3 +232,17 @@ def test_the_look_ahead_at_a_workflow_parses_it_once_for_the_loader(tmp_path):
     ahead = parse_toml(text, str(wf), ahead=True)
     assert parse_toml(text + "\n# edited\n", str(wf)) is not ahead  # another text: not this parse
     assert parse_toml(text, str(wf)) is ahead
+
+
+def test_the_light_sha256_gives_hashlibs_digests():
+    """``workrun.core.digest.sha256`` (issue 33: no OpenSSL loaded for it) is SHA-256, whole or in parts."""
+    import hashlib
+
+    from workrun.core.digest import sha256
+
+    for data in (b"", b"abc", bytes(range(256)) * 1000):
+        assert sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    parts = sha256()
+    parts.update(b"ab")
+    parts.update(b"c")
+    assert parts.digest() == hashlib.sha256(b"abc").digest()

@@ -290,9 +290,10 @@ def test_check_loads_no_call_path(isolated_env):
     assert call_path - {"workrun.journal"} <= set(json.loads(lines[-1]))  # the executor does load it
 
 
-def test_a_run_whose_call_directories_are_recycled_imports_no_shutil(write_workflow, marker_project):
+def test_a_run_whose_call_directories_are_recycled_imports_no_shutil_nor_openssl(write_workflow, marker_project):
     """Issue 33: shutil's compression modules (~3 ms) are imported only to remove a tree, and a run whose call
-    directories are recycled removes none (the last run's empty ``.trash`` is removed with one rmdir)."""
+    directories are recycled removes none (the last run's empty ``.trash`` is removed with one rmdir); hashlib
+    (OpenSSL, ~2 ms) is not needed for a run's SHA-256s (``workrun.core.digest``)."""
     wf = write_workflow("recycled", f'[nodes.a]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "a" }}\n'
                                     f'[nodes.b]\nproject = "{marker_project}"\napp = "mark"\ninput = {{ name = "b" }}\n'
                                     'needs = ["a"]\n')
@@ -304,4 +305,4 @@ def test_a_run_whose_call_directories_are_recycled_imports_no_shutil(write_workf
                    if line.startswith("import time:")}
         assert "workrun.engine.driver" in modules, proc.stderr[-3000:]
         if not first:  # the first copies the SDK into the new data directory
-            assert not modules & {"shutil", "bz2", "lzma"}, sorted(modules)
+            assert not modules & {"shutil", "bz2", "lzma", "hashlib"}, sorted(modules)

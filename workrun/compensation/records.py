@@ -6,10 +6,10 @@ Built here, written by the journal in the same transaction that marks the run
 
 from __future__ import annotations
 
-import hashlib
 from typing import cast
 
 from workrun import effects
+from workrun.core.digest import sha256
 from workrun.core.rows import CompensationRow, OperationRow
 
 __all__ = ["compensation_id_for", "plan_records"]
@@ -17,7 +17,7 @@ __all__ = ["compensation_id_for", "plan_records"]
 
 def compensation_id_for(operation_id: str) -> str:
     """The stable compensation id of an operation: ``cmp_`` + 12 hex of sha256(operation id) (R-C2)."""
-    return "cmp_" + hashlib.sha256(operation_id.encode()).hexdigest()[:12]
+    return "cmp_" + sha256(operation_id.encode()).hexdigest()[:12]
 
 
 def plan_records(ops: list[OperationRow], now: float) -> list[CompensationRow]:

@@ -12,12 +12,12 @@ Spans are recorded when what they stand for has ended, with its journaled start 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
 from typing import Any
 
+from workrun.core.digest import sha256
 from workrun.core.rows import AttemptRow, CompensationRow, NodeRow, OperationRow, RunRow
 
 __all__ = ["attempt_span", "enabled", "node_span", "operation_span", "run_span", "trace_id_of", "traceparent"]
@@ -30,11 +30,11 @@ FLUSH_SECONDS = 4.0  # at most this long spent exporting when the process ends
 
 def trace_id_of(run_id: str) -> int:
     """The trace id of a run: the first 128 bits of sha256(run id), never 0."""
-    return int(hashlib.sha256(run_id.encode()).hexdigest()[:32], 16) or 1
+    return int(sha256(run_id.encode()).hexdigest()[:32], 16) or 1
 
 
 def _span_id(*parts: str) -> int:
-    return int(hashlib.sha256("/".join(parts).encode()).hexdigest()[:16], 16) or 1
+    return int(sha256("/".join(parts).encode()).hexdigest()[:16], 16) or 1
 
 
 def traceparent(run_id: str | None, key: str) -> str | None:

@@ -7,7 +7,6 @@ entry), R-J2 (code fingerprint).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from workrun.core.digest import sha256
 from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.core.models import AppSpec
@@ -398,7 +398,7 @@ def _file_hash(path: str) -> str:
     """
     def read() -> str:
         with open(path, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
+            return sha256(fh.read()).hexdigest()
 
     return _HASHES.get(path, [path], read)
 
@@ -420,7 +420,7 @@ def fingerprint(project: Path) -> Fingerprint:
         except OSError:
             continue
     lines = "".join(f"{p}\0{h}\n" for p, h in sorted(files.items()))
-    return Fingerprint(hashlib.sha256(lines.encode()).hexdigest(), files)
+    return Fingerprint(sha256(lines.encode()).hexdigest(), files)
 
 
 def diff_fingerprints(old: dict[str, str], new: dict[str, str]) -> list[str]:

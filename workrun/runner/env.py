@@ -6,7 +6,6 @@ processes) from racing on ``.venv``; ``uv.lock`` is never rewritten.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from workrun.core.digest import sha256
 from workrun.core.errors import EnvironmentUnavailableError
 from workrun.core.filestamps import StampedCache
 from workrun.core.paths import copy_file, real_path, remove_tree, user_umask
@@ -65,7 +65,7 @@ def _sdk_copy(data_dir: Path) -> tuple[Path, list[Path], str]:
 
     src = Path(workrun_sdk.__file__).parent
     files = sorted(p for p in src.glob("*.py"))
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
+    digest = sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:16]
     return data_dir / "sdk" / digest, files, digest
 
 
@@ -177,7 +177,7 @@ _ENV_KEYS: StampedCache[str] = StampedCache()
 def _env_key(project: Path) -> str:
     """sha256 over the files that define the environment; kept while their stat stamps hold."""
     def compute() -> str:
-        h = hashlib.sha256()
+        h = sha256()
         for name in _ENV_FILES:
             p = project / name
             h.update(name.encode() + b"\0" + (p.read_bytes() if p.is_file() else b"-") + b"\0")
@@ -242,7 +242,7 @@ class EnvManager:
         real = real_path(project)
         where = self._wheres.get(real)
         if where is None:
-            ident = hashlib.sha256(real.encode()).hexdigest()[:16]
+            ident = sha256(real.encode()).hexdigest()[:16]
             resolved = Path(real)
             where = (resolved, resolved / ".venv" / "bin" / "python", self.data_dir / "envs" / f"{ident}.json")
             self._wheres[real] = where
