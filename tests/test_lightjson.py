@@ -73,3 +73,44 @@ def test_a_spawned_call_imports_neither_json_nor_re_nor_importlib():
              "print(sorted(m for m in ('json', 're', 'enum', 'importlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_constants_are_shared_as_jsons_are():
+    """Hostile review: json hands out one NaN object, so ``[NaN, NaN]`` reads as two equal-by-identity items."""
+    ours, theirs = _lightjson.loads("[NaN, NaN, Infinity]"), json.loads("[NaN, NaN, Infinity]")
+    assert (ours[0] is ours[1]) == (theirs[0] is theirs[1]) and (ours == ours) == (theirs == theirs)
+
+
+def test_hooks_need_no_hash_and_are_never_mixed_up():
+    """Hostile review: hooks were a cache key (an unhashable one failed; two equal ones shared a scanner)."""
+
+    class Hook:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __call__(self, text: str) -> str:
+            return self.tag
+
+    for tag in ("a", "b"):
+        assert _lightjson.loads("[1.5]", parse_float=Hook(tag)) == json.loads("[1.5]", parse_float=Hook(tag)) == [tag]
+    reader = _lightjson.Reader(parse_float=Hook("c"))
+    assert reader.loads("1.5") == reader.loads(" 1.5 ") == "c"
+
+
+def test_the_strict_reader_reads_bytes_as_json_does():
+    """Hostile review: bytes go to json itself, which tells their encoding (a UTF-8 BOM, UTF-16)."""
+    for raw in (b'\xef\xbb\xbf{"a": 1}', '{"a": 1}'.encode("utf-16"), b'{"a": 1}'):
+        assert _wire.loads_strict(raw) == json.loads(raw) == {"a": 1}
+
+
+def test_a_row_is_a_plain_dict_at_run_time():
+    from workrun.core.rows import OperationRow, RunRow
+
+    row = RunRow(run_id="run_1", status="running")
+    assert type(row) is dict and row == {"run_id": "run_1", "status": "running"}
+    assert type(OperationRow()) is dict

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["dumps", "loads"]
+__all__ = ["Reader", "dumps", "loads"]
 
 _SPACE = " \t\n\r"  # JSON's whitespace (RFC 8259 §2), what json.decoder's WHITESPACE pattern matches
 
@@ -30,8 +30,7 @@ _c_basestring: Any = getattr(_c, "encode_basestring", None)
 _c_basestring_ascii: Any = getattr(_c, "encode_basestring_ascii", None)
 
 
-def _constant(name: str) -> float:
-    return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[name]
+_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}  # shared, as json's are
 
 
 class _Context:
@@ -43,37 +42,60 @@ class _Context:
         self.object_pairs_hook = None
         self.parse_float = parse_float or float
         self.parse_int = int
-        self.parse_constant = parse_constant or _constant
+        self.parse_constant = parse_constant or _CONSTANTS.__getitem__
         self.memo: dict[str, str] = {}
 
 
-_scanners: dict[tuple[Any, Any], Any] = {}
+class Reader:
+    """``json.loads`` with fixed ``parse_float`` and ``parse_constant`` hooks, its C scanner made once (a reader
+    made at import serves every call; see :func:`loads`). Safe to share between threads (the scanner keeps
+    nothing between calls).
+
+    The hooks should be pure: when the text turns out not to be JSON, it is read again by :mod:`json` for its
+    error, so a hook may be called twice for the same number or constant.
+    """
+
+    def __init__(self, parse_float: Callable[[str], Any] | None = None,
+                 parse_constant: Callable[[str], Any] | None = None) -> None:
+        self.parse_float, self.parse_constant = parse_float, parse_constant
+        self._scan = _c_scanner(_Context(parse_float, parse_constant)) if _c_scanner is not None else None
+
+    def loads(self, text: str | bytes) -> Any:
+        """``json.loads(text, parse_float=..., parse_constant=...)``: the same value, or the same error (bytes are
+        read by :mod:`json` itself, which tells their encoding).
+
+        Raises:
+            json.JSONDecodeError (a ValueError): ``text`` is not JSON; whatever a hook raises; RecursionError:
+            nested deeper than the interpreter's recursion limit; TypeError: ``text`` is no str or bytes.
+        """
+        if self._scan is not None and isinstance(text, str):
+            start = len(text) - len(text.lstrip(_SPACE))
+            try:
+                value, end = self._scan(text, start)
+            except (StopIteration, ValueError):
+                pass  # json.loads below raises json's own error
+            else:
+                if end == len(text.rstrip(_SPACE)):
+                    return value
+        import json
+
+        return json.loads(text, parse_float=self.parse_float, parse_constant=self.parse_constant)
+
+
+_PLAIN = Reader()
 
 
 def loads(text: str | bytes, *, parse_float: Callable[[str], Any] | None = None,
           parse_constant: Callable[[str], Any] | None = None) -> Any:
-    """``json.loads(text, parse_float=..., parse_constant=...)``: the same value, or the same error.
+    """``json.loads(text, parse_float=..., parse_constant=...)``: the same value, or the same error (see
+    :class:`Reader`, which a caller with hooks of its own makes once).
 
     Raises:
-        json.JSONDecodeError (a ValueError): ``text`` is not JSON; whatever ``parse_float`` or ``parse_constant``
-        raise; RecursionError: nested deeper than the interpreter's recursion limit.
+        As :meth:`Reader.loads`.
     """
-    if _c_scanner is not None and isinstance(text, str):
-        key = (parse_float, parse_constant)
-        scan = _scanners.get(key)
-        if scan is None:
-            scan = _scanners[key] = _c_scanner(_Context(parse_float, parse_constant))
-        start = len(text) - len(text.lstrip(_SPACE))
-        try:
-            value, end = scan(text, start)
-        except (StopIteration, ValueError):
-            pass  # json.loads below raises json's own error
-        else:
-            if end == len(text.rstrip(_SPACE)):
-                return value
-    import json
-
-    return json.loads(text, parse_float=parse_float, parse_constant=parse_constant)
+    if parse_float is None and parse_constant is None:
+        return _PLAIN.loads(text)
+    return Reader(parse_float, parse_constant).loads(text)
 
 
 def _refuse(value: object) -> object:

@@ -147,6 +147,9 @@ def _finite(text: str) -> float:
     return value
 
 
+_STRICT = _lightjson.Reader(parse_float=_finite, parse_constant=_no_constant)
+
+
 def loads_strict(text: str | bytes) -> Any:
     """``json.loads`` of JSON any reader takes, so that no value read here can break a journal write, a ``--json``
     document or an API answer later: refused are ``NaN``, ``Infinity`` and ``-Infinity`` (Python's json reads
@@ -158,8 +161,7 @@ def loads_strict(text: str | bytes) -> Any:
         ValueError: ``text`` is not such JSON (``json.JSONDecodeError`` is a ValueError too).
     """
     try:
-        value = _lightjson.loads(text if isinstance(text, str) else text.decode("utf-8"), parse_constant=_no_constant,
-                                 parse_float=_finite)
+        value = _STRICT.loads(text)
     except RecursionError:
         raise ValueError(f"nested more than {MAX_DEPTH} deep") from None
     todo = [(value, 1)]

@@ -26,6 +26,9 @@ else:
         def __init_subclass__(cls, total: bool = True) -> None:
             super().__init_subclass__()
 
+        def __new__(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[misc]
+            return dict(*args, **kwargs)  # as a TypedDict's call: a plain dict
+
 __all__ = ["AppCallRow", "AttemptRow", "AttemptStatus", "CompensationRow", "CompensationStatus", "DispatchedCallRow",
            "EventRow", "JsonObject", "MessageRow", "NodeRow", "NodeStatus", "NotificationRow", "NotificationStatus",
            "OperationRow", "OperationStatus", "RemoteTaskRow", "RunClaimRow", "RunRow", "RunStatus",
