@@ -576,3 +576,20 @@ def test_after_run_asks_only_the_kinds_the_workflow_uses(tmp_path):
     assert set(process.after) == {run_id} and other.after == []
     svc.close()
 
+
+
+def test_a_run_just_created_is_driven_from_its_spec_and_any_other_from_its_journaled_snapshot(tmp_path):
+    """Issue 33: the spec a run was created from in this process is not validated again from the journal (its
+    snapshot is compared instead); a run created elsewhere, or whose snapshot differs, is validated from the
+    journal, which stays the source of truth."""
+    from workrun.engine import driver
+
+    svc = services(tmp_path)
+    spec = workflow({"b": {"needs": ["a"]}, "a": {}})
+    first = create_run(svc, spec, {})
+    assert driver._spec_of(svc.journal.run(first)) is spec
+    second = create_run(svc, workflow({"a": {}}), {})  # only the last run created is kept
+    assert driver._spec_of(svc.journal.run(first)) is not spec
+    assert driver._spec_of(svc.journal.run(first)) == spec
+    changed = {**svc.journal.run(second), "spec": {**svc.journal.run(second)["spec"], "name": "other"}}
+    assert driver._spec_of(changed).name == "other"

@@ -47,12 +47,29 @@ def create_run(svc: Context, spec: WorkflowSpec, inputs: dict[str, Any], *, eval
                rerun_of: str | None = None) -> str:
     """Record a new run (status ``running``) with its workflow snapshot and inputs; return its id (R-W2)."""
     run_id = new_id("run")
+    written = spec.model_dump(mode="json")
     svc.journal.create_run({
-        "run_id": run_id, "workflow": spec.name, "workflow_path": spec.path, "spec": spec.model_dump(mode="json"),
+        "run_id": run_id, "workflow": spec.name, "workflow_path": spec.path, "spec": written,
         "inputs": inputs, "status": "running", "eval": int(eval_run), "rerun_of": rerun_of,
         "created_at": svc.now(), "verify": int(spec.verify), "data": dict(inputs),
     }, list(spec.nodes))
+    _CREATED.clear()
+    _CREATED[run_id] = (written, spec)
     return run_id
+
+
+_CREATED: dict[str, tuple[Any, WorkflowSpec]] = {}
+"""The run this process created last: its journaled spec and the validated spec it was written from."""
+
+
+def _spec_of(run: RunRow) -> WorkflowSpec:
+    """The run's workflow spec: validated from its journaled snapshot, unless this process wrote that very
+    snapshot from a spec it holds (a run just created: the snapshot is compared, not validated again, issue 33:
+    ~2 ms of a 50-node run's start)."""
+    created = _CREATED.get(run["run_id"])
+    if created is not None and created[0] == run["spec"]:
+        return created[1]
+    return WorkflowSpec.model_validate(run["spec"])
 
 
 def _deps(node: NodeSpec) -> list[str]:
@@ -284,7 +301,7 @@ class Engine:
         mean :class:`~workrun.engine.scheduler.Verdict`'s; this loop reads the journal (:class:`_NodeRows`),
         hands nodes to threads and waits for them."""
         svc = self.svc
-        spec = WorkflowSpec.model_validate(run["spec"])
+        spec = _spec_of(run)
         inputs = run["inputs"]
         settle_operations(svc, run_id)
         standby = {n.on_failure.fallback for n in spec.nodes.values() if n.on_failure.fallback}
