@@ -372,14 +372,14 @@ def test_gc_does_not_count_a_directory_it_cannot_remove(workrun, isolated_env, m
         (calls / name).mkdir(parents=True)
         old = time.time() - 3600
         os.utime(calls / name, (old, old))
-    real = operations.shutil.rmtree
+    real = operations.remove_tree
 
-    def rmtree(path, *args, **kwargs):
+    def remove_tree(path, *args, **kwargs):
         if Path(path).name == "op_stuck":
             raise PermissionError(13, "Operation not permitted", str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(operations.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(operations, "remove_tree", remove_tree)
     svc = Services(isolated_env, check=False)
     try:
         assert operations.gc_call_dirs(svc, dry_run=True) == (2, 0, [])
