@@ -8,12 +8,11 @@ concurrency is bounded by ``Context.concurrency``.
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
 from workrun.core.outcomes import Failure, brief
+from workrun.core.pool import Pool, Task
 from workrun.core.rows import CompensationRow
 from workrun.effects import for_compensation
 from workrun.effects.operations import Attempted
@@ -88,9 +87,9 @@ def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -
     Compensations whose environment is unavailable stay ``pending`` for ``resume``.
     """
     deferred: set[str] = set()
-    running: dict[Future[Attempted], str] = {}
+    running: dict[Task[Attempted], str] = {}
     released: set[str] = set()
-    with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-comp") as pool:
+    with Pool(svc.concurrency, "workrun-comp") as pool:
         while True:
             in_flight = set(running.values())
             decision, by_id, freed = refresh_holds(svc, run_id, in_flight)
@@ -118,7 +117,7 @@ def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -
                     break
                 time.sleep(max(0.0, min(next_due - svc.now(), 0.2)))
                 continue
-            done, _ = wait_futures(list(running), timeout=0.2, return_when=FIRST_COMPLETED)
+            done = pool.wait_first(running, timeout=0.2)
             for fut in done:
                 cid = running.pop(fut)
                 attempted = fut.result()

@@ -20,14 +20,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from typing import Any, cast
 
 from workrun.compensation.records import plan_records
 from workrun.core import metrics, tracing
 from workrun.core.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.core.outcomes import NodeOutcome
+from workrun.core.pool import Pool, Task
 from workrun.core.rows import CompensationRow, NodeRow, NodeStatus, OperationRow, RunRow, TicketEventRow, TicketRow
 from workrun.core.states import NODE_ENDED
 from workrun.core.templates import node_dependencies, reads_data
@@ -308,8 +307,8 @@ class Engine:
         plan = ReadySet.of({k: _deps(n) for k, n in spec.nodes.items()}, standby)
         verdict = Verdict(fail_after=spec.fail_after)
         rows = _NodeRows(svc, run_id, frozenset(standby))
-        futures: dict[Future[NodeOutcome], str] = {}
-        with ThreadPoolExecutor(max_workers=svc.concurrency, thread_name_prefix="workrun-node") as pool:
+        futures: dict[Task[NodeOutcome], str] = {}
+        with Pool(svc.concurrency, "workrun-node") as pool:
             plan.moved(rows.refresh([]))
             verdict.resumed(rows.known)  # failed (or injected) before a restart: nothing new starts (R-W3)
             for key, n in rows.known.items():  # a node left running by a dead runner resumes where it was
@@ -328,7 +327,7 @@ class Engine:
                         futures[pool.submit(self._run_node, run_id, spec, key, snapshot, inputs)] = key
                 if not futures:
                     break
-                done, _ = wait_futures(list(futures), timeout=0.1, return_when=FIRST_COMPLETED)
+                done = pool.wait_first(futures, timeout=0.1)
                 for fut in done:
                     verdict.node_ended(futures.pop(fut), fut.result())
         ending.set()
