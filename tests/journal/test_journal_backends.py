@@ -616,3 +616,18 @@ def test_write_back_settles_the_files_ahead_of_close_and_later_writes_are_kept(j
     again = open_journal(tmp_path)
     assert again.run("run_aaa111") and again.run("run_bbb222")
     again.close()
+
+
+def test_the_looks_for_unfinished_runs_read_runs_by_status_not_every_run(journal, journal_backend):
+    """Issue 33: every scheduling command looks for unfinished runs and for failed runs owing compensation; with
+    an index on the runs' status neither reads every run's row (its workflow snapshot included)."""
+    if journal_backend != "sqlite":
+        pytest.skip("the query plan asked is SQLite's; the index is made by the same migration on PostgreSQL")
+    sqls = []
+    journal._db.set_trace_callback(sqls.append)
+    journal.runs_with_status("running")
+    journal.runs_with_open_compensation()
+    journal._db.set_trace_callback(None)
+    for sql in sqls:
+        plan = " ".join(str(row["detail"]) for row in journal._db.execute("EXPLAIN QUERY PLAN " + sql).fetchall())
+        assert "SCAN r" not in plan and "SCAN runs" not in plan and "runs_status" in plan, plan
