@@ -306,3 +306,30 @@ def test_a_run_whose_call_directories_are_recycled_imports_no_shutil_nor_openssl
         assert "workrun.engine.driver" in modules, proc.stderr[-3000:]
         if not first:  # the first copies the SDK into the new data directory
             assert not modules & {"shutil", "bz2", "lzma", "hashlib"}, sorted(modules)
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_long_json_document_into_a_reader_that_leaves_exits_141_buffered_or_not(write_workflow, make_project,
+                                                                                 unbuffered):
+    """New-user review: ``runs show --json | head -1`` of a document over a pipe's 64 KiB exited 0 under
+    ``PYTHONUNBUFFERED`` (the text layer dropped the rest of a partial write without an error); it exits 141, as a
+    buffered stdout does, and a reader that stays gets every byte."""
+    import json
+    import os
+
+    project = make_project("wide", '[tool.workrun.apps.wide]\nentry = "main.py"\n',
+                           {"main.py": "from workrun_sdk import process\nprocess.result({'text': 'x' * 300000})\n"})
+    wf = write_workflow("wide", f'[nodes.a]\nproject = "{project}"\napp = "wide"\n')
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    if not unbuffered:
+        env.pop("PYTHONUNBUFFERED")
+    ran = subprocess.run([sys.executable, "-m", "workrun", "run", str(wf), "--json"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    whole = json.loads(ran.stdout)
+    assert len(ran.stdout) > 300000 and whole["operations"][0]["result"] == {"text": "x" * 300000}
+    show = subprocess.Popen([sys.executable, "-m", "workrun", "runs", "show", whole["run_id"], "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert show.stdout is not None and show.stdout.readline() == b"{\n"
+    show.stdout.close()  # the reader leaves after one line, as ``head -1`` does
+    assert show.wait(timeout=120) == 141, show.stderr.read() if show.stderr else ""

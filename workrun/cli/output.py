@@ -10,6 +10,7 @@ command that prints only JSON never loads it (R-P3).
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import sys
@@ -89,9 +90,32 @@ def print_error(line: str) -> None:
 
 
 def print_json(data: Any) -> None:
-    """Print one JSON document on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    """Print one JSON document on stdout (all of it, or ``BrokenPipeError``: see :func:`write_out`)."""
+    write_out(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_out(text: str) -> None:
+    """Write ``text`` to stdout and flush it, all of it: on an unbuffered stdout (``PYTHONUNBUFFERED``, ``-u``) the
+    text layer keeps nothing of a partial write to a pipe (its reader left after 64 KiB were written: the rest
+    was dropped without an error, and ``| head`` exited 0 instead of 141); the bytes are written here until all
+    are out, as a buffered stdout does.
+
+    Raises:
+        BrokenPipeError: stdout's reader went away (the command exits 141).
+    """
+    stream = sys.stdout
+    raw = getattr(stream, "buffer", None)
+    if not isinstance(raw, io.FileIO) or not getattr(stream, "encoding", None):
+        stream.write(text)
+        stream.flush()
+        return
+    stream.flush()
+    view = memoryview(text.encode(stream.encoding, getattr(stream, "errors", None) or "strict"))
+    while view:
+        written = raw.write(view)
+        if not written:  # a non-blocking stdout that is full: what a buffered stdout raises then
+            raise BlockingIOError(errno.EAGAIN, "stdout cannot take more now")
+        view = view[written:]
 
 
 def styled(status: str | None) -> str:
@@ -172,8 +196,7 @@ def print_list(columns: list[str], rows: list[list[str]], *, status_column: int 
             code = "1" if n == 0 else _ANSI.get(STATUS_STYLE.get(text, ""), "") if i == status_column else ""
             parts.append(f"\x1b[{code}m{text}\x1b[0m{pad}" if colour and code else text + pad)
         lines.append("  ".join(parts).rstrip())
-    sys.stdout.write("\n".join(lines) + "\n")
-    sys.stdout.flush()
+    write_out("\n".join(lines) + "\n")
 
 
 def run_table(view: dict[str, Any]) -> Group:
