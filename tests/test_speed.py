@@ -246,3 +246,20 @@ def test_the_light_sha256_gives_hashlibs_digests():
     parts.update(b"ab")
     parts.update(b"c")
     assert parts.digest() == hashlib.sha256(b"abc").digest()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
+def test_a_fork_server_finds_prctl_without_ctypes_or_socket_and_its_children_become_subreapers():
+    """Issue 33: the fork server's start imports neither ctypes nor socket (~3-5 ms of each run's first call, which
+    waits for the server); prctl is found once before it forks, and a forked supervisor becomes a subreaper."""
+    root = Path(__file__).parents[1]
+    probe = (f"import os, sys\nsys.path.insert(0, {str(root)!r})\n"
+             "from workrun_sdk import _forkserver, _supervise\n_forkserver._preload(False)\n"
+             "print(sorted(m for m in ('ctypes', 'socket', 'selectors') if m in sys.modules), "
+             "_supervise._prctl_address is not None)\n"
+             "pid = os.fork()\n"
+             "if pid == 0:\n"
+             "    os._exit(0 if _supervise.become_subreaper() and _supervise._prctl(37, 0) is not None else 1)\n"
+             "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
+    out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[] True", "0"], out.stdout + out.stderr

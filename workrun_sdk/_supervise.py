@@ -98,6 +98,25 @@ def _close_done() -> None:
         _done_fd = -1
 
 
+def _prctl(option: int, arg: int) -> int | None:
+    """libc's ``prctl(option, arg, 0, 0, 0)`` through ctypes' C module alone (issue 33: importing ctypes itself,
+    with struct, costs ~2 ms of a spawned call or of a fork server's start), its address found once per process
+    (a fork server finds it before forking: :func:`workrun_sdk._forkserver._preload`); None where that is not
+    possible (then :func:`become_subreaper` uses ctypes)."""
+    global _prctl_address
+    try:
+        import _ctypes
+
+        if _prctl_address is None:
+            _prctl_address = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]  # None: this program
+        return int(_ctypes.call_function(_prctl_address, (option, arg, 0, 0, 0)))
+    except (ImportError, AttributeError, OSError, TypeError, ValueError):
+        return None
+
+
+_prctl_address: int | None = None
+
+
 def become_subreaper() -> bool:
     """Make this process the child subreaper of its descendants (Linux); True when it worked.
 
@@ -106,14 +125,10 @@ def become_subreaper() -> bool:
     global _libc
     if not sys.platform.startswith("linux"):
         return False
-    if _libc is None:  # a spawned supervisor: libc's prctl through ctypes' C module alone (issue 33: importing
-        try:  # ctypes itself, with struct, costs every spawned call ~2 ms); ctypes when that is not there
-            import _ctypes
-
-            prctl = _ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl")  # type: ignore[arg-type]  # None: this program
-            return bool(_ctypes.call_function(prctl, (_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0)
-        except (ImportError, AttributeError, OSError, TypeError, ValueError):
-            pass
+    if _libc is None:
+        done = _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        if done is not None:
+            return done == 0
     try:
         if _libc is None:
             import ctypes
