@@ -219,6 +219,8 @@ def test_the_look_ahead_at_a_workflow_parses_it_once_for_the_loader(tmp_path):
     """``run``'s early look for the first project (``_first_project``) keeps its parse for the loader, which takes
     it once (issue 33); any other text, or a second reading, is parsed anew."""
     from workrun.cli.entry import _first_project
+    from workrun.core import tomlfile
+    from workrun.core.errors import ConfigError
     from workrun.runner.apps import parse_toml
 
     wf = tmp_path / "wf.toml"
@@ -229,9 +231,17 @@ def test_the_look_ahead_at_a_workflow_parses_it_once_for_the_loader(tmp_path):
     assert kept == {"name": "w", "nodes": {"a": {"project": "p", "app": "x"}}}
     again = parse_toml(text, str(wf))
     assert again == kept and again is not kept  # taken once: a second reading parses anew
-    ahead = parse_toml(text, str(wf), ahead=True)
+    ahead = tomlfile.loads(text)
     assert parse_toml(text + "\n# edited\n", str(wf)) is not ahead  # another text: not this parse
     assert parse_toml(text, str(wf)) is ahead
+    tomlfile.loads('x = nan\n')  # a kept parse is checked all the same
+    with pytest.raises(ConfigError):
+        parse_toml('x = nan\n', str(wf))
+    probe = ("import sys\nfrom workrun.cli.entry import _first_project\n"
+             f"_first_project({str(wf)!r})\n"
+             "print(sorted(m for m in ('workrun.runner.apps', 'workrun.core.models') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr  # the look loads none of the loader's modules
 
 
 def test_the_light_sha256_gives_hashlibs_digests():

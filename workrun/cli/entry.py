@@ -206,14 +206,13 @@ def _first_project(workflow: str) -> str | None:
     """The ``project`` of the workflow file's first process node, resolved against the file's folder (that of
     the file a symlink points to, as the loader does), or None (not a readable workflow: the command itself
     reports why)."""
-    from workrun.core.errors import ConfigError
-    from workrun.runner.apps import parse_toml
+    from workrun.core import tomlfile  # tomllib alone: the loader's modules would delay the fork server's start
 
     try:
         with open(workflow, encoding="utf-8") as fh:  # as the loader reads it: the same text
             text = fh.read()
-        nodes = parse_toml(text, workflow, ahead=True).get("nodes")  # the loader takes this parse (issue 33)
-    except (OSError, ValueError, ConfigError):
+        nodes = tomlfile.loads(text).get("nodes")  # kept for the loader, which takes it (issue 33)
+    except (OSError, ValueError, RecursionError):
         return None
     for node in (nodes or {}).values() if isinstance(nodes, dict) else ():
         if isinstance(node, dict) and node.get("kind", "process") == "process" \

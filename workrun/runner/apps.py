@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from workrun.core import tomlfile
 from workrun.core.digest import sha256
 from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
@@ -54,28 +55,21 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-_AHEAD: dict[str, dict[str, Any]] = {}  # text -> its parse, kept by parse_toml(..., ahead=True) for one reader
-
-
-def parse_toml(text: str, file: str, *, ahead: bool = False) -> dict[str, Any]:
+def parse_toml(text: str, file: str) -> dict[str, Any]:
     """Parse a config file's TOML text (a workflow or an App's ``pyproject.toml``).
 
     TOML's ``nan`` and ``inf`` floats are refused: they are no JSON number, and every value of a config may
     end up in the journal, an App's input, a request body or a ``--json`` document (SPEC §9).
 
-    Args:
-        ahead: a look at the file ahead of the command (``run``'s early fork server): the result is also kept for
-            the next call with the same text, which takes it instead of parsing again (issue 33: ~2 ms of a
-            50-node workflow). The caller ahead must not change what it gets.
+    A parse of the same text kept by ``run``'s first look at the workflow (:mod:`workrun.core.tomlfile`) is
+    taken instead of parsing again (issue 33); it is checked all the same.
 
     Raises:
         ConfigError: not TOML (naming ``file``), or a ``nan``/``inf`` (naming ``file`` and the dotted field).
     """
-    kept = _AHEAD.pop(text, None)
-    if kept is not None:
-        return kept
+    kept = tomlfile.take(text)
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(text) if kept is None else kept
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     except RecursionError:  # the standard library's parser recurses once per level of nesting
@@ -89,9 +83,6 @@ def parse_toml(text: str, file: str, *, ahead: bool = False) -> dict[str, Any]:
             todo.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
         elif isinstance(value, list):
             todo.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
-    if ahead:
-        _AHEAD.clear()
-        _AHEAD[text] = data
     return data
 
 
