@@ -25,11 +25,11 @@ launcher: a new interpreter per call; the only mode elsewhere).
 
 from __future__ import annotations
 
+import _socket  # not socket: its enum classes cost every run's early fork server start ~2 ms (issue 33)
 import glob
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import threading
@@ -200,7 +200,7 @@ class _Server:
 
     def __init__(self, python: str, sdk_dir: Path, env: dict[str, str], cwd: Path, warm: str | None,
                  umask: int = -1, calls: str = "process", wait: bool = True) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one request per message
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)  # one request per message
         self._req, req_r = ours.detach(), theirs.detach()
         rep_r, rep_w = os.pipe()
         done_w = _done().write_fd
