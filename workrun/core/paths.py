@@ -150,21 +150,25 @@ def keep_copy(source: Path, folder: Path, name: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(folder, 0o700)
     target = folder / name
-    import shutil  # not at import: its compression modules cost every read command ~8 ms (R-P3)
-
-    shutil.copyfile(source, target)
+    copy_file(source, target)
     os.chmod(target, 0o600)
     return target
 
 
 def remove_tree(path: str | os.PathLike[str], *, ignore_errors: bool = True) -> None:
-    """``shutil.rmtree(path, ignore_errors=...)``, with :mod:`shutil` imported only when a tree is removed: its
-    compression modules cost every command's start-up ~3 ms (issue 33), and a run removes no tree while its
-    call directories are recycled.
+    """``shutil.rmtree(path, ignore_errors=...)``, with :mod:`shutil` imported only when there is a tree to remove:
+    its compression modules cost every command's start-up ~3 ms (issue 33; R-P3), and a run removes no tree while
+    its call directories are recycled. An empty directory (the last run's ``.trash``, usually) goes with one
+    rmdir.
 
     Raises:
         OSError: the tree cannot be removed (only when ``ignore_errors`` is False).
     """
+    try:
+        os.rmdir(path)
+        return
+    except OSError:  # not empty, not a directory, gone: shutil decides, as before
+        pass
     import shutil
 
     shutil.rmtree(path, ignore_errors=ignore_errors)

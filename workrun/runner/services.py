@@ -104,10 +104,7 @@ class _Janitor:
 
 def _remove(path: Path, calls: Path | None) -> None:
     if calls is None or not calldir.recycle(path, calls):
-        try:
-            os.rmdir(path)  # an empty one (the last run's ``.trash``, usually): no tree to walk
-        except OSError:
-            remove_tree(path)
+        remove_tree(path)
 
 
 class Services:
