@@ -130,6 +130,11 @@ def test_operations_round_trip_and_owed_compensation(journal):
         [("op_1", "succeeded"), ("op_2", "starting")]
     assert [o["operation_id"] for o in journal.operation_statuses("run_aaa111", "b")] == ["op_3"]
     assert [o["node_key"] for o in journal.operation_statuses("run_aaa111")] == ["a", "a", "b"]
+    views = journal.operation_views("run_aaa111")  # what a run's view shows of each, in order, decoded (issue 33)
+    full = journal.operations("run_aaa111")
+    assert [v["operation_id"] for v in views] == ["op_1", "op_2", "op_3"] and views[0]["result"] == {"name": "a"}
+    assert all(v == {k: o[k] for k in v} for v, o in zip(views, full, strict=True))
+    assert not {"config", "fingerprint_files", "snapshot", "call_dir"} & set(views[0])
     journal.start_node("run_aaa111", "a", at=1.0)
     journal.finish_node("run_aaa111", "a", status="failed", handled=False, result=None, at=2.5)
     journal.end_run("run_aaa111", "failed", at=3.0, reason="node 'a' failed")

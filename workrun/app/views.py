@@ -68,15 +68,18 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
     for a in journal.attempts_of_run(run_id):
         attempts.setdefault(a["compensation_id"], []).append(a)
 
+    by_node: dict[str | None, list[dict[str, Any]]] = {}  # each node's messages, in order: one pass, not one per node
+    for m in messages:
+        by_node.setdefault(m["node_key"], []).append({"at": iso(m["at"]), "level": m["level"], "text": m["text"]})
+
     def msgs(key: str | None) -> list[dict[str, Any]]:
-        return [{"at": iso(m["at"]), "level": m["level"], "text": m["text"]} for m in messages
-                if m["node_key"] == key]
+        return by_node.get(key, [])
 
     nodes = [{"node_key": n["node_key"], "status": n["status"], "handled": bool(n["handled"]),
               "result": n["result"], "started_at": iso(n["started_at"]), "ended_at": iso(n["ended_at"]),
               "messages": msgs(n["node_key"])} for n in journal.nodes(run_id)]
     operations = []
-    for op in journal.operations(run_id):
+    for op in journal.operation_views(run_id):
         c = comps.get(op["operation_id"])
         status = op["status"] if op["status"] in OPERATION_ENDED else "running"
         operations.append({

@@ -198,6 +198,13 @@ class CallRecords(Protocol):
     def operations(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """The run's operations (of one node when ``node_key`` is given), in the order they were recorded."""
 
+    def operation_views(self, run_id: str) -> list[OperationRow]:
+        """The run's operations in the order they were recorded, with the columns a run's view shows (SPEC §9:
+        ``operation_id, node_key, tool_call_index, app, kind, tool_name, status, input, result, resources,
+        depends_on, fingerprint, error, exit_code, signal, created_at, started_at, ended_at, stdout_tail,
+        stderr_tail``), not its config snapshot or fingerprint files: a run's view decodes no JSON it does not
+        show (issue 33)."""
+
     def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """``{operation_id, node_key, status}`` of the run's operations (of one node when ``node_key`` is
         given), in order (cheap: no JSON to decode; one node's costs the same at any run length, issue 14)."""

@@ -53,6 +53,10 @@ __all__ = ["FAULT_POINTS", "SqlJournal"]
 
 _JSON_COLUMNS = {"spec", "inputs", "config", "input", "result", "resources", "fingerprint_files",
                  "depends_on", "context", "args", "held_back_by", "request", "data"}
+_VIEW_COLUMNS = ("operation_id, node_key, tool_call_index, app, kind, tool_name, status, input, result, resources, "
+                 "depends_on, fingerprint, error, exit_code, signal, created_at, started_at, ended_at, stdout_tail, "
+                 "stderr_tail")
+"""The operation columns a run's view shows (:meth:`SqlJournal.operation_views`)."""
 _KEYS = {
     "runs": ("run_id",), "nodes": ("run_id", "node_key"), "operations": ("operation_id",),
     "compensations": ("compensation_id",), "attempts": ("compensation_id", "number"),
@@ -467,6 +471,11 @@ class SqlJournal(ABC):
             return self._query("SELECT * FROM operations WHERE run_id = ? AND node_key = ? ORDER BY created_at, rowid",
                                (run_id, node_key))
         return self._query("SELECT * FROM operations WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
+
+    def operation_views(self, run_id: str) -> list[OperationRow]:
+        """See :meth:`workrun.journal.base.CallRecords.operation_views`."""
+        return self._query(f"SELECT {_VIEW_COLUMNS} FROM operations WHERE run_id = ? ORDER BY created_at, rowid",
+                           (run_id,))
 
     def operation_statuses(self, run_id: str, node_key: str | None = None) -> list[OperationRow]:
         """``{operation_id, node_key, status}`` of the run's operations (of one node), in order (no JSON to decode)."""

@@ -45,6 +45,7 @@ from workrun.journal.portable import (
     _Statement,
     _status_query,
 )
+from workrun_sdk._lightjson import loads as _loads  # json.loads' value and errors, through its C scanner directly
 
 __all__ = ["FAULT_POINTS", "MESSAGE_DELAY", "SqliteJournal"]
 
@@ -55,7 +56,7 @@ def _row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for (name, *_), value in zip(cursor.description, row, strict=True):
         if name in _JSON_COLUMNS and isinstance(value, str):
-            value = json.loads(value)
+            value = _loads(value)
         out[name] = value
     return out
 
@@ -389,7 +390,7 @@ class SqliteJournal(SqlJournal):
             for i, name in decode:
                 if isinstance(row[i], str):
                     try:
-                        item[name] = json.loads(row[i])
+                        item[name] = _loads(row[i])  # ~2 µs less per value than json.loads (issue 33)
                     except ValueError as exc:
                         raise JournalError(f"journal read failed: column {name!r} does not hold JSON ({exc}); "
                                            "restore a backup or repair that row", file=str(self.path)) from None

@@ -1,0 +1,67 @@
+"""The CLI's JSON documents (issue 33): ``pretty_json`` writes exactly what ``json.dumps(indent=2,
+ensure_ascii=False)`` writes, or raises what it raises."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workrun.cli.output import pretty_json
+
+_SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
+            | st.text())
+_KEYS = st.text() | st.integers() | st.floats() | st.booleans() | st.none()
+_JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                     | st.dictionaries(_KEYS, inner, max_size=4), max_leaves=30)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON)
+def test_same_text_as_json(value: object) -> None:
+    assert pretty_json(value) == _json(value)
+
+
+@pytest.mark.parametrize("value", [
+    {}, [], (), "", 0, -0.0, math.nan, -math.inf, True, None, {"a": {}, "b": []}, [[[]]],
+    {"é\n\"\\\u2028": ["\x00", "😀"]}, {1: 2, 2.5: 3, False: 4, None: 5},
+    {"nested": [{"k": [1, 2.0, None]}, {"l": {"m": "n"}}]},
+])
+def test_edge_values(value: object) -> None:
+    assert pretty_json(value) == _json(value)
+
+
+class _Number(int):
+    pass
+
+
+class _Text(str):
+    pass
+
+
+def test_subclasses_as_json_writes_them() -> None:
+    value = {_Text("k"): [_Number(7), _Text("v")], "d": type("D", (dict,), {})(a=1)}
+    assert pretty_json(value) == _json(value)
+
+
+@pytest.mark.parametrize("value", [{"s": {1, 2}}, {(1, 2): "tuple key"}, [object()], {"b": b"bytes"}])
+def test_what_json_refuses_raises_jsons_error(value: object) -> None:
+    with pytest.raises(TypeError) as ours:
+        pretty_json(value)
+    with pytest.raises(TypeError) as theirs:
+        _json(value)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_a_cycle_is_jsons_error() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference"):
+        pretty_json(loop)
