@@ -342,3 +342,20 @@ def test_resume_keeps_waiting_for_a_dead_runners_run_whose_lease_passes_between_
     assert workers._orphaned_claims(svc, host, [], set(), lease - 0.5) is True  # the time of the failed claim
     assert "taking the run over when its lease passes" in svc.said[0]
     assert workers._orphaned_claims(svc, host, [], set(), _time.time()) is False  # what it asked before: gone
+
+
+def test_compensation_plan_text_lines_up(capsys, monkeypatch):
+    """``compensate RUN --dry-run``: the node, compensation, App or action and status columns line up whatever the
+    lengths of node keys and places (new-user review)."""
+    from workrun.cli import main as cli_main
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    steps = [{"place": p, "node_key": k, "compensation_id": f"cmp_{p:012d}", "app": a, "status": "pending",
+              "held_back_by": []} for p, k, a in ((1, "publish", "step"), (2, "notify", "step"), (10, "a", "longer"))]
+    steps.append({"place": 11, "node_key": "refund_order", "compensation_id": "cmp_000000000011",
+                  "action": "DELETE http://x/1", "status": "pending", "held_back_by": ["cmp_000000000001"]})
+    cli_main._print_plan({"run_id": "run_1", "status": "failed", "plan": steps, "would": "run 4 compensations"})
+    lines = capsys.readouterr().out.splitlines()[1:5]
+    assert [line.index("cmp_") for line in lines] == [lines[0].index("cmp_")] * 4, lines
+    assert len({line.index("pending") for line in lines}) == 1, lines
+    assert lines[0].startswith("   1. publish") and lines[3].endswith("held back by cmp_000000000001"), lines

@@ -189,11 +189,14 @@ def _print_plan(plan: dict[str, Any]) -> None:
     console.print(f"compensation plan of run {plan['run_id']} ({plan['status']}):")
     if not plan["plan"]:
         console.print("  (no compensation)")
-    for step in plan["plan"]:
-        what = f"App {step['app']}" if "app" in step else f"reverse action {step['action']}"
+    whats = [f"App {step['app']}" if "app" in step else f"reverse action {step['action']}" for step in plan["plan"]]
+    places = [f"{step['place']}." for step in plan["plan"]]
+    keys = [step["node_key"] or "-" for step in plan["plan"]]
+    width = [max(map(len, column), default=0) for column in (places, keys, whats)]  # columns line up
+    for step, place, key, what in zip(plan["plan"], places, keys, whats, strict=True):
         held = f"; held back by {', '.join(step['held_back_by'])}" if step["held_back_by"] else ""
-        console.print(f"  {step['place']}. {escape(step['node_key'] or '-')}  {step['compensation_id']}  "
-                      f"{escape(what)}  {styled(step['status'])}{held}")
+        console.print(f"  {place:>{width[0]}} {escape(key.ljust(width[1]))}  {step['compensation_id']}  "
+                      f"{escape(what.ljust(width[2]))}  {styled(step['status'])}{held}")
     console.print(f"would: {plan['would']}")
 
 
