@@ -242,3 +242,16 @@ input = {{ name = "boom", fail = true }}
     assert plan["would"].startswith("nothing by itself; 1 need(s) an operator first"), plan["would"]
     done = workrun("compensate", rid)
     assert done.code == 1 and "2 compensation(s) not finished" in done.out, done
+
+
+def test_compensate_of_a_compensated_run_says_there_is_nothing_to_do(isolated_env, workrun):
+    """`workrun compensate RUN` on a run whose compensations are all done changes nothing and says so (exit 0);
+    the journal gains no message for it (new-user review)."""
+    view = api.run(ROOT / "demo_apps" / "workflows" / "tutorial.toml")
+    rid = view["run_id"]
+    messages = len(api.show(rid)["messages"])
+    done = workrun("compensate", rid)
+    assert done.code == 0 and "nothing to compensate: every compensation of run" in done.out, done
+    assert len(api.show(rid)["messages"]) == messages
+    first = workrun("run", str(ROOT / "demo_apps" / "workflows" / "tutorial.toml"))  # compensated as it failed:
+    assert "nothing to compensate" not in first.out  # never said of a run that had work

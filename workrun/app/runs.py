@@ -263,11 +263,15 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
                                                    "action": "compensate",
                                                    "args": {"reason": reason} if reason else {}})
             svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
+        before = {c["compensation_id"]: c["status"] for c in svc.journal.compensations(rid)}
         with run_claim(svc, rid, wait):
             compensate_now(svc, rid)
         view = run_view(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
         ok = all(c["status"] in COMPENSATION_DONE for c in comps)
+        if before and ok and all(s in COMPENSATION_DONE for s in before.values()) \
+                and {c["compensation_id"]: c["status"] for c in comps} == before:  # said only: nothing changed
+            svc.reporter.message(rid, None, "info", f"nothing to compensate: every compensation of run {rid} is done")
         return Finished(view, 130 if svc.stopping() else (0 if ok else 1))
 
 
