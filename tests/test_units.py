@@ -359,3 +359,16 @@ def test_compensation_plan_text_lines_up(capsys, monkeypatch):
     assert [line.index("cmp_") for line in lines] == [lines[0].index("cmp_")] * 4, lines
     assert len({line.index("pending") for line in lines}) == 1, lines
     assert lines[0].startswith("   1. publish") and lines[3].endswith("held back by cmp_000000000001"), lines
+
+
+def test_command_lists_show_each_summary_as_one_sentence():
+    """A group's command list shows each command's first help paragraph on one line (typer's rich help kept a
+    docstring's line breaks there: gaps in mid-sentence, new-user review)."""
+    import os
+
+    env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1"}
+    out = subprocess.run([sys.executable, "-m", "workrun", "--help"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    graph = next(line for line in out.splitlines() if "│ graph " in line)
+    assert "template references dashed); for a run, each node's status and its compensations' places in " \
+           "compensation order." in graph, out

@@ -8,6 +8,7 @@ compensation did not finish; 2 bad usage, config or input, unknown id;
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -388,3 +389,20 @@ def worker(
         runs=w.driven, calls=executed)
     raise typer.Exit(code)
 
+
+
+def _summaries(group: typer.Typer) -> None:
+    """Give each command of ``group`` (and of its sub-groups) the one-line summary a command list shows: the first
+    paragraph of its help, on one line. typer's rich help keeps a docstring's line breaks there, which showed as
+    gaps in the middle of a sentence (new-user review). A command's own ``--help`` is unchanged."""
+    for info in group.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback is not None else None)
+        if info.short_help is None and doc:
+            first = inspect.cleandoc(doc).partition("\f")[0].split("\n\n")[0]
+            info.short_help = " ".join(first.split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _summaries(sub.typer_instance)
+
+
+_summaries(app)
