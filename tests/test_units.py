@@ -372,3 +372,23 @@ def test_command_lists_show_each_summary_as_one_sentence():
     graph = next(line for line in out.splitlines() if "│ graph " in line)
     assert "template references dashed); for a run, each node's status and its compensations' places in " \
            "compensation order." in graph, out
+
+
+def test_check_reports_a_nodes_needs_beside_its_bad_on_failure(tmp_path):
+    """R-L1: a bad ``on_failure`` no longer hides the node's other errors (here an unknown node in ``needs``):
+    the node is checked as if it said "fail" (new-user review)."""
+    from workrun import api
+
+    demo = Path(__file__).resolve().parents[1] / "demo_apps"
+    text = (demo / "workflows" / "tutorial.toml").read_text().replace('"../', f'"{demo}/')
+    assert 'needs = ["create"]' in text and 'on_failure = "fail"' in text
+    wf = tmp_path / "bad.toml"
+    wf.write_text(text.replace('needs = ["create"]', 'needs = ["creat"]').replace('on_failure = "fail"',
+                                                                                'on_failure = "explode"'))
+    from workrun.core.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as caught:
+        api.check(wf, home=tmp_path / "home")
+    lines = caught.value.lines()
+    assert len(lines) == 2 and "nodes.boom.on_failure: must be" in lines[0], lines
+    assert lines[1].endswith("nodes.boom.needs: unknown node 'creat'"), lines

@@ -226,10 +226,12 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
             try:
-                node, outputs[key], refs = _load_node(key, table, base, executors, inputs, file, connectors)
+                node, outputs[key], refs, problems = _load_node(key, table, base, executors, inputs, file,
+                                                                connectors)
             except ConfigError as exc:
                 errors.append(exc)
                 continue
+            errors += problems
             action_refs += refs
             nodes[key] = node
     bad = set(nodes_table) - set(nodes)  # nodes with an error: what refers to them is not checked again
@@ -298,11 +300,12 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
 def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChecker], inputs: dict[str, Any],
                file: str, connectors: dict[str, ConnectorSpec]
-               ) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]]]:
+               ) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]], list[ConfigError]]:
     """One ``[nodes.KEY]`` table, validated and checked by its kind's checker (or executor).
 
     Returns:
-        ``(node, its output contract, the template references of its actions)``.
+        ``(node, its output contract, the template references of its actions, errors found that did not keep the
+        node from being checked: a bad ``on_failure``, with which the node is checked as if it said "fail")``.
 
     Raises:
         ConfigError: naming the node's field.
@@ -325,16 +328,22 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
     if not isinstance(kind, str) or kind not in executors or kind not in NODE_MODELS:
         known = ", ".join(repr(k) for k in executors)
         raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
-    table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
+    problems: list[ConfigError] = []  # errors that do not keep the node from being checked further (R-L1)
+    try:
+        table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
+    except ConfigError as exc:  # reported; the rest of the node (its needs, its App) is checked as if it failed
+        problems.append(exc)
+        table["on_failure"] = parse_policy("fail", file, f"{prefix}.on_failure")
     try:
         node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
     except ShapeError as exc:
-        raise shape_error(exc, file, prefix) from None
+        error = shape_error(exc, file, prefix)
+        raise (ConfigErrors([*problems, error]) if problems else error) from None
     node = _with_connector_timeouts(node, connectors)
     contract = executors[kind].check(node, Where(file, prefix, connectors))
     actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
     actions += [node.on_failure.action] if node.on_failure.action is not None else []
-    return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)]
+    return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)], problems
 
 
 def _resolved(base: Path, written: str, file: str, field: str) -> str:
