@@ -392,3 +392,21 @@ def test_check_reports_a_nodes_needs_beside_its_bad_on_failure(tmp_path):
     lines = caught.value.lines()
     assert len(lines) == 2 and "nodes.boom.on_failure: must be" in lines[0], lines
     assert lines[1].endswith("nodes.boom.needs: unknown node 'creat'"), lines
+
+
+def test_check_reports_an_unknown_key_beside_the_nodes_other_errors(tmp_path):
+    """R-L1: an unknown key no longer hides the node's other errors (here a missing App project): the node is
+    checked further without it. An unknown key beside another shape error is reported with it, as before."""
+    from workrun import api
+    from workrun.core.errors import ConfigErrors
+
+    wf = tmp_path / "bad.toml"
+    wf.write_text('[nodes.a]\nproject = "nope"\napp = "x"\nbogus = 1\n')
+    with pytest.raises(ConfigErrors) as caught:
+        api.check(wf, home=tmp_path / "home")
+    assert [line.split(": ", 2)[1:] for line in caught.value.lines()] == [
+        ["nodes.a.bogus", "unknown key"], ["nodes.a.project", f"App project directory {tmp_path / 'nope'} not found"]]
+    wf.write_text('[nodes.a]\nproject = 3\napp = "x"\nbogus = 1\n')
+    with pytest.raises(ConfigErrors) as caught:
+        api.check(wf, home=tmp_path / "home")
+    assert [line.split(": ", 2)[1] for line in caught.value.lines()] == ["nodes.a.project", "nodes.a.bogus"]

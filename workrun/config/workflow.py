@@ -305,7 +305,8 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
 
     Returns:
         ``(node, its output contract, the template references of its actions, errors found that did not keep the
-        node from being checked: a bad ``on_failure``, with which the node is checked as if it said "fail")``.
+        node from being checked: a bad ``on_failure``, with which the node is checked as if it said "fail", and
+        unknown keys, without which it is checked)``.
 
     Raises:
         ConfigError: naming the node's field.
@@ -338,10 +339,21 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
     except ShapeError as exc:
         error = shape_error(exc, file, prefix)
-        raise (ConfigErrors([*problems, error]) if problems else error) from None
-    node = _with_connector_timeouts(node, connectors)
-    contract = executors[kind].check(node, Where(file, prefix, connectors))
-    actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
+        unknown = {e["loc"][0] for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1}
+        if not unknown or any(e["type"] != "extra_forbidden" or len(e["loc"]) != 1 for e in exc.errors()):
+            raise (ConfigErrors([*problems, error]) if problems else error) from None
+        try:  # only unknown keys: reported, and the node is checked further without them (its App, its needs)
+            node = NODE_MODELS[kind].model_validate(  # type: ignore[assignment]
+                {**{k: v for k, v in table.items() if k not in unknown}, "key": key})
+        except ShapeError:
+            raise (ConfigErrors([*problems, error]) if problems else error) from None
+        problems.append(error)
+    try:
+        node = _with_connector_timeouts(node, connectors)
+        contract = executors[kind].check(node, Where(file, prefix, connectors))
+        actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
+    except ConfigError as exc:  # with what was found before it
+        raise (ConfigErrors([*problems, exc]) if problems else exc) from None
     actions += [node.on_failure.action] if node.on_failure.action is not None else []
     return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)], problems
 
