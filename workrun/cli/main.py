@@ -390,7 +390,6 @@ def worker(
     raise typer.Exit(code)
 
 
-
 def _summaries(group: typer.Typer) -> None:
     """Give each command of ``group`` (and of its sub-groups) the one-line summary a command list shows: the first
     paragraph of its help, on one line. typer's rich help keeps a docstring's line breaks there, which showed as

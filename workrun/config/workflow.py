@@ -341,21 +341,26 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         error = shape_error(exc, file, prefix)
         unknown = {e["loc"][0] for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1}
         if not unknown or any(e["type"] != "extra_forbidden" or len(e["loc"]) != 1 for e in exc.errors()):
-            raise (ConfigErrors([*problems, error]) if problems else error) from None
+            raise _with_earlier(problems, error) from None
         try:  # only unknown keys: reported, and the node is checked further without them (its App, its needs)
             node = NODE_MODELS[kind].model_validate(  # type: ignore[assignment]
                 {**{k: v for k, v in table.items() if k not in unknown}, "key": key})
         except ShapeError:
-            raise (ConfigErrors([*problems, error]) if problems else error) from None
+            raise _with_earlier(problems, error) from None
         problems.append(error)
     try:
         node = _with_connector_timeouts(node, connectors)
         contract = executors[kind].check(node, Where(file, prefix, connectors))
         actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
-    except ConfigError as exc:  # with what was found before it
-        raise (ConfigErrors([*problems, exc]) if problems else exc) from None
+    except ConfigError as exc:
+        raise _with_earlier(problems, exc) from None
     actions += [node.on_failure.action] if node.on_failure.action is not None else []
     return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)], problems
+
+
+def _with_earlier(earlier: list[ConfigError], error: ConfigError) -> ConfigError:
+    """``error`` with the errors found before it in the same node (all are reported, R-L1)."""
+    return ConfigErrors([*earlier, error]) if earlier else error
 
 
 def _resolved(base: Path, written: str, file: str, field: str) -> str:
