@@ -494,6 +494,8 @@ def test_app_list_shows_apps_and_tools(workrun, tool_project):
     human = workrun("app", "list", tool_project)
     assert human.code == 0, human
     assert "guarded (confirm)" in human.out and "make" in human.out
+    here = workrun("app", "list", "--json", cwd=tool_project)  # PROJECT_DIR defaults to the current directory
+    assert here.code == 0 and here.json() == res.json(), here
 
 
 def test_unsupported_hint_is_a_clear_error_at_discovery(workrun, make_project):

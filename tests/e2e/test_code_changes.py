@@ -455,6 +455,7 @@ def test_gc_keeps_snapshots_of_unfinished_compensations(workrun, write_workflow,
     assert m1["main.py"] != m2["main.py"] and m1["compensate.py"] == m2["compensate.py"]  # deduplicated by hash
     dry = workrun("gc", "--dry-run")
     assert dry.code == 0 and "would remove 1 snapshot(s); kept 1" in dry.out
+    assert f"\n  snapshot {s1}\n" in dry.out and s2 not in dry.out, dry.out  # the one it would remove, by id
     assert (isolated_env / "snapshots" / f"{s1}.json").exists()
     res = workrun("gc")
     assert res.code == 0 and "removed 1 snapshot(s); kept 1" in res.out, res

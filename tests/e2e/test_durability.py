@@ -318,6 +318,9 @@ def test_gc_removes_call_directories_killed_runners_left_and_keeps_those_in_flig
     fresh.mkdir()
     dry = workrun("gc", "--dry-run")
     assert dry.code == 0 and "would remove 2 stale call directory(ies); kept 2" in dry.out, dry
+    named = sorted(line.removeprefix("  call directory ") for line in dry.out.splitlines()
+                   if line.startswith("  call directory "))
+    assert named == sorted([str(done), str(calls / ".trash")]), dry  # each one it would remove, by path
     assert done.exists() and (calls / ".trash" / "op_left.1234").exists()
     res = workrun("gc")
     assert res.code == 0 and "removed 2 stale call directory(ies); kept 2" in res.out, res
@@ -382,7 +385,9 @@ def test_gc_does_not_count_a_directory_it_cannot_remove(workrun, isolated_env, m
     monkeypatch.setattr(operations, "remove_tree", remove_tree)
     svc = Services(isolated_env, check=False)
     try:
-        assert operations.gc_call_dirs(svc, dry_run=True) == (2, 0, [])
+        named: list[Path] = []
+        assert operations.gc_call_dirs(svc, dry_run=True, named=named) == (2, 0, [])
+        assert named == [calls / "op_gone", calls / "op_stuck"]
         assert operations.gc_call_dirs(svc) == (1, 0, [calls / "op_stuck"])
     finally:
         svc.close()

@@ -66,6 +66,8 @@ def test_the_tutorial_verifies_with_a_check_app_and_verify_runs_are_hidden(workr
     assert [n["status"] for n in shown["nodes"]] == ["succeeded", "skipped"]  # boom never ran
     assert workrun("runs", "list", "--json").json() == []
     assert len(workrun("runs", "list", "--json", "--all").json()) == 2
+    table = workrun("runs", "list", "--all").out.splitlines()[1:]  # the table marks them as verify's
+    assert len(table) == 2 and all("  cleanup-tutorial (verify)  " in line for line in table), table
 
 
 def test_a_compensation_that_is_not_idempotent_is_caught(workrun, make_project, tmp_path, write_workflow):

@@ -135,9 +135,10 @@ def _asks(spec: AppSpec, tool: str) -> bool:
 
 
 @app.command("list")
-def list_apps(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App project directory."),
+def list_apps(project: Path = typer.Argument(Path("."), metavar="PROJECT_DIR", show_default=False,
+                                             help="The App project directory (default: the current one)."),
               json_mode: bool = JsonOpt) -> None:
-    """List a project's Apps (and each Tool App's tools)."""
+    """List a project's Apps (and each Tool App's tools); PROJECT_DIR defaults to the current directory."""
     from workrun.runner.apps import load_project
 
     apps = load_project(project)

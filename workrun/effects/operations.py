@@ -489,9 +489,10 @@ STALE_AFTER = 600.0
 removes it (one being made right now, by a standalone ``app run``, is not its runner's leftover)."""
 
 
-def gc_call_dirs(svc: Context, *, dry_run: bool = False) -> tuple[int, int, list[Path]]:
+def gc_call_dirs(svc: Context, *, dry_run: bool = False, named: list[Path] | None = None) -> tuple[int, int, list[Path]]:
     """Remove the call directories runners that were killed left behind (``workrun gc``); return
-    ``(removed, kept, the paths that could not be removed)``.
+    ``(removed, kept, the paths that could not be removed)``. ``named``: when given, every path removed (with
+    ``dry_run``: that would be) is appended to it, for ``gc --dry-run`` to name them.
 
     A runner killed after journaling a call's outcome, but before removing its directory, leaves it for good
     (and one killed while removing it, what is in ``calls/.trash``). Removed: every directory in
@@ -537,4 +538,6 @@ def gc_call_dirs(svc: Context, *, dry_run: bool = False) -> tuple[int, int, list
                 failed.append(path)
                 continue
         removed += 1
+        if named is not None:
+            named.append(path)
     return removed, kept, failed

@@ -158,8 +158,10 @@ def materialize(data_dir: Path, snapshot: str, journal: Any = None) -> Path:
     return tree
 
 
-def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
-    """Remove snapshots no unfinished compensation needs; return (removed, kept).
+def gc(svc: Any, *, dry_run: bool = False, named: list[str] | None = None) -> tuple[int, int]:
+    """Remove snapshots no unfinished compensation needs; return (removed, kept). ``named``: when given, the id
+    of every snapshot of the data directory removed (with ``dry_run``: that would be) is appended to it (the
+    database's copies on a shared journal are counted, not named).
 
     Needed: snapshots of operations in runs still ``running``, and of operations whose
     compensation is not ``succeeded``/``skipped``. On a shared journal the database's copies are pruned too,
@@ -167,9 +169,9 @@ def gc(svc: Any, *, dry_run: bool = False) -> tuple[int, int]:
     """
     shared = _shared(svc.journal)
     if shared is None:
-        return _gc(svc, dry_run=dry_run)
+        return _gc(svc, dry_run=dry_run, named=named)
     with shared.gc_lock():
-        removed, kept = _gc(svc, dry_run=dry_run)
+        removed, kept = _gc(svc, dry_run=dry_run, named=named)
         db_removed, db_kept = shared.prune_snapshots(_needed(svc), dry_run=dry_run)
     return removed + db_removed, max(kept, db_kept)
 
@@ -191,7 +193,7 @@ def _needed(svc: Any) -> set[str]:
     return needed
 
 
-def _gc(svc: Any, *, dry_run: bool) -> tuple[int, int]:
+def _gc(svc: Any, *, dry_run: bool, named: list[str] | None = None) -> tuple[int, int]:
     """This data directory's part of :func:`gc`."""
     data_dir: Path = svc.data_dir
     needed = _needed(svc)
@@ -204,6 +206,8 @@ def _gc(svc: Any, *, dry_run: bool) -> tuple[int, int]:
             live_objects.update(json.loads(manifest.read_text())["files"].values())
             continue
         removed += 1
+        if named is not None:
+            named.append(sid)
         if not dry_run:
             manifest.unlink()
             remove_tree(data_dir / "snapshot-trees" / sid)
