@@ -48,8 +48,9 @@ def list_runs(json_mode: bool, limit: int | None, all_runs: bool = False) -> Non
         print("no runs yet")
         return
     print_list(["run", "workflow", "status", "compensation", "started (UTC)"],
-               [[r["run_id"], r["workflow"] + (" (verify)" if r.get("verify") else ""), r["status"], rollup_line(r) or "-",
-                 (r["started_at"] or "-")[:19].replace("T", " ")] for r in rows], status_column=2)
+               [[r["run_id"], r["workflow"] + (" (verify)" if r.get("verify") else ""), r["status"],
+                 rollup_line(r) or "-", (r["started_at"] or "-")[:19].replace("T", " ")] for r in rows],
+               status_column=2)
 
 
 def show_run(run_id: str, json_mode: bool) -> None:

@@ -489,7 +489,8 @@ STALE_AFTER = 600.0
 removes it (one being made right now, by a standalone ``app run``, is not its runner's leftover)."""
 
 
-def gc_call_dirs(svc: Context, *, dry_run: bool = False, named: list[Path] | None = None) -> tuple[int, int, list[Path]]:
+def gc_call_dirs(svc: Context, *, dry_run: bool = False,
+                 named: list[Path] | None = None) -> tuple[int, int, list[Path]]:
     """Remove the call directories runners that were killed left behind (``workrun gc``); return
     ``(removed, kept, the paths that could not be removed)``. ``named``: when given, every path removed (with
     ``dry_run``: that would be) is appended to it, for ``gc --dry-run`` to name them.
