@@ -410,3 +410,33 @@ def test_check_reports_an_unknown_key_beside_the_nodes_other_errors(tmp_path):
     with pytest.raises(ConfigErrors) as caught:
         api.check(wf, home=tmp_path / "home")
     assert [line.split(": ", 2)[1] for line in caught.value.lines()] == ["nodes.a.project", "nodes.a.bogus"]
+
+
+def test_start_up_holds_garbage_collection_until_scheduling(isolated_env):
+    """A CLI command's start-up collects no garbage (issue 33); scheduling ends the hold, and so does the block's end,
+    an error included; a program that turned collection off keeps it off."""
+    import gc
+
+    from workrun.app.session import scheduling, start_up
+
+    assert gc.isenabled()
+    with start_up():
+        assert not gc.isenabled()
+        with start_up():  # an inner block changes nothing
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        with scheduling():
+            assert gc.isenabled()  # a run of any length collects its garbage
+        assert gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ConfigError), start_up():
+        raise ConfigError("bad")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with start_up():
+            with scheduling():
+                assert not gc.isenabled()  # the program's choice
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

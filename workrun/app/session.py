@@ -19,7 +19,45 @@ if TYPE_CHECKING:
     from workrun.runner.context import Reporter
     from workrun.runner.services import Services
 
-__all__ = ["reading", "run_claim", "scheduling", "serve_metrics", "shared_journal", "viewing"]
+__all__ = ["reading", "run_claim", "scheduling", "serve_metrics", "shared_journal", "start_up", "viewing"]
+
+_HELD = False  # cyclic garbage collection is off for a command's start-up (:func:`start_up`)
+
+
+@contextmanager
+def start_up() -> Iterator[None]:
+    """A CLI command's start-up (issue 33): no cyclic garbage collection while it loads its modules and reads its
+    workflow. Start-up makes ~10,000 objects that live as long as the process (modules, classes, functions);
+    the one collection that came in the middle of it went through all of them: 2-10 ms of wall time (while the
+    fork server and the journal's check start on the other core), ~1.5 ms of CPU. Measured on a 1-node
+    ``workrun run``, 30 interleaved pairs: median 93.0 -> 90.0 ms whole process, CPU 121.1 -> 119.5 ms.
+
+    The hold ends when :func:`scheduling` starts (what was loaded is frozen out of later collections, which then
+    go on as usual: a run of any length collects its garbage), or at the latest when the block ends. Does
+    nothing when collection is off already (a program's own choice is kept) or held by an outer block.
+    """
+    global _HELD
+    if _HELD or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    _HELD = True
+    try:
+        yield
+    finally:
+        if _HELD:  # ended before scheduling (an error, a dry run): collection as before, nothing frozen
+            _HELD = False
+            gc.enable()
+
+
+def _settled() -> None:
+    """Start-up is over: what it loaded lives as long as the command, so later collections skip it
+    (``gc.freeze``, issue 14); a hold of :func:`start_up` ends."""
+    global _HELD
+    gc.freeze()
+    if _HELD:
+        _HELD = False
+        gc.enable()
 
 
 def _services(home: Path | str | None, reporter: Reporter | None, *, check: bool, writable: bool) -> Services:
@@ -104,7 +142,7 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
     """
     from workrun.core.lock import SchedulerLock
 
-    gc.freeze()  # what start-up loaded lives as long as the command: later collections skip it (issue 14)
+    _settled()  # what start-up loaded lives as long as the command: later collections skip it
     serve_metrics()
     svc = _services(home, reporter, check=True, writable=True)
     shared = shared_journal()

@@ -54,13 +54,16 @@ def run_workflow(workflow: Path, inputs: list[str], *, eval_run: bool, yes: bool
     Raises:
         WorkrunError: a bad workflow or input (exit 2), a busy scheduler (exit 3), a journal failure.
     """
-    from workrun.app import runs
-    from workrun.cli.session import print_run
+    from workrun.app.session import start_up
 
-    reporter = reporter_for(log_format, json_mode)
-    done = runs.run(workflow, list(inputs), wait=wait, eval_run=eval_run, yes=yes, reporter=reporter,
-                    confirm=_confirm(json_mode))
-    print_run(done.data, json_mode)
+    with start_up():  # no garbage collection until the run is scheduled
+        from workrun.app import runs
+        from workrun.cli.session import print_run
+
+        reporter = reporter_for(log_format, json_mode)
+        done = runs.run(workflow, list(inputs), wait=wait, eval_run=eval_run, yes=yes, reporter=reporter,
+                        confirm=_confirm(json_mode))
+        print_run(done.data, json_mode)
     return done.code
 
 
