@@ -157,12 +157,22 @@ def test_resolve_closes_without_advancing_and_stop_ends_the_wait(workrun, write_
     assert stopped["status"] == "stopped" and statuses(stopped)["charge"] == "stopped"
 
 
-def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, ops, tmp_path, journal_backend):
+def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, ops, tmp_path, journal_backend,
+                                                      isolated_env):
     view = workrun("run", payment_workflow(write_workflow, ops, tmp_path / "c.log"), "--json").json()
-    assert workrun("stop", view["run_id"]).code == 0
+    assert workrun("stop", view["run_id"], "--reason", "giving up").code == 0
     after = workrun("runs", "show", view["run_id"], "--json").json()
     assert after["status"] == "stopped" and ticket_of(after)["status"] == "terminated"
     assert all(o["compensation"] is None for o in after["operations"])
+    from workrun.journal import open_journal
+    from workrun.repair.operator import actor
+
+    journal = open_journal(isolated_env, check=False)
+    try:  # the audit row says who stopped it and why, as for a running run (R-O2)
+        (event,) = journal.events_of_run(view["run_id"])
+    finally:
+        journal.close()
+    assert (event["action"], event["args"], event["actor"]) == ("stop", {"reason": "giving up"}, actor())
 
 
 def test_compensate_policy_runs_its_action_once_while_the_run_waits(workrun, write_workflow, ops, tmp_path, hook,

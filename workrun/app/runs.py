@@ -415,6 +415,7 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
         if run_row["status"] == "waiting":  # nobody drives a waiting run: end it here, under the lock (R-M7)
             with run_claim(svc, rid, wait=True) if shared_journal() else SchedulerLock(svc.data_dir, wait=True):
                 if svc.journal.run(rid)["status"] == "waiting":
+                    _audit(svc, rid, "stop", {"reason": reason} if reason else {})  # who and why, as for a running one
                     stop_orphaned_run(svc, rid)
             return Finished(run_detail(svc.journal, rid), 0,
                             f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
