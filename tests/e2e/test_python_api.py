@@ -239,9 +239,16 @@ input = {{ name = "boom", fail = true }}
     rid = ran.json()["run_id"]
     plan = workrun("compensate", rid, "--dry-run", "--json").json()
     assert {s["node_key"]: s["status"] for s in plan["plan"]} == {"second": "failed", "first": "blocked"}
-    assert plan["would"].startswith("nothing by itself; 1 need(s) an operator first"), plan["would"]
+    second = next(s["compensation_id"] for s in plan["plan"] if s["node_key"] == "second")
+    first = next(s["compensation_id"] for s in plan["plan"] if s["node_key"] == "first")
+    retry_or_resolve = (f"`workrun compensations retry {second}` or `workrun compensations resolve {second}`")
+    assert plan["would"] == f"nothing by itself; 1 need(s) an operator first: {second} failed: {retry_or_resolve}"
     done = workrun("compensate", rid)
-    assert done.code == 1 and "2 compensation(s) not finished" in done.out, done
+    assert done.code == 1, done
+    hint = next(line for line in done.out.splitlines() if "2 compensation(s) not finished" in line)
+    # what each waits for, by its status: never `resume` (it would do nothing) nor `confirm` for a failed one
+    assert hint == (f"2 compensation(s) not finished: {first} held back by {second}: it runs once they are done; "
+                    f"{second} failed: {retry_or_resolve} (`workrun runs show {rid}` shows each)"), hint
 
 
 def test_compensate_of_a_compensated_run_says_there_is_nothing_to_do(isolated_env, workrun):

@@ -289,6 +289,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     Raises:
         NotFoundError: no run matches (exit 2).
     """
+    from workrun.app.views import operator_commands
     from workrun.compensation import plan_records
     from workrun.compensation.planning import Item, plan
 
@@ -349,8 +350,8 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
                        and (s["status"] in ("pending", "running") or s["status"] == "blocked"))
         would = (f"run {runnable} compensation(s) in the order shown" if runnable else "nothing by itself")
         if stuck:
-            would += (f"; {len(stuck)} need(s) an operator first ({', '.join(s['compensation_id'] for s in stuck)}: "
-                      "`workrun compensations retry|confirm|resolve`)")
+            would += f"; {len(stuck)} need(s) an operator first: " + "; ".join(
+                f"{s['compensation_id']} {operator_commands(s['compensation_id'], s['status'])}" for s in stuck)
     return {"run_id": rid, "status": run_row["status"], "would": would, "plan": steps}
 
 

@@ -14,7 +14,7 @@ from workrun.journal import Journal
 
 __all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "attempt_view", "compensation_detail", "compensation_full",
            "compensation_rollup", "compensation_view", "compensations_list", "iso", "not_undone_rollup",
-           "rollup_line", "uncompensated_calls",
+           "operator_commands", "rollup_line", "uncompensated_calls", "unfinished_hint",
            "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
            "with_rollup"]
 
@@ -44,6 +44,40 @@ def compensation_view(c: CompensationRow, attempts: list[AttemptRow]) -> dict[st
             "accept_code_change": bool(c["accept_code_change"]), "context": c["context"],
             "next_attempt_at": iso(c["next_attempt_at"]), "created_at": iso(c["created_at"]),
             "updated_at": iso(c["updated_at"])}
+
+
+def operator_commands(compensation_id: str, status: str, held_back_by: list[str] | tuple[str, ...] = ()) -> str:
+    """What a person can do next with a compensation that is not done, by its status (the hints of ``run``,
+    ``runs show`` and ``compensate --dry-run``; SPEC §10's commands), e.g. ``failed: `workrun compensations retry
+    cmp_1` or `workrun compensations resolve cmp_1```; for one ``blocked`` behind others, which. Empty for one
+    that ``workrun resume`` goes on with (``pending``, ``running``)."""
+    cmd = "`workrun compensations"
+    if status == "failed":
+        return f"{status}: {cmd} retry {compensation_id}` or {cmd} resolve {compensation_id}`"
+    if status == "unknown":
+        return (f"{status}: {cmd} confirm {compensation_id} --done` (or `--not-done`) or "
+                f"{cmd} resolve {compensation_id}`")
+    if status == "blocked" and held_back_by:
+        return f"held back by {', '.join(held_back_by)}: it runs once they are done"
+    if status == "blocked":
+        return (f"{status}: {cmd} retry {compensation_id}` (`--accept-code-change` if its App's code changed) or "
+                f"{cmd} resolve {compensation_id}`")
+    return ""
+
+
+def unfinished_hint(view: dict[str, Any]) -> str:
+    """One line for a run view (``runs show --json``'s shape) whose compensations are not all done: how many
+    ``workrun resume`` goes on with, and what each other one waits for (:func:`operator_commands`). Empty when
+    every compensation is done."""
+    unfinished = set(view["unfinished_compensations"])
+    comps = [o["compensation"] for o in view["operations"]
+             if o["compensation"] and o["compensation"]["compensation_id"] in unfinished]
+    todo = [(c["compensation_id"], operator_commands(c["compensation_id"], c["status"], c["held_back_by"]))
+            for c in comps]
+    pending = sum(1 for _, what in todo if not what)
+    parts = [f"`workrun resume` goes on with {pending} pending"] if pending else []
+    parts += [f"{cid} {what}" for cid, what in todo if what]
+    return "; ".join(parts)
 
 
 def run_summary(run: RunRow) -> dict[str, Any]:

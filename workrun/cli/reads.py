@@ -59,7 +59,7 @@ def show_run(run_id: str, json_mode: bool) -> None:
     Raises:
         NotFoundError: no run matches ``run_id`` (exit 2).
     """
-    from workrun.app.views import rollup_line, run_detail
+    from workrun.app.views import rollup_line, run_detail, unfinished_hint
 
     with viewing() as journal:
         view = run_detail(journal, run_id)
@@ -90,8 +90,7 @@ def show_run(run_id: str, json_mode: bool) -> None:
     if view["unfinished_compensations"]:
         unfinished = len(view["unfinished_compensations"])
         console.print(f"\n[yellow]compensation not finished[/] for {unfinished} operation(s): "
-                      f"`workrun resume` continues pending ones; `workrun compensations list --run {view['run_id']}` "
-                      "and `workrun compensations show ID` for the rest")
+                      f"{escape(unfinished_hint(view))}")
 
 
 def list_compensations(status: str | None, run: str | None, json_mode: bool) -> None:

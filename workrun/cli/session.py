@@ -71,9 +71,11 @@ def print_run(view: dict[str, Any], json_mode: bool) -> None:
     console.print()
     console.print(run_table(view))
     if view["unfinished_compensations"]:
+        from workrun.app.views import unfinished_hint
+        from workrun.cli.output import escape
+
         console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
-                      f"see `workrun runs show {run_id}`, `workrun resume`, `workrun compensations list "
-                      f"--run {run_id}`")
+                      f"{escape(unfinished_hint(view))} (`workrun runs show {run_id}` shows each)")
     for t in view["tickets"]:
         if t["status"] == "pending" and view["status"] == "waiting":
             console.print(f"[yellow]waiting for a person[/]: ticket {t['ticket_id']} (node {t['node_key']}): "
