@@ -152,6 +152,8 @@ def test_flaky_succeeds_on_third_attempt_always_failing_exhausts_budget(workrun,
     assert shown.code == 0
     assert "compensation not finished for 2 operation(s)" in shown.out
     assert f"workrun compensations list --run {view['run_id']}" in shown.out
+    for comp in (f0, f2):  # and what to do with each: both failed
+        assert f"{comp['compensation_id']} failed: `workrun compensations retry {comp['compensation_id']}`" in shown.out
     assert sorted(workrun("runs", "show", view["run_id"], "--json").json()["unfinished_compensations"]) == \
         sorted([f0["compensation_id"], f2["compensation_id"]])
 

@@ -90,7 +90,8 @@ def show_run(run_id: str, json_mode: bool) -> None:
     if view["unfinished_compensations"]:
         unfinished = len(view["unfinished_compensations"])
         console.print(f"\n[yellow]compensation not finished[/] for {unfinished} operation(s): "
-                      f"{escape(unfinished_hint(view))}")
+                      f"{escape(unfinished_hint(view))}; `workrun compensations list --run {view['run_id']}` "
+                      "lists them")
 
 
 def list_compensations(status: str | None, run: str | None, json_mode: bool) -> None:
