@@ -286,6 +286,8 @@ def test_eval_run_never_compensates(workrun):
     path = Path(next(o for o in view["operations"] if o["node_key"] == "create")["result"]["file_path"])
     assert path.exists()
     assert workrun("compensations", "list", "--json").json() == []
+    (line,) = [ln for ln in workrun("runs", "list").out.splitlines() if ln.startswith(view["run_id"])]
+    assert f"{view['run_id']}  cleanup-tutorial (eval)  failed" in line, line  # told apart from a real run
     refused = workrun("compensate", view["run_id"])
     assert refused.code == 2 and "evaluation" in refused.err
     path.unlink()
@@ -371,6 +373,7 @@ def test_gc_does_not_count_a_directory_it_cannot_remove(workrun, isolated_env, m
     from workrun.runner.services import Services
 
     calls = isolated_env / "calls"
+    (calls / ".trash").mkdir(parents=True)  # empty, as every run leaves it: nothing to remove there
     for name in ("op_stuck", "op_gone"):
         (calls / name).mkdir(parents=True)
         old = time.time() - 3600
@@ -391,7 +394,7 @@ def test_gc_does_not_count_a_directory_it_cannot_remove(workrun, isolated_env, m
         assert operations.gc_call_dirs(svc) == (1, 0, [calls / "op_stuck"])
     finally:
         svc.close()
-    assert sorted(p.name for p in calls.iterdir()) == ["op_stuck"]
+    assert sorted(p.name for p in calls.iterdir()) == [".trash", "op_stuck"]
 
 
 def test_gc_exits_1_naming_a_directory_it_cannot_remove(workrun, isolated_env):

@@ -29,7 +29,7 @@ TABLE_LIMIT = 50
 def list_runs(json_mode: bool, limit: int | None, all_runs: bool = False) -> None:
     """``workrun runs list``: runs, newest first: at most ``limit`` (None: :data:`TABLE_LIMIT` in the table,
     all in JSON). With ``all_runs``, ``workrun verify``'s runs too: the table says ``(verify)`` after their
-    workflow, the JSON has ``"verify": true``.
+    workflow, the JSON has ``"verify": true``; likewise ``(eval)`` for an evaluation run (``"eval": true``).
 
     Raises:
         UsageError: ``limit`` is below 1 (exit 2).
@@ -48,7 +48,8 @@ def list_runs(json_mode: bool, limit: int | None, all_runs: bool = False) -> Non
         print("no runs yet")
         return
     print_list(["run", "workflow", "status", "compensation", "started (UTC)"],
-               [[r["run_id"], r["workflow"] + (" (verify)" if r.get("verify") else ""), r["status"],
+               [[r["run_id"], r["workflow"] + (" (verify)" if r.get("verify") else "")
+                 + (" (eval)" if r.get("eval") else ""), r["status"],
                  rollup_line(r) or "-", (r["started_at"] or "-")[:19].replace("T", " ")] for r in rows],
                status_column=2)
 

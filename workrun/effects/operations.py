@@ -489,6 +489,14 @@ STALE_AFTER = 600.0
 removes it (one being made right now, by a standalone ``app run``, is not its runner's leftover)."""
 
 
+def _empty(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
 def gc_call_dirs(svc: Context, *, dry_run: bool = False,
                  named: list[Path] | None = None) -> tuple[int, int, list[Path]]:
     """Remove the call directories runners that were killed left behind (``workrun gc``); return
@@ -521,6 +529,8 @@ def gc_call_dirs(svc: Context, *, dry_run: bool = False,
         trash = name.startswith(".trash")
         if name.startswith("exec-") or (name.startswith(".") and not trash):  # a worker's, the pool
             continue
+        if trash and path.is_dir() and not path.is_symlink() and _empty(path):
+            continue  # the runner's own, emptied as it goes: nothing to remove
         if not trash:
             try:
                 changed = path.lstat().st_mtime
