@@ -399,6 +399,7 @@ def test_environment_unavailable_stays_pending_until_fixed(workrun, write_workfl
     assert shown["status"] == "pending"
     assert shown["reason"].startswith("environment unavailable: `uv sync --locked` exited 1"), shown["reason"]
     assert shown["reason"].count("environment unavailable") == 1
+    assert shown["reason"].endswith(f"after a change of the project's dependencies, run `uv lock` in {proj})")
     assert shown["attempts"] == []  # nothing ran: not failed, not done
     assert (proj / "uv.lock").read_bytes() == lock  # --locked: never rewritten, even when stale
     # still unavailable: resume leaves it pending (exit 1) and counts no attempt

@@ -305,5 +305,6 @@ class EnvManager:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()] or ["no output"]
             # uv ends with a hint; the `error:` line says what is wrong (e.g. the lock is out of date)
             last = next((ln for ln in reversed(lines) if ln.startswith("error:")), lines[-1])
-            raise EnvironmentUnavailableError(f"`uv sync --locked` exited {proc.returncode}: {last}",
-                                              file=str(project))
+            raise EnvironmentUnavailableError(f"`uv sync --locked` exited {proc.returncode}: {last} (Workrun never "
+                                              f"rewrites uv.lock: after a change of the project's dependencies, "
+                                              f"run `uv lock` in {project})", file=str(project))
