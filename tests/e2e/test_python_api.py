@@ -137,6 +137,32 @@ url = "http://127.0.0.1/{{ nodes.zz.result.body }}"
     assert not home.exists()
 
 
+def test_check_goes_on_past_a_node_whose_app_is_wrong(write_workflow, workrun, marker_project, tmp_path):
+    """R-L1, all at once: a node whose App is unknown, or whose project is missing, still has its own needs and
+    templates checked; the errors come node by node, in the file's order, one per field (new-user review)."""
+    bad = write_workflow("bad", f"""
+[nodes.a]
+project = "{marker_project}"
+app = "no-such-app"
+input = {{ x = "{{{{ inputs.nope }}}}" }}
+[nodes.b]
+project = "{marker_project}"
+app = "mark"
+needs = ["a", "zzz"]
+input = {{ y = "{{{{ nodes.a.result.anything }}}}" }}
+[nodes.c]
+project = "{tmp_path / 'nowhere'}"
+app = "x"
+needs = ["c"]
+""")
+    res = workrun("check", bad, "--json")
+    assert res.code == 2, res
+    fields = [line.split(": ")[1] for line in res.json()["errors"]]
+    # a's result holds what its (unknown) App says: not checked; everything else is
+    assert fields == ["nodes.a.app", "nodes.a.input.x", "nodes.b.needs", "nodes.c.project", "nodes.c.needs"], res.out
+    assert res.json()["errors"][-1] == f"{bad}: nodes.c.needs: a node cannot need itself"
+
+
 def test_compensate_dry_run_changes_nothing_and_shows_what_compensate_would_do(server, write_workflow, workrun,
                                                                               isolated_env):
     """R-L3: a stopped run's plan before `compensate`; the journal file is byte-identical afterwards."""

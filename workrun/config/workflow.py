@@ -180,7 +180,8 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     Raises:
         ConfigError: bad TOML, unknown keys, missing nodes, cycles, bad templates,
             unknown Apps, App config errors, bad failure policies; :class:`~workrun.core.errors.ConfigErrors`
-            when there are several (each node's first error, then the workflow's: all reported, R-L1).
+            when there are several (all reported, R-L1: one per field, node by node in the file's order; a node
+            whose App is wrong still has its needs and templates checked).
     """
     path = Path(path)
     file = str(path)
@@ -222,18 +223,21 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
     nodes: dict[str, NodeSpec] = {}
     outputs: dict[str, dict[str, OutputField]] = {}
+    unchecked: set[str] = set()  # nodes whose kind's check failed (their App): read, but their contract unknown
     action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
             try:
-                node, outputs[key], refs, problems = _load_node(key, table, base, executors, inputs, file,
-                                                                connectors)
+                node, contract, refs, problems = _load_node(key, table, base, executors, inputs, file, connectors)
             except ConfigError as exc:
                 errors.append(exc)
                 continue
             errors += problems
             action_refs += refs
             nodes[key] = node
+            outputs[key] = contract or {}
+            if contract is None:
+                unchecked.add(key)
     bad = set(nodes_table) - set(nodes)  # nodes with an error: what refers to them is not checked again
 
     policies = {k: n.on_failure for k, n in nodes.items()}
@@ -247,7 +251,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
             bad.add(key)
         refs_of[key] = [r for field, value in node.templated().items()
                         for r in template_refs(value, f"nodes.{key}.{field}")]
-    if known_inputs_only:
+    if known_inputs_only and not unchecked:  # (the reverse actions of an unchecked node may use an input)
         try:
             _check_input_names(defaults, overrides or {}, {**refs_of, "": action_refs}, file)
         except ConfigError as exc:
@@ -283,12 +287,13 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         errors.append(exc)
     if smtp is None and "smtp" not in data:  # an email action needs [smtp] (R-K5)
         with one_reading():  # each App project is read once here too (not once per node)
-            errors += _emails_without_smtp(nodes, notify, file)
-    if errors:  # one line per error: two nodes using one bad App project report its error once
-        firsts: dict[tuple[str | None, str | None, str], ConfigError] = {}
-        for e in errors:
-            firsts.setdefault((e.file, e.field, e.detail), e)
-        errors = list(firsts.values())
+            errors += _emails_without_smtp({k: n for k, n in nodes.items() if k not in unchecked}, notify, file)
+    if errors:  # one line per field (its first error): two nodes using one bad App project report its error once
+        firsts: dict[tuple[str | None, str | None], ConfigError] = {}
+        for one in [part for e in errors for part in (e.errors if isinstance(e, ConfigErrors) else [e])]:
+            firsts.setdefault((one.file, one.field), one)
+        place = {f"nodes.{k}": i for i, k in enumerate(nodes_table)}  # each node's errors together, in file order
+        errors = sorted(firsts.values(), key=lambda e: place.get(".".join((e.field or "").split(".")[:2]), -1))
         raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     # every part was validated above (each node, action, connector and [smtp] by its own model; name, inputs and
     # http_allow by hand): the whole is put together without validating it again, which would build the
@@ -300,16 +305,18 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
 def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChecker], inputs: dict[str, Any],
                file: str, connectors: dict[str, ConnectorSpec]
-               ) -> tuple[NodeSpec, dict[str, OutputField], list[tuple[str, str]], list[ConfigError]]:
+               ) -> tuple[NodeSpec, dict[str, OutputField] | None, list[tuple[str, str]], list[ConfigError]]:
     """One ``[nodes.KEY]`` table, validated and checked by its kind's checker (or executor).
 
     Returns:
         ``(node, its output contract, the template references of its actions, errors found that did not keep the
-        node from being checked: a bad ``on_failure``, with which the node is checked as if it said "fail", and
-        unknown keys, without which it is checked)``.
+        node from being checked: a bad ``on_failure``, with which the node is checked as if it said "fail",
+        unknown keys, without which it is checked, and its kind's check — an unknown App, a missing project —
+        after which the node's own ``needs`` and templates are still checked)``; the contract is None when the
+        kind's check failed (what the node's result holds is then unknown).
 
     Raises:
-        ConfigError: naming the node's field.
+        ConfigError: naming the node's field, when the table itself cannot be read as a node.
     """
     prefix = f"nodes.{key}"
     if not _KEY.match(key):
@@ -352,8 +359,9 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         node = _with_connector_timeouts(node, connectors)
         contract = executors[kind].check(node, Where(file, prefix, connectors))
         actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
-    except ConfigError as exc:
-        raise _with_earlier(problems, exc) from None
+    except ConfigError as exc:  # its App (or request) is wrong: reported, and its needs and templates are checked
+        problems.append(exc)  # all the same; its output contract and reverse actions are unknown
+        return node, None, [], problems
     actions += [node.on_failure.action] if node.on_failure.action is not None else []
     return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)], problems
 
