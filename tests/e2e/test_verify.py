@@ -144,3 +144,26 @@ def test_a_three_node_chain_holds_and_a_forgotten_file_is_caught(workrun, make_p
                 assert by_node[node]["status"] == "failed"
                 assert "check App leftovers says the world is not clean" in by_node[node]["failures"][0]
                 assert "left behind" in by_node[node]["failures"][0]
+
+
+def test_a_node_that_never_succeeds_is_not_verified(workrun, marker_project, write_workflow, tmp_path):
+    """A scenario injects its failure right after its node succeeds: a node that fails by itself gives nothing
+    to verify, and its scenario says so instead of ``ok`` (new-user review)."""
+    wf = write_workflow("pays", f"""
+[nodes.a]
+project = "{marker_project}"
+app = "mark"
+input = {{ name = "a" }}
+[nodes.pay]
+project = "{marker_project}"
+app = "mark"
+needs = ["a"]
+input = {{ name = "pay", fail = true }}
+""")
+    res = workrun("verify", wf, "--json", env={"TEST_LOG": str(tmp_path / "comp.log")})
+    assert res.code == 1, res
+    scenarios = {s["node"]: s for s in res.json()}
+    assert scenarios["a"]["status"] == "ok", scenarios["a"]
+    assert scenarios["pay"]["status"] == "failed"
+    assert scenarios["pay"]["failures"] == ["node pay ended failed, not succeeded: no failure was injected after "
+                                            "it, so what undoes it was not verified"], scenarios["pay"]

@@ -77,6 +77,10 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
         run = svc.journal.run(run_id)
         if run["status"] != "failed":
             failures.append(f"the run ended {run['status']}, not failed ({run['reason'] or '-'})")
+        reached = next((n["status"] for n in svc.journal.nodes(run_id) if n["node_key"] == node), None)
+        if reached != "succeeded":  # the failure is injected right after it succeeds: nothing was verified
+            failures.append(f"node {node} ended {reached or 'not started'}, not succeeded: no failure was injected "
+                            "after it, so what undoes it was not verified")
         ops = {o["operation_id"]: o for o in svc.journal.operations(run_id)}
         comps = svc.journal.compensations(run_id)
         for c in comps:
