@@ -173,6 +173,11 @@ def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, o
     finally:
         journal.close()
     assert (event["action"], event["args"], event["actor"]) == ("stop", {"reason": "giving up"}, actor())
+    # what `compensate` would do: records it has not written yet, which no command can look up (R-L3)
+    plan = workrun("compensate", view["run_id"], "--dry-run", "--json").json()
+    assert plan["plan"] and all(step["planned"] and step["status"] == "pending" for step in plan["plan"]), plan
+    text = workrun("compensate", view["run_id"], "--dry-run").out
+    assert "(new)" in text and not any(step["compensation_id"] in text for step in plan["plan"]), text
 
 
 def test_compensate_policy_runs_its_action_once_while_the_run_waits(workrun, write_workflow, ops, tmp_path, hook,

@@ -283,8 +283,9 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
 
     Returns:
         ``{"run_id", "status", "would": text, "plan": [{"place", "node_key", "operation_id", "compensation_id",
-        "app" | "action", "status", "held_back_by": [ids]}]}`` (``place`` from 1; a call whose App declares no
-        compensation is not listed).
+        "planned", "app" | "action", "status", "held_back_by": [ids]}]}`` (``place`` from 1; a call whose App
+        declares no compensation is not listed). ``planned``: not in the journal yet (``compensate`` would write
+        it); its ``compensation_id`` is this plan's own, for ``held_back_by`` to refer to, and no command knows it.
 
     Raises:
         NotFoundError: no run matches (exit 2).
@@ -298,9 +299,11 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     ops = svc.journal.operations(rid)
     comps = {c["operation_id"]: c for c in svc.journal.compensations(rid)}
     owed = run_row["status"] in ("failed", "stopped", "terminated") and not run_row["eval"]
+    planned: set[str] = set()  # compensation ids made up by this dry run (``compensate`` makes its own)
     if owed:
         for rec in plan_records([o for o in ops if o["operation_id"] not in comps], svc.now()):
             comps[rec["operation_id"]] = rec
+            planned.add(rec["compensation_id"])
     items = [Item(o["operation_id"], o["node_key"] or "", tuple(o["depends_on"] or ()),
                   comps[o["operation_id"]]["compensation_id"] if o["operation_id"] in comps else None,
                   comps[o["operation_id"]]["status"] if o["operation_id"] in comps else None,
@@ -316,7 +319,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
             continue
         op = by_op[op_id]
         step: dict[str, Any] = {"place": len(steps) + 1, "node_key": op["node_key"], "operation_id": op_id,
-                                "compensation_id": c["compensation_id"]}
+                                "compensation_id": c["compensation_id"], "planned": c["compensation_id"] in planned}
         action = (c.get("context") or {}).get("reverse_action")
         if action:
             step["action"] = _describe_action(action)
