@@ -244,6 +244,7 @@ def test_second_scheduler_exits_3_or_waits(workrun, write_workflow, slow_project
     waited = workrun("resume", "--wait", env=logs)
     assert proc.wait(timeout=60) == 1
     assert waited.code == 0, waited
+    assert f"waiting for another scheduler: pid {proc.pid} (`workrun run {wf} --json`" in waited.out, waited  # told
     calls = Path(logs["CALL_LOG"]).read_text().split()
     assert sorted(calls) == ["boom", "first", "second"]
     comps = Path(logs["COMP_LOG"]).read_text().split()

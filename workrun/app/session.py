@@ -149,7 +149,11 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
     if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
         resume_first = False
     try:
-        lock = None if shared else SchedulerLock(svc.data_dir, wait=wait).acquire()
+        def waiting(holder: dict[str, Any]) -> None:  # --wait: the person is told why nothing happens yet
+            svc.reporter.message(None, None, "info", f"waiting for another scheduler: pid {holder.get('pid', '?')} "
+                                 f"(`{holder.get('command', '?')}`, since {holder.get('since', '?')})")
+
+        lock = None if shared else SchedulerLock(svc.data_dir, wait=wait, waiting=waiting).acquire()
     except BaseException:
         svc.close()
         raise

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,9 +36,11 @@ class SchedulerLock:
         SchedulerBusyError: another live process holds it and ``wait`` is False (exit 3).
     """
 
-    def __init__(self, data_dir: Path, *, wait: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, wait: bool = False,
+                 waiting: Callable[[dict[str, object]], None] | None = None) -> None:
         self.data_dir = data_dir
         self.wait = wait
+        self.waiting = waiting  # with ``wait``: told the holder's note once, when it has to wait
         self._path = data_dir / "scheduler.lock"
         self._fds: list[int] = []
         self._note = data_dir / "scheduler.json"
@@ -66,9 +69,18 @@ class SchedulerLock:
             return self
         fds: list[int] = []
         try:
+            told = False
             for path, flags in ((self.data_dir, os.O_RDONLY | os.O_DIRECTORY), (self._path, os.O_RDWR | os.O_CREAT)):
                 fds.append(os.open(path, flags | os.O_CLOEXEC, 0o600))
-                fcntl.flock(fds[-1], fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+                try:
+                    fcntl.flock(fds[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if not self.wait:
+                        raise
+                    if self.waiting is not None and not told:  # a person waiting is told for whom (--wait)
+                        told = True
+                        self.waiting(self._holder_named())
+                    fcntl.flock(fds[-1], fcntl.LOCK_EX)
         except BlockingIOError:
             for fd in fds:  # closing it releases what it held
                 os.close(fd)
