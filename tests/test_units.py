@@ -78,6 +78,11 @@ def test_missing_lock_is_an_error(tmp_path):
     (project / "uv.lock").unlink()
     with pytest.raises(ConfigError, match="uv.lock is missing"):
         load_project(project)
+    # a folder with some other project's pyproject (no Apps, no lock): what is wrong first (new-user review)
+    (project / "pyproject.toml").write_text('[project]\nname = "other"\nversion = "1"\n')
+    with pytest.raises(ConfigError, match=r"no Apps declared: not an App project \(R-A1\)") as err:
+        load_project(project)
+    assert err.value.field == "tool.workrun.apps"
 
 
 def test_render_keeps_types_and_interpolates():

@@ -195,9 +195,9 @@ def _print_plan(plan: dict[str, Any]) -> None:
     keys = [step["node_key"] or "-" for step in plan["plan"]]
     width = [max(map(len, column), default=0) for column in (places, keys, whats)]  # columns line up
     # one `compensate` would make is not in the journal yet: no id to look up, its node says which it is
-    ids = {step["compensation_id"]: "(new)".ljust(16) if step["planned"] else step["compensation_id"]
+    ids = {step["compensation_id"]: "(new)".ljust(16) if step.get("planned") else step["compensation_id"]
            for step in plan["plan"]}
-    names = {step["compensation_id"]: f"{step['node_key'] or '-'}'s" if step["planned"] else step["compensation_id"]
+    names = {step["compensation_id"]: f"{step['node_key'] or '-'}'s" if step.get("planned") else step["compensation_id"]
              for step in plan["plan"]}
     for step, place, key, what in zip(plan["plan"], places, keys, whats, strict=True):
         held = f"; held back by {', '.join(names.get(h, h) for h in step['held_back_by'])}" \

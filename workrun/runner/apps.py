@@ -104,8 +104,6 @@ def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
             raise ConfigError(f"{required.name} is a directory, not a file (R-A1)", file=str(required))
     if not pyproject.is_file():
         raise ConfigError("not an App project: pyproject.toml is missing (R-A1)", file=str(project))
-    if not (project / "uv.lock").is_file():
-        raise ConfigError("uv.lock is missing: run `uv lock` in the project (R-A1)", file=str(project / "uv.lock"))
     try:
         text = pyproject.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -140,10 +138,12 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
             break
         if depth < 2 and not isinstance(apps_table, dict):
             raise ConfigError("must be a table", file=file, field=".".join(("tool", "workrun")[:depth + 1]))
-    if apps_table is None:
-        raise ConfigError("no Apps declared", file=file, field="tool.workrun.apps")
+    if apps_table is None:  # said before a missing lock: a folder with some other pyproject is no App project
+        raise ConfigError("no Apps declared: not an App project (R-A1)", file=file, field="tool.workrun.apps")
     if not isinstance(apps_table, dict):
         raise ConfigError("must be a table of Apps", file=file, field="tool.workrun.apps")
+    if not (project / "uv.lock").is_file():
+        raise ConfigError("uv.lock is missing: run `uv lock` in the project (R-A1)", file=str(project / "uv.lock"))
     apps: dict[str, AppSpec] = {}
     for name, table in apps_table.items():
         prefix = f"tool.workrun.apps.{name}"
