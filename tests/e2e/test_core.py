@@ -129,6 +129,11 @@ def test_contract_violation_fails_call_naming_field(workrun, write_workflow, mak
     op = res.json()["operations"][0]
     assert op["status"] == "failed"
     assert "'count'" in op["error"] and "integer" in op["error"]
+    (proj / "main.py").write_text("print('done, but no result saved')\n")  # exit 0 without process.result()
+    op = workrun("run", wf, "--json").json()["operations"][0]
+    assert op["status"] == "failed" and op["error"] == (
+        "c: no result: the App exited 0 without calling process.result() "
+        "(output field 'file_path' is required but missing)"), op["error"]
 
 
 @pytest.mark.parametrize("comp, message", [

@@ -214,6 +214,8 @@ def finish_operation(svc: Context, op: OperationRow, outcome: Outcome, *,
     elif failure is None:
         assert got is not None
         problem = got.error or check_contract(got.result if got.result is not None else {}, config.output)
+        if problem and not got.error and got.result is None and config.kind == "process":  # say so first
+            problem = f"no result: the App exited 0 without calling process.result() ({problem})"
         if problem:
             failure = Failure.CONTRACT
             fields.update(status="failed", error=f"{config.name}: {problem}")
