@@ -393,6 +393,9 @@ def test_environment_unavailable_stays_pending_until_fixed(workrun, write_workfl
     comp = _op(res.json(), "a")["compensation"]
     assert comp["status"] == "blocked" and comp["reason"] == "code changed since the call: pyproject.toml changed"
     cid = comp["compensation_id"]
+    told = workrun("compensations", "show", cid).out  # what to do next, with the option a code change needs
+    assert f"next: blocked: `workrun compensations retry {cid}` (`--accept-code-change` if its App's code " \
+           f"changed) or `workrun compensations resolve {cid}`" in told, told
     retry = workrun("compensations", "retry", cid, "--accept-code-change", "--json", env={"TEST_LOG": str(log)})
     assert retry.code == 1, retry
     shown = retry.json()

@@ -123,7 +123,7 @@ def show_compensation(compensation_id: str, json_mode: bool) -> None:
     Raises:
         NotFoundError: no compensation matches ``compensation_id`` (exit 2).
     """
-    from workrun.app.views import compensation_detail, iso
+    from workrun.app.views import compensation_detail, iso, operator_commands
 
     with viewing() as journal:
         view = compensation_detail(journal, compensation_id)
@@ -169,3 +169,6 @@ def show_compensation(compensation_id: str, json_mode: bool) -> None:
     operator_made = len(view["attempts"]) - auto
     console.print(f"attempts: {auto} automatic of at most {view['max_attempts']}"
                   + (f", {operator_made} by an operator" if operator_made else ""))
+    todo = operator_commands(view["compensation_id"], view["status"], view["held_back_by"])
+    if todo:  # what a person can do with it now
+        console.print(f"next: {escape(todo)}")
