@@ -62,6 +62,8 @@ def test_api_returns_what_the_cli_prints(server, write_workflow, workrun, isolat
     assert [(s["place"], s["node_key"], s["status"]) for s in plan["plan"]] == [(1, "order", "succeeded")]
     assert api.check(wf) == workrun("check", wf, "--json").json() == {"ok": True, "nodes": 2, "compensable": 1}
     assert api.stop(rid)["status"] == "failed"  # nothing to stop: the run as it is
+    told = workrun("stop", rid)
+    assert told.code == 0 and f"run {rid} has ended (failed); nothing to stop" in told.out, told
     assert api.resume() == workrun("resume", "--json").json() == {"runs": []}
     again = api.rerun(rid)
     assert again["run_id"] != rid and again["status"] == "failed"

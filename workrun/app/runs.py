@@ -331,7 +331,8 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     if run_row["eval"]:
         would = "nothing: evaluation runs are never compensated"
     elif run_row["status"] in ("running", "waiting", "succeeded"):
-        would = f"nothing now: the run is {run_row['status']}"
+        would = "nothing now: " + ("the run succeeded" if run_row["status"] == "succeeded"
+                                   else f"the run is {run_row['status']}")
     elif not steps:
         would = "nothing: no succeeded call has a compensation"
     elif all(s["status"] in COMPENSATION_DONE for s in steps):
@@ -425,7 +426,8 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
                             f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
                             f"effects were NOT undone; `workrun compensate {rid}` undoes them")
         if run_row["status"] != "running":
-            return Finished(run_detail(svc.journal, rid), 0, f"run {rid} is {run_row['status']}; nothing to stop")
+            return Finished(run_detail(svc.journal, rid), 0,
+                            f"run {rid} has ended ({run_row['status']}); nothing to stop")
         svc.journal.request_stop(rid)
         _audit(svc, rid, "stop", {"reason": reason} if reason else {})
         lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
