@@ -334,6 +334,9 @@ def test_gc_removes_call_directories_killed_runners_left_and_keeps_those_in_flig
     (run,) = res.json()["runs"]
     (op,) = run["operations"]
     assert op["status"] == "succeeded" and op["result"] == {"name": "a", "slept": 1.0}, op
+    said = [m["text"] for n in run["nodes"] for m in n["messages"]]  # why resume may wait: said before it does
+    assert f"operation {op['operation_id']} was in flight when the runner stopped: its outcome is decided from its " \
+           "process and exit record (while its process runs, up to its deadline, this waits)" in said, said
     assert Path(logs["CALL_LOG"]).read_text().split() == ["a", "a"]
 
 

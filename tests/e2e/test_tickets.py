@@ -173,11 +173,15 @@ def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, o
     finally:
         journal.close()
     assert (event["action"], event["args"], event["actor"]) == ("stop", {"reason": "giving up"}, actor())
-    # what `compensate` would do: records it has not written yet, which no command can look up (R-L3)
+    # what `compensate` would do: records it has not written yet, with the ids it will write (R-L3)
     plan = workrun("compensate", view["run_id"], "--dry-run", "--json").json()
     assert plan["plan"] and all(step["planned"] and step["status"] == "pending" for step in plan["plan"]), plan
     text = workrun("compensate", view["run_id"], "--dry-run").out
-    assert "(new)" in text and not any(step["compensation_id"] in text for step in plan["plan"]), text
+    assert text.count("(planned: not in the journal until `compensate` writes it)") == len(plan["plan"]), text
+    assert workrun("compensations", "show", plan["plan"][0]["compensation_id"]).code == 2  # not yet
+    done = workrun("compensate", view["run_id"], "--json", env=ALLOW)
+    assert [o["compensation"]["compensation_id"] for o in done.json()["operations"] if o["compensation"]] == \
+        [step["compensation_id"] for step in reversed(plan["plan"])], done.out  # the ids the plan showed
 
 
 def test_compensate_policy_runs_its_action_once_while_the_run_waits(workrun, write_workflow, ops, tmp_path, hook,

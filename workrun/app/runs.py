@@ -284,8 +284,8 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     Returns:
         ``{"run_id", "status", "would": text, "plan": [{"place", "node_key", "operation_id", "compensation_id",
         "planned", "app" | "action", "status", "held_back_by": [ids]}]}`` (``place`` from 1; a call whose App
-        declares no compensation is not listed). ``planned``: not in the journal yet (``compensate`` would write
-        it); its ``compensation_id`` is this plan's own, for ``held_back_by`` to refer to, and no command knows it.
+        declares no compensation is not listed). ``planned``: not in the journal yet: ``compensate`` would write
+        it, with this ``compensation_id`` (it follows from the operation's), which commands find only then.
 
     Raises:
         NotFoundError: no run matches (exit 2).
@@ -299,7 +299,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     ops = svc.journal.operations(rid)
     comps = {c["operation_id"]: c for c in svc.journal.compensations(rid)}
     owed = run_row["status"] in ("failed", "stopped", "terminated") and not run_row["eval"]
-    planned: set[str] = set()  # compensation ids made up by this dry run (``compensate`` makes its own)
+    planned: set[str] = set()  # what ``compensate`` would write (each id follows from its operation's)
     if owed:
         for rec in plan_records([o for o in ops if o["operation_id"] not in comps], svc.now()):
             comps[rec["operation_id"]] = rec

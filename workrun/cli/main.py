@@ -194,16 +194,11 @@ def _print_plan(plan: dict[str, Any]) -> None:
     places = [f"{step['place']}." for step in plan["plan"]]
     keys = [step["node_key"] or "-" for step in plan["plan"]]
     width = [max(map(len, column), default=0) for column in (places, keys, whats)]  # columns line up
-    # one `compensate` would make is not in the journal yet: no id to look up, its node says which it is
-    ids = {step["compensation_id"]: "(new)".ljust(16) if step.get("planned") else step["compensation_id"]
-           for step in plan["plan"]}
-    names = {step["compensation_id"]: f"{step['node_key'] or '-'}'s" if step.get("planned") else step["compensation_id"]
-             for step in plan["plan"]}
     for step, place, key, what in zip(plan["plan"], places, keys, whats, strict=True):
-        held = f"; held back by {', '.join(names.get(h, h) for h in step['held_back_by'])}" \
-            if step["held_back_by"] else ""
-        console.print(f"  {place:>{width[0]}} {escape(key.ljust(width[1]))}  {ids[step['compensation_id']]}  "
-                      f"{escape(what.ljust(width[2]))}  {styled(step['status'])}{escape(held)}")
+        held = f"; held back by {', '.join(step['held_back_by'])}" if step["held_back_by"] else ""
+        new = " (planned: not in the journal until `compensate` writes it)" if step.get("planned") else ""
+        console.print(f"  {place:>{width[0]}} {escape(key.ljust(width[1]))}  {step['compensation_id']}  "
+                      f"{escape(what.ljust(width[2]))}  {styled(step['status'])}{held}{new}")
     console.print(f"would: {plan['would']}")
 
 

@@ -107,6 +107,10 @@ def settle_operations(svc: Context, run_id: str | None) -> list[OperationRow]:
         if not svc.journal.adopt_operation(op["operation_id"], owner_pid=me_pid, owner_start=me_start,
                                            seen_pid=op.get("owner_pid"), seen_start=op.get("owner_start")):
             continue
+        if run_id:  # said first: a call still running is waited for, which may take until its deadline
+            svc.say(run_id, op["node_key"], "info",
+                    f"operation {op['operation_id']} was in flight when the runner stopped: its outcome is decided "
+                    "from its process and exit record (while its process runs, up to its deadline, this waits)")
         row = for_operation(op).settle_operation(svc, op, claim_wait=max(0.0, claim_by - time.monotonic()))
         if run_id:
             svc.say(run_id, op["node_key"], "warning",
