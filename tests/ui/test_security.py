@@ -98,6 +98,14 @@ def test_token_cookie_and_host(ui_server, isolated_env: Path) -> None:
         first = anon.get(f"/?token={server.token}&status=failed")
         assert first.status_code == 303
         assert first.headers["location"] == "/?status=failed"
+        # the redirect stays on this origin and never fails (hostile review): a path that decodes to "//host"
+        # (a scheme-relative URL, another site), one outside Latin-1 (a header cannot hold it)
+        for odd, where in (("/%2F%2Fevil.example/x", "/evil.example/x"), ("/runs/%E2%80%AE", "/runs/%E2%80%AE")):
+            with httpx.Client(base_url=server.base, timeout=60) as fresh:
+                moved = fresh.get(f"{odd}?token={server.token}")
+            assert moved.status_code == 303 and moved.headers["location"] == where, (odd, moved.headers)
+        with httpx.Client(base_url=server.base, timeout=60) as api:  # the scheme's name is not case-sensitive
+            assert api.get("/api/runs", headers={"Authorization": f"bearer {server.token}"}).status_code == 200
         cookie = first.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and server.token not in cookie
         assert anon.get("/").status_code == 200  # the cookie now opens pages

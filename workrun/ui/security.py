@@ -21,7 +21,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 __all__ = ["CSP", "Guard", "csrf_token", "session_cookie"]
 
@@ -97,8 +97,8 @@ class Guard:
         given = (query.get("token") or [""])[-1]
         has_session = any(_same(v, self.session) for v in _cookies(headers.get("cookie", ""),
                                                                                  self.cookie_name))
-        bearer = headers.get("authorization", "")
-        has_bearer = bearer.startswith("Bearer ") and _same(bearer[7:].strip(), self.token)
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        has_bearer = scheme.lower() == "bearer" and _same(credentials.strip(), self.token)  # the scheme: any case
         has_token = bool(given) and _same(given, self.token)
         path = scope.get("path", "/")
         if not (has_session or has_bearer or has_token):
@@ -107,7 +107,10 @@ class Guard:
             return
         if has_token and method in ("GET", "HEAD") and not path.startswith("/api/"):
             rest = {k: v for k, v in query.items() if k != "token"}
-            location = path + ("?" + urlencode(rest, doseq=True) if rest else "")
+            # this origin's path, quoted as it came (a decoded "//host/..." would send the browser elsewhere, and a
+            # character outside Latin-1 cannot be written in a header)
+            location = "/" + quote(path.lstrip("/"), safe="/:@!$&'()*+,;=-._~") \
+                + ("?" + urlencode(rest, doseq=True) if rest else "")
             await send_with_headers({"type": "http.response.start", "status": 303, "headers": [
                 (b"location", location.encode("latin-1")), (b"set-cookie", self._set_cookie()),
                 (b"content-type", b"text/plain; charset=utf-8")]})
