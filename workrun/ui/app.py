@@ -364,12 +364,30 @@ def api_runs(request: Request) -> Response:
         found = _run_filters(q)
     except ValueError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
-    limit = _int(q.get("limit"), 0, 0) or None
-    offset = _int(q.get("offset"), 0, 0)
-    if q.get("page") is not None:
+    try:  # as `runs list --limit 0` exits 2: a bad number is refused, never silently ignored
+        limit = _whole(q, "limit", 1)
+        offset = _whole(q, "offset", 0) or 0
+        page = _whole(q, "page", 1)
+    except ValueError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    if page is not None:
         limit = limit or PAGE_SIZE
-        offset = (_int(q.get("page"), 1) - 1) * limit
+        offset = (page - 1) * limit
     return JSONResponse(views.runs_list(_dash(request).journal, limit=limit, offset=offset, **found))
+
+
+def _whole(query: Any, name: str, low: int) -> int | None:
+    """The API's query parameter ``name`` as a whole number of at least ``low`` (at most 10**9), None when absent.
+
+    Raises:
+        ValueError: anything else, naming the parameter (the API answers 400).
+    """
+    value = query.get(name)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) < low:
+        raise ValueError(f"{name}: must be a whole number of at least {low}, not {value[:40]!r}")
+    return min(_INT_MAX, int(value))
 
 
 def attention(journal: Any) -> dict[str, Any]:
