@@ -73,6 +73,23 @@ def test_app_config_errors_name_file_and_field(tmp_path, apps, field, message):
     assert message in err.value.message
 
 
+def test_every_app_of_a_project_is_checked(tmp_path):
+    """R-L1 (hostile review): an App project's errors are all reported, not only its first App's."""
+    project = _project(tmp_path, '[tool.workrun.apps.a]\nentry = "main.py"\ntimeout = "60"\n'
+                                 '[tool.workrun.apps.b]\nentry = "main.py"\nbogus = 1\n'
+                                 '[tool.workrun.apps.c]\nentry = "missing.py"\n')
+    with pytest.raises(ConfigError) as err:
+        load_project(project)
+    fields = [line.split(": ")[1] for line in err.value.lines()]
+    assert fields == ["tool.workrun.apps.a.timeout", "tool.workrun.apps.b.bogus"], err.value.lines()
+    (project / "pyproject.toml").write_text('[tool.workrun.apps.a]\nentry = "missing.py"\n'
+                                            '[tool.workrun.apps.c]\nentry = "gone.py"\n')
+    with pytest.raises(ConfigError) as err:  # their paths, App by App
+        load_project(project)
+    assert [line.split(": ")[1] for line in err.value.lines()] == ["tool.workrun.apps.a.entry",
+                                                                   "tool.workrun.apps.c.entry"]
+
+
 def test_missing_lock_is_an_error(tmp_path):
     project = _project(tmp_path, '[tool.workrun.apps.a]\nentry = "main.py"\n')
     (project / "uv.lock").unlink()

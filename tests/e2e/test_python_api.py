@@ -165,6 +165,39 @@ needs = ["c"]
     assert res.json()["errors"][-1] == f"{bad}: nodes.c.needs: a node cannot need itself"
 
 
+def test_check_reports_every_template_top_level_and_input_error_at_once(write_workflow, workrun):
+    """R-L1 (hostile review): a node's every bad template, the workflow's own keys beside its nodes' errors, and
+    every unknown --input, in one pass."""
+    steps = ROOT / "demo_apps" / "steps"
+    bad = write_workflow("bad", f"""
+name = 3
+colour = "red"
+[nodes.a]
+project = "{steps}"
+app = "step"
+input = {{ x = "{{{{ inputs.first }}}}", y = "{{{{ inputs.second }}}}", z = "{{{{ nodes.b.result.nofield }}}}" }}
+[nodes.b]
+project = "{steps}"
+app = "step"
+needs = ["ghost"]
+""")
+    res = workrun("check", bad, "--json")
+    assert res.code == 2, res
+    assert [line.split(": ", 2)[1:] for line in res.json()["errors"]] == [
+        ["colour", "unknown key"],
+        ["name", "must be a non-empty string"],
+        ["nodes.a.input.x", "{{ inputs.first }} refers to an input that is neither in [inputs] nor given with --input"],
+        ["nodes.a.input.y", "{{ inputs.second }} refers to an input that is neither in [inputs] nor given with "
+                            "--input"],
+        ["nodes.a.input.z", "{{ nodes.b.result.nofield }}: App 'step' declares no output field 'nofield'"],
+        ["nodes.b.needs", "unknown node 'ghost'"],
+    ], res.json()
+    fine = write_workflow("fine", f'[nodes.a]\nproject = "{steps}"\napp = "step"\n')
+    typos = workrun("check", fine, "--input", "typo1=1", "--input", "typo2=2")
+    assert typos.code == 2 and typos.err == (f"error: {fine}: --input: unknown inputs 'typo1', 'typo2': this workflow "
+                                             "declares or uses only: none\n"), typos
+
+
 def test_compensate_dry_run_changes_nothing_and_shows_what_compensate_would_do(server, write_workflow, workrun,
                                                                               isolated_env):
     """R-L3: a stopped run's plan before `compensate`; the journal file is byte-identical afterwards."""

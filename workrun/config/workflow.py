@@ -8,7 +8,7 @@ must satisfy is its executor's ``check`` (:mod:`workrun.nodes`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +158,9 @@ def _check_input_names(defaults: dict[str, Any], overrides: dict[str, str],
     unknown = sorted(set(overrides) - known)
     if unknown:
         names = ", ".join(sorted(known)) if known else "none"
-        raise ConfigError(f"unknown input {unknown[0]!r}: this workflow declares or uses only: {names}",
-                          file=file, field="--input")
+        what = f"unknown input {unknown[0]!r}" if len(unknown) == 1 else \
+            f"unknown inputs {', '.join(repr(u) for u in unknown)}"
+        raise ConfigError(f"{what}: this workflow declares or uses only: {names}", file=file, field="--input")
 
 
 def load_workflow(path: Path, overrides: dict[str, str] | None,
@@ -194,26 +195,32 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     data = parse_toml(text, file)
+    errors: list[ConfigError] = []  # each table's or node's first error (R-L1: all are reported)
     unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify", "connectors", "smtp"}
-    if unknown:
-        raise ConfigError("unknown key", file=file, field=sorted(unknown)[0])
+    errors += [ConfigError("unknown key", file=file, field=key) for key in sorted(unknown)]
     name = data.get("name", path.stem)
-    if not isinstance(name, str) or not name:
-        raise ConfigError("must be a non-empty string", file=file, field="name")
+    if not isinstance(name, str) or not name:  # reported; the nodes are checked all the same
+        errors.append(ConfigError("must be a non-empty string", file=file, field="name"))
+        name = path.stem
     if not isinstance(data.get("description", ""), str):
-        raise ConfigError(f"must be a string, not {toml_type(data['description'])}", file=file, field="description")
+        errors.append(ConfigError(f"must be a string, not {toml_type(data['description'])}", file=file,
+                                  field="description"))
     defaults = data.get("inputs", {})
     if not isinstance(defaults, dict):
-        raise ConfigError("must be a table", file=file, field="inputs")
+        errors.append(ConfigError("must be a table", file=file, field="inputs"))
+        defaults = {}
     defaults = jsonable(defaults)  # a TOML date is an ISO string, as in a node's input
     nodes_table = data.get("nodes")
     if not isinstance(nodes_table, dict) or not nodes_table:
-        raise ConfigError("a workflow needs at least one [nodes.KEY] table", file=file, field="nodes")
+        raise _with_earlier(errors, ConfigError("a workflow needs at least one [nodes.KEY] table", file=file,
+                                                field="nodes"))
     inputs = {**defaults, **(overrides or {})}
     base = path.resolve().parent
-    http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
-    allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
-    errors: list[ConfigError] = []  # each table's or node's first error (R-L1: all are reported)
+    try:
+        http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
+        allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
+    except ConfigError as exc:
+        raise _with_earlier(errors, exc) from None
     connectors = _parse_connectors(data.get("connectors"), file, errors)  # R-K1
     smtp = None
     try:
@@ -259,11 +266,10 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     graph: dict[str, list[str]] = {}
     data_names = set(inputs) | _update_data_fields(nodes)  # what {{ data.NAME }} may read (R-K4)
     for key, node in nodes.items():
-        try:
-            _check_node_refs(key, node, nodes, bad, refs_of[key], data_names, outputs, policies[key], file,
-                             inputs)
-        except ConfigError as exc:
-            errors.append(exc)
+        found = list(_node_ref_errors(key, node, nodes, bad, refs_of[key], data_names, outputs, policies[key],
+                                      file, inputs))
+        if found:
+            errors += found
             bad.add(key)
         graph[key] = [d for d in node_dependencies(node.needs, node.templated()) if d in nodes]
     good = {k: [d for d in ds if d not in bad] for k, ds in graph.items() if k not in bad}
@@ -383,53 +389,52 @@ def _resolved(base: Path, written: str, file: str, field: str) -> str:
         raise ConfigError(f"not a usable path: {exc}", file=file, field=field) from None
 
 
-def _check_node_refs(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: set[str],
+def _node_ref_errors(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: set[str],
                      refs: list[tuple[str, str]], data_names: set[str],
                      outputs: dict[str, dict[str, OutputField]], policy: FailurePolicy, file: str,
-                     inputs: dict[str, Any]) -> None:
-    """A node's ``needs``, template references and fallback against the other nodes (``bad``: nodes with an
-    error of their own, not reported again here).
-
-    Raises:
-        ConfigError: naming the field.
-    """
+                     inputs: dict[str, Any]) -> Iterator[ConfigError]:
+    """Every error of a node's ``needs``, template references and fallback against the other nodes (``bad``: nodes
+    with an error of their own, not reported again here), each naming its field (R-L1: all of them)."""
     prefix = f"nodes.{key}"
     known = set(nodes) | bad
     for dep in node.needs:
         if dep not in known:
-            raise ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
-        if dep == key:
-            raise ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
+            yield ConfigError(f"unknown node {dep!r}", file=file, field=f"{prefix}.needs")
+        elif dep == key:
+            yield ConfigError("a node cannot need itself", file=file, field=f"{prefix}.needs")
     for field, ref in refs:
         if not REFERENCE.match(ref):
-            raise ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
+            yield ConfigError(f"bad template {{{{ {ref} }}}}: use inputs.NAME or nodes.KEY.result.FIELD",
                               file=file, field=field)
+            continue
         parts = ref.split(".")
         if parts[0] == "inputs":
             if parts[1] not in inputs:
-                raise ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
+                yield ConfigError(f"{{{{ {ref} }}}} refers to an input that is neither in [inputs] nor given "
                                   "with --input", file=file, field=field)
             continue
         if parts[0] == "data":
             if parts[1] not in data_names:
-                raise ConfigError(f"{{{{ {ref} }}}}: {parts[1]!r} is neither an input nor set by an update_data "
+                yield ConfigError(f"{{{{ {ref} }}}}: {parts[1]!r} is neither an input nor set by an update_data "
                                   "action of this workflow", file=file, field=field)
             continue
         target = parts[1]
         if target in bad:
             continue
         if target not in nodes:
-            raise ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
+            yield ConfigError(f"{{{{ {ref} }}}} refers to unknown node {target!r}", file=file, field=field)
+            continue
         if target == key:
-            raise ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
+            yield ConfigError(f"{{{{ {ref} }}}} refers to the node itself", file=file, field=field)
+            continue
         contract = outputs.get(target) or {}
         if contract and len(parts) > 3 and parts[3] not in contract:
             what = (f"an http node's result has {', '.join(contract)} only" if isinstance(nodes[target], HttpNode)
                     else f"App {getattr(nodes[target], 'app', None)!r} declares no output field {parts[3]!r}")
-            raise ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
+            yield ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
     if policy.kind == "fallback":
         if policy.fallback not in nodes or policy.fallback == key:
-            raise ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
+            yield ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
                               file=file, field=f"{prefix}.on_failure.fallback")
 
 

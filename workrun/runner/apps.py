@@ -145,14 +145,18 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
     if not (project / "uv.lock").is_file():
         raise ConfigError("uv.lock is missing: run `uv lock` in the project (R-A1)", file=str(project / "uv.lock"))
     apps: dict[str, AppSpec] = {}
+    errors: list[ConfigError] = []  # every App's errors (R-L1: all of them)
     for name, table in apps_table.items():
         prefix = f"tool.workrun.apps.{name}"
         if not isinstance(table, dict):
-            raise ConfigError("must be a table", file=file, field=prefix)
+            errors.append(ConfigError("must be a table", file=file, field=prefix))
+            continue
         try:
             apps[name] = AppSpec.model_validate({**table, "name": name})
         except ShapeError as exc:
-            raise shape_error(exc, file, prefix) from None
+            errors.append(shape_error(exc, file, prefix))
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     return file, apps
 
 
@@ -181,18 +185,30 @@ def load_project(project: Path) -> dict[str, AppSpec]:
                                  lambda: _parse_apps(project))
     apps: dict[str, AppSpec] = {}
     root = real_path(project)
+    errors: list[ConfigError] = []  # every App's first error (R-L1: all Apps are checked)
     for name, spec in declared.items():
-        prefix = f"tool.workrun.apps.{name}"
-        entry = _inside(project, root, spec.entry, file, f"{prefix}.entry")
-        if spec.compensation is not None and spec.compensation.entry is not None:
-            field = f"{prefix}.compensation.entry"
-            comp = _inside(project, root, spec.compensation.entry, file, field)
-            if comp == entry:
-                raise ConfigError("must differ from the App's entry (R-A4)", file=file, field=field)
-        if spec.compensation is not None and spec.compensation.http is not None:  # a reverse action (R-H6)
-            check_action(spec.compensation.http, file=file, field=f"{prefix}.compensation.http", check_env=False)
+        try:
+            _check_paths(project, root, name, spec, file)
+        except ConfigError as exc:
+            errors.append(exc)
+            continue
         apps[name] = spec
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
     return apps
+
+
+def _check_paths(project: Path, root: str, name: str, spec: AppSpec, file: str) -> None:
+    """An App's entry paths (inside the project, R-A4; the compensation's another file) and reverse action."""
+    prefix = f"tool.workrun.apps.{name}"
+    entry = _inside(project, root, spec.entry, file, f"{prefix}.entry")
+    if spec.compensation is not None and spec.compensation.entry is not None:
+        field = f"{prefix}.compensation.entry"
+        comp = _inside(project, root, spec.compensation.entry, file, field)
+        if comp == entry:
+            raise ConfigError("must differ from the App's entry (R-A4)", file=file, field=field)
+    if spec.compensation is not None and spec.compensation.http is not None:  # a reverse action (R-H6)
+        check_action(spec.compensation.http, file=file, field=f"{prefix}.compensation.http", check_env=False)
 
 
 _READING = threading.local()
