@@ -241,6 +241,9 @@ def test_second_scheduler_exits_3_or_waits(workrun, write_workflow, slow_project
     assert res.code == 3
     assert res.err.count("\n") == 1 and f"pid {proc.pid}" in res.err
     assert workrun("runs", "list", "--json").code == 0  # readers still work
+    assert workrun("gc", "--dry-run").code == 0  # and so does a gc that removes nothing (hostile review)
+    busy = workrun("gc")
+    assert busy.code == 3 and "use --wait" in busy.err, busy  # which gc (and verify) now take
     waited = workrun("resume", "--wait", env=logs)
     assert proc.wait(timeout=60) == 1
     assert waited.code == 0, waited

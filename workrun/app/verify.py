@@ -36,17 +36,18 @@ CRASH_POINTS = ("attempt.intent", "attempt.started", "attempt.finished")
 Home = Path | str | None
 
 
-def _resume_killed_at(point: str, home: Home) -> int:
+def _resume_killed_at(point: str, home: Home, wait: bool = False) -> int:
     """``workrun resume`` in a child killed at the first commit of ``point``; its exit code (-9 when killed)."""
     env = {**os.environ, "WORKRUN_FAULT": f"{point}@1"}
     if home is not None:
         env["WORKRUN_HOME"] = str(Path(home).expanduser().absolute())
-    return subprocess.run([sys.executable, "-m", "workrun", "resume", "--json"], env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    return subprocess.run([sys.executable, "-m", "workrun", "resume", "--json", *(["--wait"] if wait else [])],
+                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode
 
 
 def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple[Path, str] | None, crash: bool,
-              home: Home) -> dict[str, Any]:
+              home: Home, wait: bool = False) -> dict[str, Any]:
     """One scenario (see the module doc): ``{"node", "status": "ok"|"failed", "runs": [id], "failures": [text]}``."""
     from workrun import effects
     from workrun.core.states import COMPENSATION_DONE
@@ -58,20 +59,20 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
     if crash:
         token = INJECTION.set({"crash": (CRASH_POINTS[0], 1)})
         try:
-            done = runs.run(workflow, inputs, home=home, fail_after=node, verify=True)
+            done = runs.run(workflow, inputs, home=home, fail_after=node, verify=True, wait=wait)
         finally:
             INJECTION.reset(token)
         view = done.data
         if done.note.startswith("killed"):
             killed.append(CRASH_POINTS[0])
         for point in CRASH_POINTS[1:]:
-            if _resume_killed_at(point, home) < 0:
+            if _resume_killed_at(point, home, wait) < 0:
                 killed.append(point)
-        runs.resume(home=home)
+        runs.resume(home=home, wait=wait)
         if not killed:
             failures.append("--crash: no compensation-phase fault point was reached (nothing to compensate?)")
     else:
-        view = runs.run(workflow, inputs, home=home, fail_after=node, verify=True).data
+        view = runs.run(workflow, inputs, home=home, fail_after=node, verify=True, wait=wait).data
     run_id = view["run_id"]
     with reading(home=home, writable=True) as svc:
         run = svc.journal.run(run_id)
@@ -113,13 +114,14 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
 
 def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None, *,
            nodes: list[str] | None = None, check: str | None = None, crash: bool = False,
-           home: Home = None) -> Finished:
+           home: Home = None, wait: bool = False) -> Finished:
     """Run one scenario per node (see the module doc) and report them.
 
     Args:
         nodes: the nodes to fail after (default: every node whose calls are compensable).
         check: ``PROJECT:APP``, the App that says the world is clean (PROJECT relative to the current directory).
         crash: kill the runner at each compensation-phase fault point in turn, then resume.
+        wait: wait for another scheduler instead of ending with exit 3 (``--wait``).
 
     Returns:
         :class:`Finished`: ``data`` a list of ``{"node", "status": "ok"|"failed", "runs", "failures"}``, ``code``
@@ -147,7 +149,7 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
             raise UsageError(f"expected PROJECT:APP, got {check!r}", field="--check")
         checker = (Path(project).absolute(), app_name)
         load_app(checker[0], app_name, field="--check")
-    results = [_scenario(path, values, key, check=checker, crash=crash, home=home) for key in chosen]
+    results = [_scenario(path, values, key, check=checker, crash=crash, home=home, wait=wait) for key in chosen]
     lines = [(f"{r['node']}  ok" if r["status"] == "ok" else f"{r['node']}  FAILED: {'; '.join(r['failures'])}")
              + (f" (killed at {', '.join(r['killed_at'])}, resumed)" if r.get("killed_at") else "")
              for r in results]

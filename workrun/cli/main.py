@@ -265,6 +265,7 @@ def verify(
     crash: bool = typer.Option(False, "--crash", help="Also kill the runner at each compensation-phase fault point "
                                "in turn, then resume."),
     json_mode: bool = JsonOpt,
+    wait: bool = WaitOpt,
 ) -> None:
     """Prove the compensations: per node, a real run failed right after it, compensated, each compensation run
     again (idempotent?), and the check App asked; exit 0 when every scenario holds, 1 otherwise.
@@ -274,7 +275,7 @@ def verify(
     """
     from workrun.app.verify import verify as prove
 
-    done = prove(workflow, list(input), nodes=list(node) or None, check=check, crash=crash)
+    done = prove(workflow, list(input), nodes=list(node) or None, check=check, crash=crash, wait=wait)
     if json_mode:
         print_json(done.data)
     else:
@@ -286,7 +287,8 @@ def verify(
 
 
 @app.command()
-def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed.")) -> None:
+def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what would be removed (takes no lock)."),
+       wait: bool = WaitOpt) -> None:
     """Remove code snapshots that no unfinished compensation needs, and stale call directories (exit 1 when one
     cannot be removed)."""
     from workrun.effects.operations import gc_call_dirs
@@ -294,7 +296,8 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what woul
 
     snapshots: list[str] = []
     directories: list[Path] = []
-    with scheduling(False, False, resume_first=False) as svc:
+    # a dry run removes nothing: it reads beside a run in progress; removing takes the scheduler lock
+    with reading() if dry_run else scheduling(False, wait, resume_first=False) as svc:
         removed, kept = snapshots_gc(svc, dry_run=dry_run, named=snapshots)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
         for sid in snapshots if dry_run else ():  # what would go, one per line (plain: never wrapped)
