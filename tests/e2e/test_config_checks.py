@@ -349,7 +349,7 @@ def test_data_dir_others_can_write_is_refused(refused, tmp_path, make_project, w
     for mode in (0o777, 0o770, 0o702):
         shared.mkdir(exist_ok=True)
         os.chmod(shared, mode)
-        for args in (["run", wf], ["runs", "list"]):
+        for args in (["run", wf], ["runs", "list"], ["check", wf]):  # check: as run would (hostile review)
             line = refused(args, None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(shared)})
             assert f"{shared} is writable by group or others (mode {mode:04o})" in line
         assert list(shared.iterdir()) == []

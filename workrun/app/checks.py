@@ -13,7 +13,8 @@ __all__ = ["check"]
 
 
 def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = None) -> Finished:
-    """Every check ``run`` makes before anything runs, creating nothing (R-L1): no journal, no data directory.
+    """Every check ``run`` makes before anything runs, creating nothing (R-L1): no journal, no data directory
+    (an existing one is checked as ``run`` checks it).
 
     Returns:
         :class:`Finished`: ``{"ok": true, "nodes": N, "compensable": M}`` (M: nodes whose calls would have a
@@ -24,9 +25,23 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
         ConfigError: every error found (exit 2; :class:`~workrun.core.errors.ConfigErrors` when several).
     """
     from workrun.config.workflow import compensable, load_workflow
+    from workrun.core.errors import ConfigError, ConfigErrors
+    from workrun.core.paths import check_data_dir
     from workrun.nodes import default_checkers
 
-    spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_checkers())
+    try:  # the data directory `run` would use (a group-writable one is refused), as well as the workflow
+        check_data_dir()
+        home_error = None
+    except ConfigError as exc:
+        home_error = exc
+    try:
+        spec, _ = load_workflow(Path(workflow), _inputs(inputs), default_checkers())
+    except ConfigError as exc:
+        if home_error is None:
+            raise
+        raise ConfigErrors([*(exc.errors if isinstance(exc, ConfigErrors) else [exc]), home_error]) from None
+    if home_error is not None:
+        raise home_error
     count = sum(1 for node in spec.nodes.values() if compensable(node))
     return Finished({"ok": True, "nodes": len(spec.nodes), "compensable": count}, 0,
                     f"ok: {len(spec.nodes)} nodes, {count} compensable")

@@ -70,6 +70,19 @@ def existing_data_dir() -> Path | None:
         return None
 
 
+def check_data_dir() -> None:
+    """Every check :func:`data_dir` makes of the configured data directory, creating nothing (``workrun check``,
+    R-L1): a missing one is fine (``run`` creates it).
+
+    Raises:
+        ConfigError: as :func:`data_dir` (exit 2, naming ``WORKRUN_HOME`` or the path).
+    """
+    home = settings.current().home
+    path = home if home is not None else _default_home()
+    if path.exists() or path.is_symlink():
+        data_dir(write=True)
+
+
 def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
     """Return the data directory, created 0700 if missing (R-J4, SPEC §17).
 
