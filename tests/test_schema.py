@@ -51,6 +51,8 @@ BAD = {
                  'on_failure = { retry = { attempts = "three" } }\n',
     "process node without app": '[nodes.a]\nproject = "."\n',  # new-user review: the schema let it pass
     "process node without project": '[nodes.a]\napp = "x"\n',
+    # hostile review: a name that would print as two lines in the run log
+    "name of two lines": 'name = "a\\r\\nfake line"\n[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
 }
 
 

@@ -192,6 +192,10 @@ needs = ["ghost"]
         ["nodes.a.input.z", "{{ nodes.b.result.nofield }}: App 'step' declares no output field 'nofield'"],
         ["nodes.b.needs", "unknown node 'ghost'"],
     ], res.json()
+    device = workrun("check", "/dev/null")  # there, but no file: said so (hostile review)
+    assert device.code == 2 and device.err == "error: /dev/null: not a regular file\n", device
+    long = workrun("app", "new", "a" * 300)
+    assert long.code == 2 and "at most 64 characters" in long.err, long
     fine = write_workflow("fine", f'[nodes.a]\nproject = "{steps}"\napp = "step"\n')
     typos = workrun("check", fine, "--input", "typo1=1", "--input", "typo2=2")
     assert typos.code == 2 and typos.err == (f"error: {fine}: --input: unknown inputs 'typo1', 'typo2': this workflow "

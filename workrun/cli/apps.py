@@ -59,7 +59,8 @@ def new(name: str = typer.Argument(..., metavar="NAME", help="App (and project) 
     from workrun.runner.env import clean_env, uv_bin
 
     if not re.match(r"^[A-Za-z][A-Za-z0-9_\-]{0,63}$", name):
-        raise UsageError("use letters, digits, '-' and '_', starting with a letter", field="NAME")
+        raise UsageError("use letters, digits, '-' and '_', starting with a letter, at most 64 characters",
+                         field="NAME")
     target = directory or Path(name)
     if target.exists() and any(target.iterdir()):
         raise UsageError("directory exists and is not empty", file=str(target))

@@ -21,7 +21,7 @@ from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
 from workrun.cli.common import JsonOpt, LogFormatOpt, WaitOpt, reading, scheduling
-from workrun.cli.output import console, print_error, print_json, raise_broken_pipes, run_table, write_out
+from workrun.cli.output import console, one_line, print_error, print_json, raise_broken_pipes, run_table, write_out
 from workrun.cli.running import rerun_run, run_workflow
 from workrun.cli.session import print_run
 
@@ -301,11 +301,11 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="Only say what woul
         removed, kept = snapshots_gc(svc, dry_run=dry_run, named=snapshots)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} snapshot(s); kept {kept}")
         for sid in snapshots if dry_run else ():  # what would go, one per line (plain: never wrapped)
-            write_out(f"  snapshot {sid}\n")
+            write_out(f"  snapshot {one_line(sid)}\n")
         removed, kept, failed = gc_call_dirs(svc, dry_run=dry_run, named=directories)
         console.print(f"{'would remove' if dry_run else 'removed'} {removed} stale call directory(ies); kept {kept}")
         for path in directories if dry_run else ():
-            write_out(f"  call directory {path}\n")
+            write_out(f"  call directory {one_line(str(path))}\n")
         for path in failed:
             print_error(f"{path}: cannot be removed")
     raise typer.Exit(1 if failed else 0)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from rich.console import Console, Group
 
-__all__ = ["CliReporter", "console", "escape", "pretty_json", "print_error", "print_json", "print_list",
+__all__ = ["CliReporter", "console", "escape", "one_line", "pretty_json", "print_error", "print_json", "print_list",
            "raise_broken_pipes", "run_table",
            "print_compensations", "STATUS_STYLE"]
 
@@ -74,6 +74,12 @@ def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(_cell(text, keep="\n\t")[0])
+
+
+def one_line(text: str) -> str:
+    """``text`` (a path, a name: anything not ours) as plain text on one line: every control, format and
+    line-break character shown as a ``\\x0a``-style escape, as :func:`print_list` shows them."""
+    return _cell(text)[0]
 
 
 STATUS_STYLE = {

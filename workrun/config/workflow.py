@@ -163,6 +163,9 @@ def _check_input_names(defaults: dict[str, Any], overrides: dict[str, str],
         raise ConfigError(f"{what}: this workflow declares or uses only: {names}", file=file, field="--input")
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # control characters and line breaks
+
+
 def load_workflow(path: Path, overrides: dict[str, str] | None,
                   executors: Mapping[str, NodeChecker], *,
                   known_inputs_only: bool = True) -> tuple[WorkflowSpec, dict[str, Any]]:
@@ -189,7 +192,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     if path.is_dir():
         raise ConfigError("is a directory, not a workflow file", file=file)
     if not path.is_file():
-        raise ConfigError("workflow file not found", file=file)
+        raise ConfigError("not a regular file" if path.exists() else "workflow file not found", file=file)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -201,6 +204,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name:  # reported; the nodes are checked all the same
         errors.append(ConfigError("must be a non-empty string", file=file, field="name"))
+        name = path.stem
+    elif _CONTROL.search(name):  # a name is shown on one line everywhere
+        errors.append(ConfigError("must be one line, without control characters", file=file, field="name"))
         name = path.stem
     if not isinstance(data.get("description", ""), str):
         errors.append(ConfigError(f"must be a string, not {toml_type(data['description'])}", file=file,

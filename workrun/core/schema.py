@@ -108,7 +108,8 @@ def workflow_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["nodes"],
         "properties": {
-            "name": {"type": "string", "minLength": 1},
+            "name": {"type": "string", "minLength": 1,  # one line: no control character or line break
+                     "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029]+$"},
             "description": {"type": "string"},
             "inputs": {"type": "object", "description": "Input defaults; `--input NAME=VALUE` overrides."},
             "http_allow": {"type": "array", "items": {"type": "string"},
