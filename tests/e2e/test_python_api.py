@@ -314,6 +314,16 @@ input = {{ name = "boom", fail = true }}
     # what each waits for, by its status: never `resume` (it would do nothing) nor `confirm` for a failed one
     assert hint == (f"2 compensation(s) not finished: {first} held back by {second}: it runs once they are done; "
                     f"{second} failed: {retry_or_resolve} (`workrun runs show {rid}` shows each)"), hint
+    # the App's compensation script changes: the plan says so before a retry is blocked by it (R-C8; hostile review)
+    with (marker_project / "compensate.py").open("a") as fh:
+        fh.write("# edited after the calls\n")
+    plan = workrun("compensate", rid, "--dry-run", "--json").json()
+    changed = "code changed since the call: compensate.py changed"
+    assert {s["node_key"]: s["code_change"] for s in plan["plan"]} == {"second": changed, "first": changed}, plan
+    assert plan["would"] == (f"nothing by itself; 2 need(s) an operator first: {second} failed: {retry_or_resolve} "
+                             f"— {changed}; {first} held back by {second}: it runs once they are done — {changed}")
+    text = workrun("compensate", rid, "--dry-run").out
+    assert text.count(f"; {changed}") == 2, text
 
 
 def test_compensate_of_a_compensated_run_says_there_is_nothing_to_do(isolated_env, workrun):

@@ -275,6 +275,12 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         return Finished(view, 130 if svc.stopping() else (0 if ok else 1))
 
 
+def _when_tried(status: str) -> str:
+    """The status a compensation has once ``compensate`` tries it while its code changed (a pending one is then
+    blocked, R-C8)."""
+    return "blocked" if status in ("pending", "running") else status
+
+
 def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     """The compensation plan of a run, changing nothing (R-L3): each compensation in the order it runs (or
     ran), with its node, App or reverse action, current status, and what holds it back. For a run whose
@@ -283,7 +289,8 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
 
     Returns:
         ``{"run_id", "status", "would": text, "plan": [{"place", "node_key", "operation_id", "compensation_id",
-        "planned", "app" | "action", "status", "held_back_by": [ids]}]}`` (``place`` from 1; a call whose App
+        "planned", "app" | "action", "status", "held_back_by": [ids], "code_change": text | null}]}`` (``place``
+        from 1; ``code_change``: why its script would be blocked when tried, R-C8; a call whose App
         declares no compensation is not listed). ``planned``: not in the journal yet: ``compensate`` would write
         it, with this ``compensation_id`` (it follows from the operation's), which commands find only then.
 
@@ -293,6 +300,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     from workrun.app.views import operator_commands
     from workrun.compensation import plan_records
     from workrun.compensation.planning import Item, plan
+    from workrun.effects.operations import code_change
 
     run_row = svc.journal.run(run_id)
     rid = run_row["run_id"]
@@ -327,6 +335,9 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
             step["app"] = op["app"]
         step["status"] = c["status"]
         step["held_back_by"] = list(decision.hold.get(c["compensation_id"]) or c.get("held_back_by") or [])
+        # a script whose App's code changed since the call is blocked when it is tried (R-C8): said now
+        step["code_change"] = code_change(op) if "app" in step and c["status"] not in COMPENSATION_DONE \
+            and not c.get("accept_code_change") else None
         steps.append(step)
     if run_row["eval"]:
         would = "nothing: evaluation runs are never compensated"
@@ -339,7 +350,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
         would = "nothing: every compensation is done"
     else:
         stuck = [s for s in steps if s["status"] in ("failed", "unknown") or s["status"] == "blocked"
-                 and not s["held_back_by"]]
+                 and not s["held_back_by"] or s["code_change"]]
         # a held-back one runs by itself only when nothing that holds it back (transitively) needs an operator
         waits = {s["compensation_id"] for s in stuck}
         grew = True
@@ -355,7 +366,9 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
         would = (f"run {runnable} compensation(s) in the order shown" if runnable else "nothing by itself")
         if stuck:
             would += f"; {len(stuck)} need(s) an operator first: " + "; ".join(
-                f"{s['compensation_id']} {operator_commands(s['compensation_id'], s['status'])}" for s in stuck)
+                f"{s['compensation_id']} "
+                f"{operator_commands(s['compensation_id'], _when_tried(s['status']), s['held_back_by'])}"
+                + (f" — {s['code_change']}" if s["code_change"] else "") for s in stuck)
     return {"run_id": rid, "status": run_row["status"], "would": would, "plan": steps}
 
 

@@ -197,6 +197,7 @@ def _print_plan(plan: dict[str, Any]) -> None:
     for step, place, key, what in zip(plan["plan"], places, keys, whats, strict=True):
         held = f"; held back by {', '.join(step['held_back_by'])}" if step["held_back_by"] else ""
         new = " (planned: not in the journal until `compensate` writes it)" if step.get("planned") else ""
+        new += f"; {step['code_change']}" if step.get("code_change") else ""
         console.print(f"  {place:>{width[0]}} {escape(key.ljust(width[1]))}  {step['compensation_id']}  "
                       f"{escape(what.ljust(width[2]))}  {styled(step['status'])}{held}{new}")
     console.print(f"would: {plan['would']}")

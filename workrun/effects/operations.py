@@ -36,6 +36,7 @@ from workrun.runner.snapshots import materialize, take
 __all__ = [
     "Attempted",
     "call_app",
+    "code_change",
     "current_owner",
     "finish_attempt",
     "finish_operation",
@@ -304,14 +305,24 @@ def _compensation_source(svc: Context, op: OperationRow) -> tuple[Path, str | No
         except (OSError, ValueError, KeyError) as exc:  # removed by hand: block, never crash the scheduler
             return project, (f"code snapshot {snapshot[:12]} is missing from the data dir ({exc}); "
                              "`--accept-code-change` runs today's project instead")
+    return project, code_change(op)
+
+
+def code_change(op: OperationRow) -> str | None:
+    """Why a compensation script of ``op`` that runs from the live project would be blocked now (R-C8): its
+    project's code differs from the call's (``code changed since the call: compensate.py changed``), or its
+    directory is gone; None when it is the same (or the call kept a snapshot, which runs instead). Reads file
+    stamps only; runs nothing (``compensate --dry-run`` asks it too)."""
+    if op.get("snapshot"):
+        return None
+    project = Path(op["project"])
     now = fingerprint(project) if project.is_dir() else None
     if now is None:
-        return project, "code changed since the call: the project directory is gone (" + ", ".join(
+        return "code changed since the call: the project directory is gone (" + ", ".join(
             f"{p} removed" for p in sorted(op["fingerprint_files"])) + ")"
     if now.digest != op["fingerprint"]:
-        return project, "code changed since the call: " + ", ".join(diff_fingerprints(op["fingerprint_files"],
-                                                                                      now.files))
-    return project, None
+        return "code changed since the call: " + ", ".join(diff_fingerprints(op["fingerprint_files"], now.files))
+    return None
 
 
 @struct
