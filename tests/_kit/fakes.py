@@ -116,6 +116,9 @@ class FakeRunner:
     def stop_all(self) -> None:
         self.stopped_all = True
 
+    def hang_up(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from workrun.runner.env import EnvManager, app_environment, sdk_path
-from workrun.runner.forkserver import ForkServers
+from workrun.runner.forkserver import ForkServerError, ForkServers
 
 TOOLS_APP = """
 [tool.workrun.apps.tools]
@@ -190,6 +190,24 @@ def test_server_replaced_when_fingerprint_changes_or_it_dies_and_ended_on_close(
     for pid in pids:
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # exited and reaped by close()
+
+
+def test_hang_up_ends_the_servers_without_waiting_and_no_call_starts_after_it(env_of):
+    """Issue 33: at the end of a run the servers are told to end at once (their exit overlaps the runner's last
+    work); close() then only reaps them. A call after the hang-up is refused, never sent to a closed socket."""
+    servers = ForkServers()
+    try:
+        _call(servers, env_of, "c1", None)
+        (pid,) = _server_pids(servers)
+        servers.hang_up()
+        _dead(pid)  # it ends by itself: nobody waited for it
+        with pytest.raises(ForkServerError, match="shutting down"):
+            _start(servers, env_of, "c2", "tools.py", {"kind": "tool", "input": {"i": 1}, "tool": "who", "grace": 1},
+                   None)
+    finally:
+        servers.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped by close()
 
 
 def test_a_server_whose_request_pipe_broke_is_not_asked_again(env_of):

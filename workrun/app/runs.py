@@ -73,7 +73,8 @@ def _start(spec: Any, inputs: dict[str, Any], *, home: Home, wait: bool, yes: bo
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
         with run_claim(svc, run_id, wait=True):  # shared journal: driven here, as a worker would (R-S3)
             drive(svc, run_id, executors)
-        svc.journal.write_back()  # its syncs while the run's view is read and the fork servers end
+        svc.runner.hang_up()  # no call starts any more: the fork servers end while the run's view is read
+        svc.journal.write_back()  # its syncs meanwhile too
         view = run_detail(svc.journal, run_id)
         return Finished(view, 130 if svc.stopping() else EXIT.get(view["status"], 1))
 

@@ -346,6 +346,10 @@ class DispatchRunner:
         if waiting:
             self.journal.request_call_stop(waiting)
 
+    def hang_up(self) -> None:
+        """No call will start any more: the local runner's fork servers end now (:meth:`close` reaps them)."""
+        self.local.hang_up()
+
     def close(self) -> None:
         """Close the local runner (its fork servers)."""
         self.local.close()

@@ -187,5 +187,10 @@ class AppRunner(Protocol):
     def stop_all(self) -> None:
         """End every running process group now and any started later (R-C9)."""
 
+    def hang_up(self) -> None:
+        """No call will start any more (the run is over): let what the runner holds end now, without waiting for
+        it (its fork servers exit meanwhile; measured, issue 33: a 1-node run's end 7.1 -> 5.3 ms). A start after
+        this fails; :meth:`close` still follows."""
+
     def close(self) -> None:
         """Release what the runner holds (its fork servers); calls in flight go on (R-P2)."""

@@ -269,14 +269,20 @@ class _Server:
             raise ForkServerError(f"the fork server could not fork the call: {reply.get('error')}")
         return ForkedProcess(int(reply["pid"]), reply.get("start"), call_dir)
 
+    def hang_up(self) -> None:
+        """Close the request socket and the reply pipe (once): the server exits when it sees the socket closed.
+        No request can be sent after this."""
+        fds, self._req, self._rep = (self._req, self._rep), -1, -1  # (not under the lock: a request may be waiting)
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
     def close(self, wait: float = 2.0) -> None:
-        """Close the request socket (the server exits when it sees it closed) and reap it; kill it if it
-        lingers."""
-        for fd in (self._req, self._rep):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """:meth:`hang_up`, then reap the server; kill it if it lingers."""
+        self.hang_up()
         try:
             self.proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
@@ -452,6 +458,15 @@ class ForkServers:
             if known is not None and known[1] is server:
                 del self._servers[ident]
         server.close(wait=0.5)
+
+    def hang_up(self) -> None:
+        """Tell every server to end now, without waiting for it (:meth:`close` reaps them later): no call starts
+        after this. The servers' exits then overlap what the runner still does (issue 33)."""
+        with self._lock:
+            self._closed = True
+            servers = [s for _, s in self._servers.values()]
+        for server in servers:
+            server.hang_up()
 
     def close(self) -> None:
         """End every server (each exits when its request socket closes); calls in flight go on."""

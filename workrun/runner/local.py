@@ -204,6 +204,13 @@ class LocalRunner:
         self._stopped.set()
         self.watchdog.stop_all()
 
+    def hang_up(self) -> None:
+        """No more calls: tell the fork servers to end now; :meth:`close` reaps them (calls in flight go on)."""
+        with self._mutex:
+            servers = self._servers
+        if servers is not None:
+            servers.hang_up()
+
     def close(self) -> None:
         """End the fork servers (each exits when its request pipe closes); calls in flight go on."""
         with self._mutex:
