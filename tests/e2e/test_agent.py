@@ -498,6 +498,22 @@ def test_app_list_shows_apps_and_tools(workrun, tool_project):
     assert here.code == 0 and here.json() == res.json(), here
 
 
+def test_app_commands_say_one_error_line_of_a_project_with_several(workrun, make_project):
+    """SPEC §10: one error line (only check and run list every error, R-L1), however many Apps are wrong."""
+    project = make_project("twobad", """
+        [tool.workrun.apps.a]
+        entry = "main.py"
+        timeout = "60"
+        [tool.workrun.apps.b]
+        entry = "main.py"
+        bogus = 1
+    """, {"main.py": "print('hi')\n"})
+    for args in (("app", "list", project), ("app", "run", project, "a")):
+        res = workrun(*args)
+        assert res.code == 2 and res.err.count("\n") == 1, res
+        assert res.err.startswith(f"error: {project / 'pyproject.toml'}: tool.workrun.apps.a.timeout: "), res
+
+
 def test_unsupported_hint_is_a_clear_error_at_discovery(workrun, make_project):
     project = make_project("badhint", """
         [tool.workrun.apps.bad]

@@ -353,6 +353,11 @@ def test_data_dir_others_can_write_is_refused(refused, tmp_path, make_project, w
             line = refused(args, None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(shared)})
             assert f"{shared} is writable by group or others (mode {mode:04o})" in line
         assert list(shared.iterdir()) == []
+    under_a_file = tmp_path / "a-file"  # one run cannot create: check says so as run does (hostile review)
+    under_a_file.write_text("")
+    for args in (["run", wf], ["check", wf]):
+        line = refused(args, None, "WORKRUN_HOME", env={"WORKRUN_HOME": str(under_a_file / "home")})
+        assert line.endswith(f"{under_a_file / 'home'} cannot be created: Not a directory"), line
 
 
 def _without_dac(cmd: list[str]) -> list[str]:

@@ -165,6 +165,32 @@ needs = ["c"]
     assert res.json()["errors"][-1] == f"{bad}: nodes.c.needs: a node cannot need itself"
 
 
+def test_an_unknown_input_is_named_beside_a_node_whose_app_is_wrong(write_workflow, workrun, marker_project):
+    """R-L1 and SPEC §17 (hostile review): a --input typo is reported with a wrong App's error, and an input used
+    only by a node that could not be read, or a fallback to it, is no false error."""
+    bad = write_workflow("typo", f"""
+[inputs]
+note = "x"
+[nodes.a]
+project = "{marker_project}"
+app = "no-such-app"
+input = {{ text = "{{{{ inputs.note }}}}" }}
+[nodes.b]
+project = "{marker_project}"
+app = "mark"
+needs = "oops"
+input = {{ name = "{{{{ inputs.who }}}}" }}
+[nodes.c]
+project = "{marker_project}"
+app = "mark"
+on_failure = {{ fallback = "b" }}
+""")
+    res = workrun("check", bad, "--json", "--input", "nte=1", "--input", "who=me")
+    assert res.code == 2, res
+    assert [line.split(": ", 2)[1] for line in res.json()["errors"]] == ["--input", "nodes.a.app", "nodes.b.needs"]
+    assert "unknown input 'nte'" in res.json()["errors"][0], res.json()
+
+
 def test_check_reports_every_template_top_level_and_input_error_at_once(write_workflow, workrun):
     """R-L1 (hostile review): a node's every bad template, the workflow's own keys beside its nodes' errors, and
     every unknown --input, in one pass."""
@@ -312,7 +338,7 @@ input = {{ name = "boom", fail = true }}
     assert done.code == 1, done
     hint = next(line for line in done.out.splitlines() if "2 compensation(s) not finished" in line)
     # what each waits for, by its status: never `resume` (it would do nothing) nor `confirm` for a failed one
-    assert hint == (f"2 compensation(s) not finished: {first} held back by {second}: it runs once they are done; "
+    assert hint == (f"2 compensation(s) not finished: {first} held back by {second} until they are done; "
                     f"{second} failed: {retry_or_resolve} (`workrun runs show {rid}` shows each)"), hint
     # the App's compensation script changes: the plan says so before a retry is blocked by it (R-C8; hostile review)
     with (marker_project / "compensate.py").open("a") as fh:
@@ -320,8 +346,11 @@ input = {{ name = "boom", fail = true }}
     plan = workrun("compensate", rid, "--dry-run", "--json").json()
     changed = "code changed since the call: compensate.py changed"
     assert {s["node_key"]: s["code_change"] for s in plan["plan"]} == {"second": changed, "first": changed}, plan
-    assert plan["would"] == (f"nothing by itself; 2 need(s) an operator first: {second} failed: {retry_or_resolve} "
-                             f"— {changed}; {first} held back by {second}: it runs once they are done — {changed}")
+    accept = (f"code changed since the call (compensate.py changed): `workrun compensations retry {{}} "
+              f"--accept-code-change` or `workrun compensations resolve {{}}`")
+    assert plan["would"] == (f"nothing by itself; 2 need(s) an operator first: {second} {accept.format(second, second)};"
+                             f" {first} held back by {second} until they are done; then "
+                             f"{accept.format(first, first)}"), plan["would"]
     text = workrun("compensate", rid, "--dry-run").out
     assert text.count(f"; {changed}") == 2, text
 

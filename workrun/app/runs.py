@@ -276,10 +276,19 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         return Finished(view, 130 if svc.stopping() else (0 if ok else 1))
 
 
-def _when_tried(status: str) -> str:
-    """The status a compensation has once ``compensate`` tries it while its code changed (a pending one is then
-    blocked, R-C8)."""
-    return "blocked" if status in ("pending", "running") else status
+def _plan_todo(step: dict[str, Any], run_id: str, operator_commands: Callable[..., str]) -> str:
+    """What a person does about one step of a plan that needs them (``compensate --dry-run``'s ``would``)."""
+    cid, change = step["compensation_id"], step["code_change"]
+    if not change:
+        return operator_commands(cid, step["status"], step["held_back_by"])
+    # its script's code changed: tried, it is blocked (R-C8); only an accepted change (or resolving it) goes on
+    todo = (f"code changed since the call ({change.removeprefix('code changed since the call: ')}): "
+            f"`workrun compensations retry {cid} --accept-code-change` or `workrun compensations resolve {cid}`")
+    if step["held_back_by"]:
+        todo = f"held back by {', '.join(step['held_back_by'])} until they are done; then {todo}"
+    if step.get("planned"):  # not in the journal yet: `compensate` writes it first
+        todo = f"not in the journal yet (`workrun compensate {run_id}` writes it); then {todo}"
+    return todo
 
 
 def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
@@ -367,9 +376,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
         would = (f"run {runnable} compensation(s) in the order shown" if runnable else "nothing by itself")
         if stuck:
             would += f"; {len(stuck)} need(s) an operator first: " + "; ".join(
-                f"{s['compensation_id']} "
-                f"{operator_commands(s['compensation_id'], _when_tried(s['status']), s['held_back_by'])}"
-                + (f" — {s['code_change']}" if s["code_change"] else "") for s in stuck)
+                f"{s['compensation_id']} {_plan_todo(s, rid, operator_commands)}" for s in stuck)
     return {"run_id": rid, "status": run_row["status"], "would": would, "plan": steps}
 
 

@@ -58,7 +58,7 @@ def operator_commands(compensation_id: str, status: str, held_back_by: list[str]
         return (f"{status}: {cmd} confirm {compensation_id} --done` (or `--not-done`) or "
                 f"{cmd} resolve {compensation_id}`")
     if status == "blocked" and held_back_by:
-        return f"held back by {', '.join(held_back_by)}: it runs once they are done"
+        return f"held back by {', '.join(held_back_by)} until they are done"
     if status == "blocked":
         return (f"{status}: {cmd} retry {compensation_id}` (`--accept-code-change` if its App's code changed) or "
                 f"{cmd} resolve {compensation_id}`")
@@ -75,7 +75,7 @@ def unfinished_hint(view: dict[str, Any]) -> str:
     todo = [(c["compensation_id"], operator_commands(c["compensation_id"], c["status"], c["held_back_by"]))
             for c in comps]
     pending = sum(1 for _, what in todo if not what)
-    parts = [f"`workrun resume` goes on with {pending} pending"] if pending else []
+    parts = [f"`workrun resume` goes on with {pending}"] if pending else []
     parts += [f"{cid} {what}" for cid, what in todo if what]
     return "; ".join(parts)
 

@@ -12,7 +12,7 @@ import typer
 
 from workrun.cli.common import JsonOpt, reading
 from workrun.cli.output import console, escape, print_json, styled
-from workrun.core.errors import ConfigError, UsageError
+from workrun.core.errors import ConfigError, ConfigErrors, UsageError
 from workrun_sdk import _wire
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def run(project: Path = typer.Argument(..., metavar="PROJECT_DIR", help="The App
     from workrun.engine.recovery import recover_operations
     from workrun.runner.apps import load_app
 
-    spec = load_app(project, app_name, field="APP")
+    spec = _first_error(load_app, project, app_name, field="APP")
     data: dict[str, object] = dict(parse_inputs(input))
     if spec.kind == "tool":
         if not tool:
@@ -135,6 +135,19 @@ def _asks(spec: AppSpec, tool: str) -> bool:
     return policy is not None and policy.confirm == "always"
 
 
+def _first_error(load: Any, *args: Any, **kwargs: Any) -> Any:
+    """``load(*args, **kwargs)``, its errors said in one line (SPEC §10; only ``check`` and ``run`` list them all,
+    R-L1): the first of several.
+
+    Raises:
+        ConfigError: the first error ``load`` found (exit 2).
+    """
+    try:
+        return load(*args, **kwargs)
+    except ConfigErrors as exc:
+        raise exc.errors[0] from None
+
+
 @app.command("list")
 def list_apps(project: Path = typer.Argument(Path("."), metavar="PROJECT_DIR", show_default=False,
                                              help="The App project directory (default: the current one)."),
@@ -142,7 +155,7 @@ def list_apps(project: Path = typer.Argument(Path("."), metavar="PROJECT_DIR", s
     """List a project's Apps (and each Tool App's tools); PROJECT_DIR defaults to the current directory."""
     from workrun.runner.apps import load_project
 
-    apps = load_project(project)
+    apps = _first_error(load_project, project)
     rows: list[dict[str, Any]] = []
     tools: dict[str, list[dict[str, Any]]] = {}
     with reading(json_mode, writable=True) as svc:

@@ -244,6 +244,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
                 node, contract, refs, problems = _load_node(key, table, base, executors, inputs, file, connectors)
             except ConfigError as exc:
                 errors.append(exc)
+                action_refs += template_refs(table, f"nodes.{key}")  # the inputs it uses are not unknown ones
                 continue
             errors += problems
             action_refs += refs
@@ -264,7 +265,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
             bad.add(key)
         refs_of[key] = [r for field, value in node.templated().items()
                         for r in template_refs(value, f"nodes.{key}.{field}")]
-    if known_inputs_only and not unchecked:  # (the reverse actions of an unchecked node may use an input)
+    if known_inputs_only:  # (an input only an unchecked node's App uses, in its reverse action, is named too)
         try:
             _check_input_names(defaults, overrides or {}, {**refs_of, "": action_refs}, file)
         except ConfigError as exc:
@@ -438,7 +439,7 @@ def _node_ref_errors(key: str, node: NodeSpec, nodes: dict[str, NodeSpec], bad: 
             what = (f"an http node's result has {', '.join(contract)} only" if isinstance(nodes[target], HttpNode)
                     else f"App {getattr(nodes[target], 'app', None)!r} declares no output field {parts[3]!r}")
             yield ConfigError(f"{{{{ {ref} }}}}: {what}", file=file, field=field)
-    if policy.kind == "fallback":
+    if policy.kind == "fallback" and policy.fallback not in bad:  # (a node with its own error: said there)
         if policy.fallback not in nodes or policy.fallback == key:
             yield ConfigError(f"fallback {policy.fallback!r} is not another node of this workflow",
                               file=file, field=f"{prefix}.on_failure.fallback")

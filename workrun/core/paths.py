@@ -9,6 +9,7 @@ anyone could plant a journal row or a compensation in it.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -81,6 +82,14 @@ def check_data_dir() -> None:
     path = home if home is not None else _default_home()
     if path.exists() or path.is_symlink():
         data_dir(write=True)
+        return
+    parent = path.parent  # `run` would create it: the nearest folder that exists must let it
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise _refuse(path, home is not None, f"cannot be created: {os.strerror(errno.ENOTDIR)}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise _refuse(path, home is not None, f"cannot be created: {os.strerror(errno.EACCES)}")
 
 
 def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
