@@ -604,12 +604,21 @@ def test_a_server_sleeps_while_nothing_ends_even_after_a_call_that_ended_before_
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
         proc, _ = _start(servers, env_of, "long", "sleeper.py", {"kind": "process", "input": {}, "grace": 1})
-        time.sleep(0.5)  # the next spare is forked and waits; the server now waits for an event
 
         def wakeups() -> int:
             with open(f"/proc/{server.proc.pid}/status") as fh:
                 return int(next(line for line in fh if line.startswith("voluntary_ctxt_switches")).split()[1])
 
+        # the next spare is forked and waits; the server then waits for an event. On a loaded machine that takes
+        # a while: wait until it is still for 0.3 s (a server that looked every 0.2 s never would), then watch
+        settled, last = time.monotonic() + 10, wakeups()
+        while True:
+            time.sleep(0.3)
+            now = wakeups()
+            if now == last:
+                break
+            assert time.monotonic() < settled, "the server never stopped waking up"
+            last = now
         before = wakeups()
         time.sleep(1.0)
         assert wakeups() - before == 0, "the server woke up while nothing happened"
