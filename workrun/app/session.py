@@ -148,11 +148,12 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
     shared = shared_journal()
     if shared:  # a shared journal (R-S2): each run is claimed by whoever drives it, not the data directory
         resume_first = False
-    try:
-        def waiting(holder: dict[str, Any]) -> None:  # --wait: the person is told why nothing happens yet
-            svc.reporter.message(None, None, "info", f"waiting for another scheduler: pid {holder.get('pid', '?')} "
-                                 f"(`{holder.get('command', '?')}`, since {holder.get('since', '?')})")
 
+    def waiting(holder: dict[str, Any]) -> None:  # --wait: the person is told why nothing happens yet
+        svc.reporter.message(None, None, "info", f"waiting for another scheduler: pid {holder.get('pid', '?')} "
+                             f"(`{holder.get('command', '?')}`, since {holder.get('since', '?')})")
+
+    try:
         lock = None if shared else SchedulerLock(svc.data_dir, wait=wait, waiting=waiting).acquire()
     except BaseException:
         svc.close()

@@ -75,7 +75,7 @@ def unfinished_hint(view: dict[str, Any]) -> str:
     todo = [(c["compensation_id"], operator_commands(c["compensation_id"], c["status"], c["held_back_by"]))
             for c in comps]
     pending = sum(1 for _, what in todo if not what)
-    parts = [f"`workrun resume` goes on with {pending}"] if pending else []
+    parts = [f"`workrun resume` goes on with {pending} of them"] if pending else []
     parts += [f"{cid} {what}" for cid, what in todo if what]
     return "; ".join(parts)
 

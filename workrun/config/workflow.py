@@ -198,7 +198,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     data = parse_toml(text, file)
-    errors: list[ConfigError] = []  # each table's or node's first error (R-L1: all are reported)
+    errors: list[ConfigError] = []  # every error found (R-L1: all are reported, the first of each field)
     unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify", "connectors", "smtp"}
     errors += [ConfigError("unknown key", file=file, field=key) for key in sorted(unknown)]
     name = data.get("name", path.stem)
