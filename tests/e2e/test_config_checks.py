@@ -230,14 +230,17 @@ def test_every_documented_setting_is_checked_and_tested():
 
 
 @pytest.mark.parametrize("name, value", BAD_SETTINGS)
-def test_bad_setting_is_refused_before_anything_runs(refused, make_project, write_workflow, name, value):
+def test_bad_setting_is_refused_before_anything_runs(refused, cli, make_project, write_workflow, name, value):
     from workrun.core.settings import VARIABLES
 
     project = _app_project(make_project)
     wf = write_workflow("wf", f'[nodes.a]\nproject = "{project}"\napp = "t"\n')
-    for args in (["run", wf], ["runs", "list"]):
+    for args in (["run", wf], ["runs", "list"], ["check", wf]):
         line = refused(args, None, name, env={name: value})
         assert line == f"error: {name}: must be {VARIABLES[name][2]}, not {value!r}"
+    as_json = cli("check", wf, "--json", env={name: value})  # R-L1's JSON, a bad setting among its errors
+    assert as_json.code == 2 and as_json.json() == {"ok": False, "errors": [
+        f"{name}: must be {VARIABLES[name][2]}, not {value!r}"]}, as_json
 
 
 def test_good_settings_are_taken(workrun, make_project, write_workflow):

@@ -29,7 +29,7 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
     from workrun.core.paths import check_data_dir
     from workrun.nodes import default_checkers
 
-    try:  # the data directory `run` would use (a group-writable one is refused), as well as the workflow
+    try:  # the WORKRUN_* settings and the data directory `run` would use (a group-writable one is refused)
         check_data_dir()
         home_error = None
     except ConfigError as exc:
@@ -39,7 +39,10 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
     except ConfigError as exc:
         if home_error is None:
             raise
-        raise ConfigErrors([*(exc.errors if isinstance(exc, ConfigErrors) else [exc]), home_error]) from None
+        # the setting's error first, as `run` says it (a bad WORKRUN_HTTP_ALLOW is the workflow's error too: once)
+        found = [e for e in (exc.errors if isinstance(exc, ConfigErrors) else [exc])
+                 if (e.file, e.field) != (home_error.file, home_error.field)]
+        raise ConfigErrors([home_error, *found]) if found else home_error from None
     if home_error is not None:
         raise home_error
     count = sum(1 for node in spec.nodes.values() if compensable(node))

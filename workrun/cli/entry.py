@@ -108,7 +108,8 @@ def _quick(args: list[str]) -> int | None:
     command, kwargs = found
     from workrun.core import settings
 
-    settings.current()  # what the root callback checks first (SPEC §17)
+    if not getattr(command, "reports_settings", False):  # (check reports a bad setting with its other errors)
+        settings.current()  # what the root callback checks first (SPEC §17)
     code = command(**kwargs)  # a read command returns None (exit 0); run returns its exit code
     return code if isinstance(code, int) else 0
 

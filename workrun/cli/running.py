@@ -103,3 +103,6 @@ def check_workflow(workflow: Path | str, inputs: list[str], *, json_mode: bool) 
         sys.stdout.write(f"{done.note}\n")
         sys.stdout.flush()
     return 0
+
+
+check_workflow.reports_settings = True  # type: ignore[attr-defined]  # a bad WORKRUN_* setting is one of its errors
