@@ -269,11 +269,13 @@ def serve(request_fd: int, reply_fd: int) -> None:
     reaping: list[int] = []  # pidfds of our supervisors still running: each is reaped as it exits
     look: float | None = None  # seconds between looks for exited supervisors: only for one without a pidfd
 
-    def track(pid: int) -> None:  # ``pid``: our child, not reaped yet (a zombie at worst): never a reused pid
+    def track(pid: int) -> None:  # ``pid``: our child, a zombie at worst, or reaped already: never a reused pid
         nonlocal look
         fd = _pidfd(pid)
         if fd >= 0:
             reaping.append(fd)
+        elif fd == _GONE:  # it ended and was reaped before its word was read (a busy machine): nothing to watch
+            pass
         else:  # no pidfd here (Linux < 5.3): look for exited children now and then
             look = _LOOK
 
@@ -340,10 +342,16 @@ def serve(request_fd: int, reply_fd: int) -> None:
         spare.end()
 
 
+_GONE = -2  # _pidfd: no such process any more
+
+
 def _pidfd(pid: int) -> int:
-    """A pidfd of our child ``pid`` (readable once it exits), or -1 where there is none."""
+    """A pidfd of our child ``pid`` (readable once it exits); :data:`_GONE` when it was reaped already (the server
+    reaps every exited child it has, tracked or not yet); -1 where there are no pidfds."""
     try:
         return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return _GONE
     except (AttributeError, OSError):
         return -1
 
