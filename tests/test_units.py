@@ -468,16 +468,15 @@ def test_a_planned_step_whose_code_changed_says_compensate_comes_first():
     """`compensate --dry-run` of a stopped run whose App changed: the compensation is not in the journal yet, so
     `retry` or `resolve` of it would find nothing until `compensate` writes it (hostile review)."""
     from workrun.app.runs import _plan_todo
-    from workrun.app.views import operator_commands
 
     step = {"compensation_id": "cmp_1", "status": "pending", "held_back_by": [], "planned": True,
             "code_change": "code changed since the call: compensate.py changed"}
-    assert _plan_todo(step, "run_1", operator_commands) == (
+    assert _plan_todo(step, "run_1") == (
         "not in the journal yet (`workrun compensate run_1` writes it); then code changed since the call "
         "(compensate.py changed): `workrun compensations retry cmp_1 --accept-code-change` or "
         "`workrun compensations resolve cmp_1`")
     held = {**step, "planned": False, "status": "blocked", "held_back_by": ["cmp_2"]}
-    assert _plan_todo(held, "run_1", operator_commands).startswith("held back by cmp_2 until they are done; then "
+    assert _plan_todo(held, "run_1").startswith("held back by cmp_2 until they are done; then "
                                                                    "code changed since the call")
-    assert _plan_todo({**held, "code_change": None}, "run_1", operator_commands) == \
+    assert _plan_todo({**held, "code_change": None}, "run_1") == \
         "held back by cmp_2 until they are done"

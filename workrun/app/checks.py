@@ -42,7 +42,7 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
         # the setting's error first, as `run` says it (a bad WORKRUN_HTTP_ALLOW is the workflow's error too: once)
         found = [e for e in (exc.errors if isinstance(exc, ConfigErrors) else [exc])
                  if (e.file, e.field) != (home_error.file, home_error.field)]
-        raise ConfigErrors([home_error, *found]) if found else home_error from None
+        raise ConfigErrors.of([home_error, *found]) from None
     if home_error is not None:
         raise home_error
     count = sum(1 for node in spec.nodes.values() if compensable(node))

@@ -276,8 +276,10 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         return Finished(view, 130 if svc.stopping() else (0 if ok else 1))
 
 
-def _plan_todo(step: dict[str, Any], run_id: str, operator_commands: Callable[..., str]) -> str:
+def _plan_todo(step: dict[str, Any], run_id: str) -> str:
     """What a person does about one step of a plan that needs them (``compensate --dry-run``'s ``would``)."""
+    from workrun.app.views import operator_commands
+
     cid, change = step["compensation_id"], step["code_change"]
     if not change:
         return operator_commands(cid, step["status"], step["held_back_by"])
@@ -307,7 +309,6 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
     Raises:
         NotFoundError: no run matches (exit 2).
     """
-    from workrun.app.views import operator_commands
     from workrun.compensation import plan_records
     from workrun.compensation.planning import Item, plan
     from workrun.effects.operations import code_change
@@ -376,7 +377,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
         would = (f"run {runnable} compensation(s) in the order shown" if runnable else "nothing by itself")
         if stuck:
             would += f"; {len(stuck)} need(s) an operator first: " + "; ".join(
-                f"{s['compensation_id']} {_plan_todo(s, rid, operator_commands)}" for s in stuck)
+                f"{s['compensation_id']} {_plan_todo(s, rid)}" for s in stuck)
     return {"run_id": rid, "status": run_row["status"], "would": would, "plan": steps}
 
 

@@ -307,7 +307,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
             firsts.setdefault((one.file, one.field), one)
         place = {f"nodes.{k}": i for i, k in enumerate(nodes_table)}  # each node's errors together, in file order
         errors = sorted(firsts.values(), key=lambda e: place.get(".".join((e.field or "").split(".")[:2]), -1))
-        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+        raise ConfigErrors.of(errors)
     # every part was validated above (each node, action, connector and [smtp] by its own model; name, inputs and
     # http_allow by hand): the whole is put together without validating it again, which would build the
     # validator of every model at once (~4 ms of each check, SPEC §24)
@@ -381,7 +381,7 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
 
 def _with_earlier(earlier: list[ConfigError], error: ConfigError) -> ConfigError:
     """``error`` with the errors found before it in the same node (all are reported, R-L1)."""
-    return ConfigErrors([*earlier, error]) if earlier else error
+    return ConfigErrors.of([*earlier, error])
 
 
 def _resolved(base: Path, written: str, file: str, field: str) -> str:

@@ -85,6 +85,11 @@ class ConfigErrors(ConfigError):
         first = self.errors[0]
         super().__init__(first.detail, file=first.file, field=first.field)
 
+    @classmethod
+    def of(cls, errors: list[ConfigError]) -> ConfigError:
+        """The one error of ``errors``, or all of them as one :class:`ConfigErrors` (``errors``: at least one)."""
+        return errors[0] if len(errors) == 1 else cls(errors)
+
     def lines(self) -> list[str]:
         """One ``FILE: FIELD: message`` line per error; an error found twice (two nodes using one bad App
         project) is said once."""

@@ -92,7 +92,7 @@ def shape_error(exc: ShapeError, file: str, prefix: str) -> ConfigError:
     :class:`~workrun.core.errors.ConfigErrors` when there are several (R-L1: all of them, not just the first)."""
     found = [ConfigError(e["msg"], file=file, field=".".join(str(p) for p in (prefix, *e["loc"]) if p != ""))
              for e in exc.errors()]
-    return found[0] if len(found) == 1 else ConfigErrors(found)
+    return ConfigErrors.of(found)
 
 
 def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
@@ -156,7 +156,7 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
         except ShapeError as exc:
             errors.append(shape_error(exc, file, prefix))
     if errors:
-        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+        raise ConfigErrors.of(errors)
     return file, apps
 
 
@@ -194,7 +194,7 @@ def load_project(project: Path) -> dict[str, AppSpec]:
             continue
         apps[name] = spec
     if errors:
-        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+        raise ConfigErrors.of(errors)
     return apps
 
 
