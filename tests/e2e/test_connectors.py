@@ -261,3 +261,8 @@ def test_a_connector_with_an_unset_header_variable_is_one_error_not_one_per_node
                                           'url = "/a"\n'))
     assert bad_url.code == 2 and len(bad_url.err.strip().splitlines()) == 1, bad_url
     assert ": connectors.shop.base_url: " in bad_url.err and "unknown connector" not in bad_url.err
+    typo = cli("check", write_workflow("typo", '[connectors.shop]\nbase_url = "http://127.0.0.1:9/"\ntimeout = "x"\n'
+                                       '[nodes.a]\nkind = "http"\nconnector = "shop"\nmethod = "GET"\n'
+                                       'url = "/a"\n'))
+    assert typo.code == 2 and len(typo.err.strip().splitlines()) == 1, typo
+    assert ": connectors.shop.timeout: " in typo.err and "unknown connector" not in typo.err

@@ -366,3 +366,15 @@ def test_compensate_of_a_compensated_run_says_there_is_nothing_to_do(isolated_en
     assert len(api.show(rid)["messages"]) == messages
     first = workrun("run", str(ROOT / "demo_apps" / "workflows" / "tutorial.toml"))  # compensated as it failed:
     assert "nothing to compensate" not in first.out  # never said of a run that had work
+
+
+def test_check_reports_each_needs_cycle_once(write_workflow, workrun):
+    """R-L1: two independent cycles are two errors; a second ring through a node already reported is not a third."""
+    steps = ROOT / "demo_apps" / "steps"
+    nodes = "".join(f'[nodes.{k}]\nproject = "{steps}"\napp = "step"\nneeds = {needs}\n'
+                    for k, needs in (("a", '["b"]'), ("b", '["a", "c"]'), ("c", '["b"]'), ("x", '["y"]'),
+                                     ("y", '["x"]'), ("z", '[]')))
+    res = workrun("check", write_workflow("rings", nodes), "--json")
+    assert res.code == 2, res
+    assert [line.split(": ", 2)[1:] for line in res.json()["errors"]] == [
+        ["nodes.a", "cycle: a -> b -> a"], ["nodes.x", "cycle: x -> y -> x"]], res.json()

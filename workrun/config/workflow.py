@@ -96,22 +96,30 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
     return checked
 
 
-def _check_cycles(graph: dict[str, list[str]], file: str, what: str) -> None:
+def _check_cycles(graph: dict[str, list[str]], file: str) -> list[ConfigError]:
+    """Every dependency cycle of ``graph`` (node key -> the keys it depends on, by ``needs`` or a template), one
+    error each, naming its first node's field ``nodes.KEY`` (R-L1): a cycle that shares a node with one reported
+    already is not reported again."""
     state: dict[str, int] = {}
+    errors: list[ConfigError] = []
+    reported: set[str] = set()
 
     def visit(key: str, trail: list[str]) -> None:
         state[key] = 1
         for dep in graph.get(key, []):
             if state.get(dep) == 1:
-                cycle = " -> ".join([*trail[trail.index(dep):], dep]) if dep in trail else f"{key} -> {dep}"
-                raise ConfigError(f"cycle: {cycle}", file=file, field=what)
-            if dep not in state:
+                ring = [*trail[trail.index(dep):], dep] if dep in trail else [key, dep]
+                if not reported.intersection(ring):
+                    reported.update(ring)
+                    errors.append(ConfigError(f"cycle: {' -> '.join(ring)}", file=file, field=f"nodes.{ring[0]}"))
+            elif dep not in state:
                 visit(dep, [*trail, dep])
         state[key] = 2
 
     for key in graph:
         if key not in state:
             visit(key, [key])
+    return errors
 
 
 def _check_fallbacks(graph: dict[str, list[str]], policies: dict[str, FailurePolicy], file: str) -> None:
@@ -281,11 +289,11 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         graph[key] = [d for d in node_dependencies(node.needs, node.templated()) if d in nodes]
     good = {k: [d for d in ds if d not in bad] for k, ds in graph.items() if k not in bad}
     good_policies = {k: p for k, p in policies.items() if k not in bad}
-    for check in (lambda: _check_cycles(good, file, "needs"), lambda: _check_fallbacks(good, good_policies, file)):
-        try:
-            check()
-        except ConfigError as exc:
-            errors.append(exc)
+    errors += _check_cycles(good, file)
+    try:
+        _check_fallbacks(good, good_policies, file)
+    except ConfigError as exc:
+        errors.append(exc)
     for key, policy in good_policies.items():
         if policy.action is not None:
             try:
@@ -594,8 +602,8 @@ def _emails_without_smtp(nodes: Mapping[str, NodeSpec], notify: HttpAction | Non
 def _parse_connectors(value: Any, file: str, errors: list[ConfigError]) -> dict[str, ConnectorSpec]:
     """``[connectors.NAME]`` (R-K1): a literal ``base_url``, ``headers`` (``{{ env.NAME }}`` allowed and set now),
     ``timeout``, ``rate_limit`` and ``circuit_breaker``. Each connector's first error is added to ``errors``. A
-    connector whose table has the right keys and types stays declared even when its ``base_url`` or a header
-    is wrong (an unset ``{{ env.NAME }}``): what uses it is then not also reported as using an unknown
+    connector with a valid name and a table stays declared even when a key, a type, its ``base_url`` or a
+    header is wrong (an unset ``{{ env.NAME }}``): what uses it is then not also reported as using an unknown
     connector (the load fails on the connector's own error all the same, R-L1).
     """
     if value is None:
@@ -625,7 +633,8 @@ def _parse_connector(name: str, table: Any, file: str, out: dict[str, ConnectorS
         raise ConfigError("must be a table", file=file, field=field)
     try:
         spec = ConnectorSpec.model_validate(table)
-    except ShapeError as exc:
+    except ShapeError as exc:  # declared all the same (a stand-in never used: the load fails on this error)
+        out[name] = ConnectorSpec(base_url="http://127.0.0.1/")
         raise shape_error(exc, file, field) from None
     out[name] = spec
     connector_of(out, name, file=file, field=field)  # a literal http(s) base_url, no query
