@@ -173,6 +173,7 @@ def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, o
     finally:
         journal.close()
     assert (event["action"], event["args"], event["actor"]) == ("stop", {"reason": "giving up"}, actor())
+    assert event["text"] == "giving up"  # the reason is shown where operator actions are (R-D4)
     # what `compensate` would do: records it has not written yet, with the ids it will write (R-L3)
     plan = workrun("compensate", view["run_id"], "--dry-run", "--json").json()
     assert plan["plan"] and all(step["planned"] and step["status"] == "pending" for step in plan["plan"]), plan

@@ -381,3 +381,58 @@ def test_find_runs_attention_and_a_read_only_dashboard(ui_server, workrun, write
     csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0] if 'name="csrf"' in page else "x"
     denied = ro.post(f"/actions/runs/{ids[0]}/rerun", data={"csrf": csrf}, headers={"Origin": read_only.base})
     assert denied.status_code == 403
+
+
+def test_queue_pages_find_by_status_run_and_workflow_and_read_only_shows_no_action(ui_server, workrun,
+                                                                                    write_workflow, tmp_path) -> None:
+    """R-D1: the Compensations and Tickets pages (and their API) find by status, run and workflow and page; R-D7:
+    the read-only dashboard's pages hold no action at all; R-D2: the navigation always shows its two numbers; a
+    waiting run's page links to its pending ticket; unknown API paths answer JSON."""
+    from _kit.ops_apps import write_project
+
+    ops = write_project(tmp_path / "ops")
+    tutorial = [workrun("run", TUTORIAL, "--json").json()["run_id"] for _ in range(2)]
+    waiting = write_workflow("pay", f'[nodes.order]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "order" }}\n'
+                             f'[nodes.charge]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "c", fail = true }}\n'
+                             'needs = ["order"]\non_failure = "notify"\n')
+    paying = workrun("run", waiting, "--json")
+    assert paying.code == 4, paying
+    pay_id = paying.json()["run_id"]
+    (ticket,) = paying.json()["tickets"]
+    server = ui_server()
+    client = server.client()
+    every = client.get("/compensations").text
+    assert every.count('class="compensation queue-item"') == 2 and "2 compensations;" in every
+    one = client.get(f"/compensations?run={tutorial[1][:12]}").text
+    assert one.count('class="compensation queue-item"') == 1 and tutorial[1] in one and tutorial[0] not in one
+    assert client.get("/compensations?workflow=cleanup-tutorial").text.count('class="compensation queue-item"') == 2
+    assert "no compensations match" in client.get("/compensations?workflow=pay").text
+    assert "no compensations on this page" in client.get("/compensations?page=2").text
+    assert client.get("/compensations?status=bogus").status_code == 400
+    assert client.get("/compensations?run=run_nope").status_code == 400
+    assert client.get("/api/compensations?workflow=cleanup-tutorial").json() == workrun(
+        "compensations", "list", "--workflow", "cleanup-tutorial", "--json").json()
+    assert len(client.get("/api/compensations?workflow=cleanup-tutorial").json()) == 2
+    assert client.get("/api/compensations?workflow=pay").json() == []
+    tickets = client.get("/tickets?workflow=pay").text
+    assert f'data-ticket="{ticket["ticket_id"]}"' in tickets
+    assert "no tickets match" in client.get("/tickets?workflow=cleanup-tutorial").text
+    assert "no tickets match" in client.get("/tickets?status=resolved").text
+    assert client.get("/tickets?status=bogus").status_code == 400
+    assert client.get("/api/tickets?workflow=pay").json() == workrun("tickets", "list", "--workflow", "pay",
+                                                                     "--json").json()
+    assert client.get("/api/tickets?workflow=cleanup-tutorial").json() == []
+    run_page = client.get(f"/runs/{pay_id}").text  # R-D2: the waiting run links to what needs a person
+    assert f'href="#t-{ticket["ticket_id"]}" id="first-attention"' in run_page
+    assert f'id="t-{ticket["ticket_id"]}"' in run_page
+    assert 'id="count-tickets" title="pending tickets">1<' in every
+    assert 'id="count-compensations" title="need a person: failed, blocked or unknown">0<' in every
+    # small answers: an unknown API path is JSON; an offset without a limit is taken; a page past the last says so
+    nope = client.get("/api/nope")
+    assert nope.status_code == 404 and nope.json() == {"error": "no such API endpoint"}
+    assert [r["run_id"] for r in client.get("/api/runs?offset=1").json()] == [tutorial[1], tutorial[0]]
+    assert "no runs on this page" in client.get("/?page=5").text
+    ro = ui_server("--read-only").client()
+    for where in ("/", f"/runs/{tutorial[0]}", f"/runs/{pay_id}", "/compensations", "/tickets", "/apps"):
+        page = ro.get(where)
+        assert page.status_code == 200 and 'method="post"' not in page.text, where

@@ -342,3 +342,48 @@ document.querySelectorAll('body *').forEach(function (el) {
 });
 return bad;
 """
+
+
+def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server, workrun, write_workflow,
+                                                              tmp_path: Path) -> None:
+    """R-D5: on a waiting run's page (its "running for" time changes every update), a typed reason and the focus on
+    the Stop button stay as the user left them; R-D2: the navigation's ticket count follows a new pending ticket
+    without a reload; R-D8: at 390 px the ticket's actions are on screen."""
+    from _kit.ops_apps import write_project
+
+    ops = write_project(tmp_path / "ops")
+    wf = write_workflow("pay", f'[nodes.order]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "order" }}\n'
+                        f'[nodes.charge]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "c", fail = true }}\n'
+                        'needs = ["order"]\non_failure = "notify"\n')
+    first = workrun("run", wf, "--json")
+    assert first.code == 4, first
+    server = ui_server()
+    browser.get(server.url.replace("/?", f"/runs/{first.json()['run_id']}?"))
+    until(lambda: browser.find_elements("css selector", "#stop"), "the Stop button")
+    assert browser.find_element("css selector", "#count-tickets").text == "1"
+    field = browser.find_element("css selector", 'form[action$="/stop"] input[name="reason"]')
+    field.send_keys("because R6")
+    browser.execute_script("document.getElementById('stop').focus();")
+    before = browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
+    time.sleep(2.0)  # four updates' worth
+    state = browser.execute_script(
+        "return [document.activeElement.id, document.querySelector('form[action$=\"/stop\"] input[name=reason]')"
+        ".value, document.getElementById('live').getAttribute('data-updated')];")
+    assert state == ["stop", "because R6", before], state
+    browser.execute_script("document.activeElement.blur();"
+                           "document.querySelector('form[action$=\"/stop\"] input[name=reason]').value = '';")
+    until(lambda: browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
+          != before, "updates to go on once nothing is being typed")
+    assert workrun("run", wf, "--json").code == 4
+    until(lambda: browser.find_element("css selector", "#count-tickets").text == "2", "the ticket count, live")
+    try:
+        browser.set_window_size(390, 844)
+        browser.get(server.url.replace("/?", "/tickets?"))
+        until(lambda: browser.find_elements("css selector", "table.tickets"), "the tickets page")
+        off = browser.execute_script(
+            "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll("
+            "'main button, .filters select, .filters input')).filter(b => { var r = b.getBoundingClientRect();"
+            " return r.width > 0 && (r.left < 0 || r.right > w); }).map(b => b.outerHTML.slice(0, 80));")
+        assert off == [], off
+    finally:
+        browser.set_window_size(1280, 900)

@@ -50,10 +50,12 @@ runs.run(a["workflow"], a["inputs"], home=a["home"], fail_after=a["fail_after"],
 
 
 def _audit(svc: Services, run_id: str, action: str, args: dict[str, Any]) -> None:
-    """Record a run-level operator action (R-O2, R-U4): who, when, what."""
+    """Record a run-level operator action (R-O2, R-U4): who, when, what; a ``reason`` in ``args`` is the row's
+    text too, shown where operator actions are (R-D4)."""
     from workrun.repair.operator import actor
 
-    svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args})
+    svc.journal.record_event({"run_id": run_id, "at": svc.now(), "actor": actor(), "action": action, "args": args,
+                              "text": args.get("reason")})
 
 
 def _start(spec: Any, inputs: dict[str, Any], *, home: Home, wait: bool, yes: bool, eval_run: bool,
@@ -261,7 +263,7 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         check_compensate(run_row)  # again: the run may have moved while this waited for the lock
         if run_row["status"] in ("stopped", "terminated") and not run_row["compensate_requested"]:
             svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
-                                                   "action": "compensate",
+                                                   "action": "compensate", "text": reason,
                                                    "args": {"reason": reason} if reason else {}})
             svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
         before = {c["compensation_id"]: c["status"] for c in svc.journal.compensations(rid)}

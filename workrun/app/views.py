@@ -165,14 +165,16 @@ def ticket_view(journal: Journal, t: TicketRow) -> dict[str, Any]:
             "created_at": iso(t["created_at"]), "updated_at": iso(t["updated_at"])}
 
 
-def tickets_list(journal: Journal, *, status: str | None = None, run: str | None = None) -> list[dict[str, Any]]:
-    """``tickets list --json`` and ``/api/tickets`` (SPEC §12): :func:`ticket_view` of each ticket, oldest first.
+def tickets_list(journal: Journal, *, status: str | None = None, run: str | None = None,
+                 workflow: str | None = None) -> list[dict[str, Any]]:
+    """``tickets list --json`` and ``/api/tickets`` (SPEC §12): :func:`ticket_view` of each ticket, oldest first,
+    of the given status, run and workflow name (None: any; R-D1).
 
     Raises:
         NotFoundError: ``run`` matches no run (a unique prefix is accepted).
     """
     run_id = journal.run(run)["run_id"] if run else None
-    return [ticket_view(journal, t) for t in journal.list_tickets(status, run_id)]
+    return [ticket_view(journal, t) for t in journal.list_tickets(status, run_id, workflow)]
 
 
 
@@ -257,7 +259,7 @@ def runs_list(journal: Journal, *, status: str | None = None, workflow: str | No
     """
     rows = journal.run_summaries(status=status, workflow=workflow, limit=limit, offset=offset, verify=verify,
                                  text=text, since=since, until=until, sort=sort, descending=descending)
-    counts = journal.compensation_counts([r["run_id"] for r in rows] if limit is not None else None)
+    counts = journal.compensation_counts([r["run_id"] for r in rows] if limit is not None or offset else None)
     return [with_rollup(run_summary(r), counts.get(r["run_id"], {}), journal) for r in rows]
 
 
@@ -286,14 +288,16 @@ def compensation_full(journal: Journal, c: CompensationRow) -> dict[str, Any]:
     return view
 
 
-def compensations_list(journal: Journal, *, status: str | None = None, run: str | None = None) -> list[dict[str, Any]]:
-    """``compensations list --json`` and ``/api/compensations`` (SPEC §9), oldest first.
+def compensations_list(journal: Journal, *, status: str | None = None, run: str | None = None,
+                       workflow: str | None = None) -> list[dict[str, Any]]:
+    """``compensations list --json`` and ``/api/compensations`` (SPEC §9), oldest first, of the given status, run
+    and workflow name (None: any; R-D1).
 
     Raises:
         NotFoundError: ``run`` matches no run (a unique prefix is accepted).
     """
     run_id = journal.run(run)["run_id"] if run else None
-    return [compensation_full(journal, c) for c in journal.list_compensations(status, run_id)]
+    return [compensation_full(journal, c) for c in journal.list_compensations(status, run_id, workflow)]
 
 
 def compensation_detail(journal: Journal, compensation_id: str) -> dict[str, Any]:

@@ -29,10 +29,11 @@ def _released(c: dict[str, Any]) -> None:
 def list_compensations(
     status: Optional[str] = typer.Option(None, "--status", help="Only this status."),
     run: Optional[str] = typer.Option(None, "--run", help="Only this run (id or unique prefix)."),
+    workflow: Optional[str] = typer.Option(None, "--workflow", help="Only runs of this workflow (its name)."),
     json_mode: bool = JsonOpt,
 ) -> None:
     """List compensations (all runs), oldest first."""
-    reads.list_compensations(status, run, json_mode)
+    reads.list_compensations(status, run, json_mode, workflow)
 
 
 @app.command("show")

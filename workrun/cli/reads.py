@@ -95,8 +95,8 @@ def show_run(run_id: str, json_mode: bool) -> None:
                       "lists them")
 
 
-def list_compensations(status: str | None, run: str | None, json_mode: bool) -> None:
-    """``workrun compensations list``: compensations (all runs), oldest first.
+def list_compensations(status: str | None, run: str | None, json_mode: bool, workflow: str | None = None) -> None:
+    """``workrun compensations list``: compensations (all runs, or of a run or a workflow), oldest first.
 
     Raises:
         UsageError: ``status`` is not a compensation status (exit 2).
@@ -108,7 +108,7 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool) -> 
     if run == "":
         raise UsageError("an empty run id matches nothing", field="--run")
     with viewing() as journal:
-        rows = compensations_list(journal, status=status, run=run)
+        rows = compensations_list(journal, status=status, run=run, workflow=workflow)
     if json_mode:
         print_json(rows)
     elif not rows:

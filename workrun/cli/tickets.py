@@ -41,6 +41,7 @@ def _run_outcome(svc: Any, run_id: str, json_mode: bool) -> int:
 def list_tickets(
     status: Optional[str] = typer.Option(None, "--status", help="Only this status (pending, resolved, terminated)."),
     run: Optional[str] = typer.Option(None, "--run", help="Only this run (id or unique prefix)."),
+    workflow: Optional[str] = typer.Option(None, "--workflow", help="Only runs of this workflow (its name)."),
     json_mode: bool = JsonOpt,
 ) -> None:
     """List tickets (all runs), oldest first."""
@@ -51,7 +52,7 @@ def list_tickets(
     if run == "":
         raise UsageError("an empty run id matches nothing", field="--run")
     with reading(json_mode) as svc:
-        rows = tickets_list(svc.journal, status=status, run=run)
+        rows = tickets_list(svc.journal, status=status, run=run, workflow=workflow)
     if json_mode:
         print_json(rows)
         return

@@ -300,8 +300,9 @@ class CompensationRecords(Protocol):
             NotFoundError: no compensation, or the prefix matches several.
         """
 
-    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[CompensationRow]:
-        """Compensations filtered by status and run, oldest first."""
+    def list_compensations(self, status: str | None = None, run_id: str | None = None,
+                           workflow: str | None = None) -> list[CompensationRow]:
+        """Compensations filtered by status, run and workflow name (None: any), oldest first."""
 
     def attempts(self, compensation_id: str) -> list[AttemptRow]:
         """Attempts of a compensation, by number."""
@@ -392,8 +393,9 @@ class TicketRecords(Protocol):
     def tickets(self, run_id: str) -> list[TicketRow]:
         """The run's tickets, oldest first."""
 
-    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[TicketRow]:
-        """Tickets by status and run, oldest first."""
+    def list_tickets(self, status: str | None = None, run_id: str | None = None,
+                     workflow: str | None = None) -> list[TicketRow]:
+        """Tickets by status, run and workflow name (None: any), oldest first."""
 
     def ticket_action(self, ticket_id: str) -> TicketActionRow | None:
         """The ticket's action job, or None."""
@@ -466,9 +468,12 @@ class Listings(Protocol):
     def events_of_run(self, run_id: str) -> list[EventRow]:
         """Every operator event of a run (run-level and per compensation), oldest first."""
 
-    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[CompensationRow], int]:
+    def compensation_queue(self, *, status: str | None = None, run_id: str | None = None,
+                           workflow: str | None = None, limit: int = 100,
+                           offset: int = 0) -> tuple[list[CompensationRow], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
-        oldest first within a status; at most ``limit`` rows, and how many match in all."""
+        oldest first within a status, filtered by status, run and workflow name (None: any); at most ``limit``
+        rows from ``offset``, and how many match in all (R-D1)."""
 
 
 class Journal(RunRecords, CallRecords, CompensationRecords, TicketRecords, RemoteTaskRecords, Listings, Protocol):

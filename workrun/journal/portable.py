@@ -506,21 +506,28 @@ class SqlJournal(ABC):
         """
         return self._one("compensations", "compensation_id", compensation_id, "compensation", "COMPENSATION_ID")
 
-    def _filtered(self, table: str, status: str | None, run_id: str | None) -> list[Any]:
-        """Rows of ``table`` with the given status and run (None: any), oldest first."""
-        where, params = [], []
+    def _filtered(self, table: str, status: str | None, run_id: str | None,
+                  workflow: str | None = None) -> tuple[str, tuple[Any, ...]]:
+        """The ``WHERE`` clause (empty or starting with a space) and its parameters for rows of ``table`` with
+        the given status, run and workflow name (None: any)."""
+        where: list[str] = []
+        params: list[Any] = []
         if status:
             where.append("status = ?")
             params.append(status)
         if run_id:
             where.append("run_id = ?")
             params.append(run_id)
-        sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(where) if where else "")
-        return self._query(sql + " ORDER BY created_at, rowid", tuple(params))
+        if workflow:
+            where.append("run_id IN (SELECT run_id FROM runs WHERE workflow = ?)")
+            params.append(workflow)
+        return (" WHERE " + " AND ".join(where) if where else ""), tuple(params)
 
-    def list_compensations(self, status: str | None = None, run_id: str | None = None) -> list[CompensationRow]:
-        """Compensations filtered by status and run, oldest first."""
-        return self._filtered("compensations", status, run_id)
+    def list_compensations(self, status: str | None = None, run_id: str | None = None,
+                           workflow: str | None = None) -> list[CompensationRow]:
+        """Compensations filtered by status, run and workflow name, oldest first."""
+        where, params = self._filtered("compensations", status, run_id, workflow)
+        return self._query(f"SELECT * FROM compensations{where} ORDER BY created_at, rowid", params)
 
     def attempts(self, compensation_id: str) -> list[AttemptRow]:
         """Attempts of a compensation, by number."""
@@ -720,9 +727,11 @@ class SqlJournal(ABC):
         """The run's tickets, oldest first."""
         return self._query("SELECT * FROM tickets WHERE run_id = ? ORDER BY created_at, rowid", (run_id,))
 
-    def list_tickets(self, status: str | None = None, run_id: str | None = None) -> list[TicketRow]:
-        """Tickets filtered by status and run, oldest first."""
-        return self._filtered("tickets", status, run_id)
+    def list_tickets(self, status: str | None = None, run_id: str | None = None,
+                     workflow: str | None = None) -> list[TicketRow]:
+        """Tickets filtered by status, run and workflow name, oldest first."""
+        where, params = self._filtered("tickets", status, run_id, workflow)
+        return self._query(f"SELECT * FROM tickets{where} ORDER BY created_at, rowid", params)
 
     def ticket_action(self, ticket_id: str) -> TicketActionRow | None:
         """The ticket's action job, or None when its policy registered none."""
@@ -834,9 +843,9 @@ class SqlJournal(ABC):
         way = "DESC" if descending else "ASC"
         key = f"COALESCE(ended_at, {float(time.time())}) - created_at" if sort == "duration" else "created_at"
         sql = f"SELECT {self._SUMMARY_COLUMNS} FROM runs{where} ORDER BY {key} {way}, created_at {way}, run_id {way}"
-        if limit is not None:
+        if limit is not None or offset:
             sql += " LIMIT ? OFFSET ?"
-            params += (limit, offset)
+            params += (limit if limit is not None else 2**62, offset)
         return self._query(sql, params)
 
     def count_runs(self, *, status: str | None = None, workflow: str | None = None, text: str | None = None,
@@ -868,11 +877,14 @@ class SqlJournal(ABC):
         """Every operator event of a run (run-level and per compensation), oldest first."""
         return self._query("SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,))
 
-    def compensation_queue(self, *, status: str | None = None, limit: int = 100) -> tuple[list[CompensationRow], int]:
+    def compensation_queue(self, *, status: str | None = None, run_id: str | None = None,
+                           workflow: str | None = None, limit: int = 100,
+                           offset: int = 0) -> tuple[list[CompensationRow], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
-        oldest first within a status; at most ``limit`` rows, and how many match in all."""
-        where, params = (" WHERE status = ?", (status,)) if status else ("", ())
+        oldest first within a status, filtered by status, run and workflow name; at most ``limit`` rows from
+        ``offset``, and how many match in all (R-D1)."""
+        where, params = self._filtered("compensations", status, run_id, workflow)
         rows = self._query(f"SELECT * FROM compensations{where} ORDER BY {self._QUEUE_RANK}, created_at, rowid "
-                           "LIMIT ?", (*params, limit))
+                           "LIMIT ? OFFSET ?", (*params, limit, offset))
         return rows, self._query(f"SELECT COUNT(*) AS n FROM compensations{where}", params)[0]["n"]
 

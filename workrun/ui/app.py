@@ -38,10 +38,9 @@ from workrun.ui import graph
 from workrun.ui.actions import ActionResult, run_action
 from workrun.ui.security import Guard, csrf_token
 
-__all__ = ["PAGE_SIZE", "QUEUE_SIZE", "create_app"]
+__all__ = ["PAGE_SIZE", "create_app"]
 
 PAGE_SIZE = 50
-QUEUE_SIZE = 100  # compensations shown on the queue page (the most urgent first)
 RUN_STATUSES = ("running", "waiting", "succeeded", "failed", "stopped", "terminated")
 APP_KINDS = ("process", "tool")  # the kinds of an App (SPEC §9): what the Apps page lists
 QUEUE_ORDER = {"failed": 0, "blocked": 1, "unknown": 2, "pending": 3, "running": 4, "succeeded": 5, "skipped": 6,
@@ -268,15 +267,46 @@ def timeline(view: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _queue_filters(d: Dashboard, q: Any, statuses: tuple[str, ...]) -> dict[str, Any]:
+    """The Compensations and Tickets pages' find (R-D1): ``status``, ``run`` (an id or unique prefix) and
+    ``workflow`` (a name), as ``{"status", "run_id", "workflow"}`` (None: any).
+
+    Raises:
+        ValueError: an unknown status, or a run that matches no run (the page answers 400).
+    """
+    status = q.get("status") or None
+    if status is not None and status not in statuses:
+        raise ValueError(f"status: unknown status {status!r} (one of: {', '.join(statuses)})")
+    run = (q.get("run") or "").strip() or None
+    try:
+        run_id = d.journal.run(run)["run_id"] if run else None
+    except NotFoundError as exc:
+        raise ValueError(exc.line()) from None
+    return {"status": status, "run_id": run_id, "workflow": q.get("workflow") or None}
+
+
+def _queue_page(d: Dashboard, request: Request, found: dict[str, Any], total: int, page: int) -> dict[str, Any]:
+    """What the queue pages' filter form and pager show: the values, the pages and the links' query."""
+    q = request.query_params
+    keep = {k: q.get(k) for k in ("status", "run", "workflow") if q.get(k)}
+    return {"status": found["status"], "run": q.get("run") or "", "workflow": found["workflow"],
+            "workflows": d.journal.workflow_names(), "keep": keep, "filtered": bool(keep), "page": page,
+            "pages": max(1, -(-total // PAGE_SIZE)), "total": total}
+
+
 def compensations_page(request: Request) -> Response:
-    """Compensations: the operator's queue, failed / blocked / unknown / pending first (R-U2)."""
+    """Compensations: the operator's queue, failed / blocked / unknown / pending first, found by status, run and
+    workflow, 50 a page (R-U2, R-D1)."""
     d = _dash(request)
-    status = request.query_params.get("status") or None
-    status = status if status in views.COMPENSATION_STATUSES else None
-    rows, total = d.journal.compensation_queue(status=status, limit=QUEUE_SIZE)
+    try:
+        found = _queue_filters(d, request.query_params, views.COMPENSATION_STATUSES)
+    except ValueError as exc:
+        return _bad(d, request, str(exc), "/compensations")
+    page = _int(request.query_params.get("page"), 1)
+    rows, total = d.journal.compensation_queue(**found, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
     shown = [views.compensation_full(d.journal, c) for c in rows]
-    return d.render(request, "compensations.html", nav="compensations", rows=shown, total=total,
-                    status=status, statuses=views.COMPENSATION_STATUSES)
+    return d.render(request, "compensations.html", nav="compensations", rows=shown,
+                    statuses=views.COMPENSATION_STATUSES, **_queue_page(d, request, found, total, page))
 
 
 def _tickets_view() -> Any:
@@ -284,17 +314,27 @@ def _tickets_view() -> Any:
 
 
 def tickets_page(request: Request) -> Response:
-    """Tickets: pending ones first, each with its action status (R-U2; needs the tickets feature)."""
+    """Tickets: pending ones first, each with its action status, found by status, run and workflow, 50 a page
+    (R-U2, R-D1)."""
     d = _dash(request)
     builder = _tickets_view()
-    rows = list(builder(d.journal)) if builder else None
-    if rows is not None:
-        def rank(t: dict[str, Any]) -> tuple[int, int, str]:
-            action = (t.get("action") or {}).get("status")
-            return (QUEUE_ORDER.get(t.get("status", ""), 9), QUEUE_ORDER.get(action or "", 9),
-                    t.get("created_at") or "")
-        rows.sort(key=rank)
-    return d.render(request, "tickets.html", nav="tickets", rows=rows)
+    if builder is None:
+        return d.render(request, "tickets.html", nav="tickets", rows=None)
+    try:
+        found = _queue_filters(d, request.query_params, views.TICKET_STATUSES)
+    except ValueError as exc:
+        return _bad(d, request, str(exc), "/tickets")
+    rows = list(builder(d.journal, status=found["status"], run=found["run_id"], workflow=found["workflow"]))
+
+    def rank(t: dict[str, Any]) -> tuple[int, int, str]:
+        action = (t.get("action") or {}).get("status")
+        return (QUEUE_ORDER.get(t.get("status", ""), 9), QUEUE_ORDER.get(action or "", 9), t.get("created_at") or "")
+
+    rows.sort(key=rank)
+    page = _int(request.query_params.get("page"), 1)
+    shown = rows[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
+    return d.render(request, "tickets.html", nav="tickets", rows=shown, statuses=views.TICKET_STATUSES,
+                    **_queue_page(d, request, found, len(rows), page))
 
 
 def apps_page(request: Request) -> Response:
@@ -415,13 +455,14 @@ def api_run(request: Request) -> Response:
 
 
 def api_compensations(request: Request) -> Response:
-    """``workrun compensations list [--status S] [--run RUN] --json``."""
+    """``workrun compensations list [--status S] [--run RUN] [--workflow W] --json``."""
     q = request.query_params
     status = q.get("status") or None
     if status is not None and status not in views.COMPENSATION_STATUSES:
         return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
     try:
-        return JSONResponse(views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None))
+        return JSONResponse(views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None,
+                                                     workflow=q.get("workflow") or None))
     except WorkrunError as exc:
         return _api_error(exc)
 
@@ -435,7 +476,8 @@ def api_compensation(request: Request) -> Response:
 
 
 def api_tickets(request: Request) -> Response:
-    """``workrun tickets list [--status S] [--run RUN] --json`` (404 when this version has no tickets)."""
+    """``workrun tickets list [--status S] [--run RUN] [--workflow W] --json`` (404 when this version has no
+    tickets)."""
     builder = _tickets_view()
     if builder is None:
         return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
@@ -444,7 +486,8 @@ def api_tickets(request: Request) -> Response:
     if status is not None and status not in views.TICKET_STATUSES:  # refused as `tickets list --status` is
         return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
     try:
-        return JSONResponse(builder(_dash(request).journal, status=status, run=q.get("run") or None))
+        return JSONResponse(builder(_dash(request).journal, status=status, run=q.get("run") or None,
+                                    workflow=q.get("workflow") or None))
     except WorkrunError as exc:
         return _api_error(exc)
 
@@ -607,6 +650,8 @@ async def ticket_action_route(request: Request) -> Response:
             return _bad(d, request, "a note needs text", back)
         args += ["--", form["text"].strip()]
     scheduling = action in ("resume", "retry", "terminate")
+    if scheduling and form.get("wait"):  # R-U4: waits for a busy scheduler when asked, as the CLI's --wait
+        args.append("--wait")
     result = await run_in_threadpool(run_action, d.data_dir, args, scheduling=scheduling)
     return _answer(d, request, result, f"{action} {tid}", back)
 
@@ -646,6 +691,7 @@ def create_app(*, data_dir: Path, token: str, port: int, projects: list[Path] | 
         Route("/api/runs", api_runs), Route("/api/runs/{run_id}", api_run), Route("/api/attention", api_attention),
         Route("/api/compensations", api_compensations), Route("/api/compensations/{cid}", api_compensation),
         Route("/api/tickets", api_tickets), Route("/api/tickets/{tid}", api_ticket),
+        Route("/api/{rest:path}", lambda request: JSONResponse({"error": "no such API endpoint"}, status_code=404)),
         Route("/actions/runs/{run_id}/{action}", run_action_route, methods=["POST"]),
         Route("/actions/compensations/{cid}/{action}", compensation_action_route, methods=["POST"]),
         Route("/actions/tickets/{tid}/{action}", ticket_action_route, methods=["POST"]),

@@ -1,18 +1,71 @@
 // Live updates (R-U3): re-fetch this page's changing part every 0.5 s and swap it in when it changed.
-// No reload, no inline script (CSP). A form being filled in is never replaced under the user.
+// No reload, no inline script (CSP). R-D5: nothing is swapped while the keyboard focus is inside the changing
+// part (a field, a button, a link) or while any of its form fields holds what the user typed or chose, so a
+// form being filled in is never replaced and the focus never moves; the graph keeps its zoom and scroll.
 (function () {
   "use strict";
   var live = document.getElementById("live");
   if (!live || live.getAttribute("data-poll") !== "1") { return; }
   var busy = false;
   var last = null;
+  function changed(field) {
+    if (field.type === "hidden") { return false; }
+    if (field.type === "checkbox" || field.type === "radio") { return field.checked !== field.defaultChecked; }
+    if (field.tagName === "SELECT") {
+      for (var i = 0; i < field.options.length; i += 1) {
+        if (field.options[i].selected !== field.options[i].defaultSelected) { return true; }
+      }
+      return false;
+    }
+    return field.value !== field.defaultValue;
+  }
   function editing() {
     var a = document.activeElement;
-    return a && live.contains(a) && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT");
+    if (a && a !== live && a !== document.body && live.contains(a)) { return true; }
+    var fields = live.querySelectorAll("input, select, textarea");
+    for (var i = 0; i < fields.length; i += 1) { if (changed(fields[i])) { return true; } }
+    return false;
+  }
+  function graphState() {
+    var svg = live.querySelector("svg.graph");
+    var wrap = live.querySelector(".graph-wrap");
+    if (!svg || !svg.getAttribute("data-width")) { return null; }
+    return { width: svg.getAttribute("width"), height: svg.getAttribute("height"),
+             base: svg.getAttribute("data-width"), left: wrap ? wrap.scrollLeft : 0, top: wrap ? wrap.scrollTop : 0 };
+  }
+  function keepGraph(state) {
+    var svg = live.querySelector("svg.graph");
+    var wrap = live.querySelector(".graph-wrap");
+    if (!state || !svg) { return; }
+    svg.setAttribute("data-width", state.base);
+    svg.setAttribute("width", state.width);
+    svg.setAttribute("height", state.height);
+    if (wrap) { wrap.scrollLeft = state.left; wrap.scrollTop = state.top; }
+  }
+  var ticks = 0;
+  function attention() {  // R-D2: the navigation's counts follow the journal too
+    fetch("/api/attention", { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (a) {
+        if (!a) { return; }
+        var c = a.compensations || {};
+        var counts = { "count-compensations": (c.failed || 0) + (c.blocked || 0) + (c.unknown || 0),
+                       "count-tickets": (a.tickets || {}).pending || 0 };
+        Object.keys(counts).forEach(function (id) {
+          var el = document.getElementById(id);
+          if (el && el.textContent !== String(counts[id])) {
+            el.textContent = String(counts[id]);
+            el.className = counts[id] ? "count" : "count count-zero";
+          }
+        });
+      })
+      .catch(function () { return null; });
   }
   function tick() {
     if (busy || document.hidden) { return; }
     busy = true;
+    ticks += 1;
+    if (ticks % 2 === 0) { attention(); }
     var url = new URL(window.location.href);
     url.searchParams.set("fragment", "1");
     url.hash = "";
@@ -24,8 +77,10 @@
         if (html === null || html === last || editing()) { return; }
         var open = [];
         live.querySelectorAll("details[id]").forEach(function (d) { open.push([d.id, d.open]); });
+        var graph = graphState();
         live.innerHTML = html;  // server-rendered, every journal text escaped
         open.forEach(function (p) { var d = document.getElementById(p[0]); if (d) { d.open = p[1]; } });
+        keepGraph(graph);
         last = html;
         live.setAttribute("data-updated", String(Date.now()));
       })
