@@ -117,3 +117,29 @@ def test_every_action_kind_passes_the_schema_and_the_loader(tmp_path, monkeypatc
     assert [e.message for e in _validator(workflow_schema()).iter_errors(tomllib.loads(KITCHEN_SINK))] == []
     spec, _ = load_workflow(path, {}, default_executors())
     assert spec.nodes["order"].compensation.kind == "update_data" and spec.smtp is not None
+
+
+@pytest.mark.parametrize("comp, ok", [
+    ({"entry": "undo.py"}, True),
+    ({"connector": "shop", "method": "DELETE", "url": "/orders/{{ original.result.id }}", "max_retries": 0}, True),
+    ({"http": {"method": "DELETE", "url": "http://127.0.0.1:9/x"}}, True),
+    ({"sms": {"connector": "shop", "template_id": "T1", "recipients": ["+1555"]}}, True),
+    ({"email": {"to": ["ops@example.com"], "body": "undo"}}, True),
+    ({"update_data": {"fields": ["st"]}}, True),
+    ({"entry": "undo.py", "update_data": {"fields": ["st"]}}, False),
+    ({"timeout": 3}, False),
+])
+def test_an_apps_compensation_of_every_action_kind_schema_and_model_agree(comp, ok):
+    """SPEC §19: an App's ``compensation`` may be any ACTION; the schema says what the model takes."""
+    from workrun.core.models import CompensationSpec
+    from workrun.core.shape import ShapeError
+
+    table = {"apps": {"a": {"entry": "main.py", "compensation": comp}}}
+    assert (list(_validator(app_schema()).iter_errors(table)) == []) is ok, comp
+    try:
+        CompensationSpec.model_validate(comp)
+    except (ShapeError, ValueError):
+        taken = False
+    else:
+        taken = True
+    assert taken is ok, comp

@@ -266,3 +266,50 @@ def test_a_connector_with_an_unset_header_variable_is_one_error_not_one_per_node
                                        'url = "/a"\n'))
     assert typo.code == 2 and len(typo.err.strip().splitlines()) == 1, typo
     assert ": connectors.shop.timeout: " in typo.err and "unknown connector" not in typo.err
+
+
+@pytest.mark.parametrize("comp, method, path", [
+    ('{ connector = "shop", method = "DELETE", url = "/orders/{{ original.result.id }}", max_retries = 0 }',
+     "DELETE", "/api/orders/7"),
+    ('{ http = { connector = "shop", method = "DELETE", url = "/orders/{{ original.result.id }}" } }',
+     "DELETE", "/api/orders/7"),
+    ('{ sms = { connector = "shop", template_id = "T1", recipients = ["+15550100"], '
+     'fields = { order = "{{ original.result.id }}" } } }', "POST", "/api/sms"),
+    ('{ update_data = { fields = ["st"], values = { st = "undone {{ original.result.id }}" } } }', None, None),
+])
+def test_an_apps_compensation_may_be_any_action_kind(server, write_workflow, workrun, make_project, comp, method,
+                                                      path):
+    """SPEC §19: an App's ``compensation = { … }`` is an ACTION of any kind, a connector's checked against the
+    workflow that uses the App (R-K1, R-K3, R-K4)."""
+    server.route("DELETE", "/api/orders/7", status=204, body="")
+    server.route("POST", "/api/sms", status=200, json={"ok": True})
+    project = make_project("booker", f'[tool.workrun.apps.book]\nentry = "main.py"\ncompensation = {comp}\n',
+                           {"main.py": "from workrun_sdk import process\nprocess.result({'id': '7'})\n"})
+    wf = write_workflow("book", _head(server) + f"""
+[inputs]
+st = "new"
+[nodes.book]
+project = "{project}"
+app = "book"
+[nodes.boom]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "/nowhere"
+needs = ["book"]
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": TOKEN})
+    assert res.code == 1, res
+    op = next(o for o in res.json()["operations"] if o["node_key"] == "book")
+    assert op["compensation"]["status"] == "succeeded", op
+    if method is not None:
+        [sent] = server.requests(method, path)
+        assert sent.headers["Authorization"] == f"Bearer {TOKEN}"
+    else:
+        assert res.json()["data"]["st"] == "undone 7"
+    assert workrun("check", wf, env={"SHOP_TOKEN": TOKEN}).code == 0
+    undeclared = write_workflow("bare", f'[nodes.book]\nproject = "{project}"\napp = "book"\n'
+                                '[inputs]\nst = "x"\n')
+    if "connector" in comp:  # the workflow that uses the App must declare its connector (R-K5)
+        bad = workrun("check", undeclared)
+        assert bad.code == 2 and "compensation.http.connector: unknown connector 'shop'" in bad.err, bad

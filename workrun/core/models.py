@@ -205,12 +205,19 @@ class CompensationSpec(_Strict):
 
     @classmethod
     def _before(cls, value: Any) -> Any:
-        """``compensation = { sms = {…} }`` is the reverse action ``http = POST /sms`` (R-K3); ``email = {…}`` an
-        email reverse action (R-K2)."""
-        for kind in ("sms", "email"):
-            if isinstance(value, dict) and value.get(kind) is not None:
+        """Every ACTION of SPEC §19 is a reverse action, kept as ``http``: ``compensation = { sms = {…} }`` is
+        ``POST /sms`` through its connector (R-K3), ``email = {…}`` a message (R-K2), ``update_data = {…}`` a write
+        to the run's data (R-K4), and ``{ method, url, headers, body, connector }`` written in place a request
+        (R-K1); the attempt settings stay beside it."""
+        if not isinstance(value, dict) or value.get("http") is not None:
+            return value
+        for kind in ("sms", "email", "update_data"):
+            if value.get(kind) is not None:
                 rest = {k: v for k, v in value.items() if k != kind}
                 return {**rest, "http": {kind: value[kind]}}
+        request = {k: value[k] for k in ("method", "url", "headers", "body", "connector") if k in value}
+        if "method" in request or "url" in request:
+            return {**{k: v for k, v in value.items() if k not in request}, "http": request}
         return value
     timeout: float = Field(default=120.0, gt=0, le=86400)
     max_retries: int = Field(default=3, ge=0, le=100)

@@ -135,6 +135,20 @@ def app_schema() -> dict[str, Any]:
     app["required"] = [r for r in app.get("required", []) if r != "name"]
     app.pop("title", None)
     defs["App"] = app
+    # the written forms of SPEC §19 beside ``entry`` and ``http``: an ACTION of any kind in place (the loader
+    # turns each into ``http``); exactly one of them, as the loader says
+    _policy(defs)
+    comp = defs["CompensationSpec"]["properties"]
+    request = defs["HttpAction"]["properties"]
+    comp.update({k: request[k] for k in ("method", "url", "headers", "body", "connector") if k in request})
+    comp.update(sms={"$ref": "#/$defs/Sms"}, email={"$ref": "#/$defs/Email"},
+                update_data=defs["DataAction"]["properties"]["update_data"])
+    kinds = ["entry", "http", "sms", "email", "update_data", "url"]
+    defs["CompensationSpec"]["oneOf"] = [{"required": [k]} for k in kinds]
+    defs["CompensationSpec"]["description"] = (
+        "An App's compensation (R-A4, R-C7, R-H6, SPEC §19): a script `entry`, or one reverse action: `http = "
+        "{…}`, a request written in place (`method`, `url`, optional `connector`, `headers`, `body`), `sms`, "
+        "`email` or `update_data`. `timeout` is seconds per attempt; at most `max_retries + 1` attempts.")
     return {
         "$schema": DRAFT,
         "$id": "https://workrun.invalid/schema/tool-workrun.json",

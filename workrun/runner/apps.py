@@ -207,8 +207,10 @@ def _check_paths(project: Path, root: str, name: str, spec: AppSpec, file: str) 
         comp = _inside(project, root, spec.compensation.entry, file, field)
         if comp == entry:
             raise ConfigError("must differ from the App's entry (R-A4)", file=file, field=field)
-    if spec.compensation is not None and spec.compensation.http is not None:  # a reverse action (R-H6)
-        check_action(spec.compensation.http, file=file, field=f"{prefix}.compensation.http", check_env=False)
+    action = spec.compensation.http if spec.compensation is not None else None
+    # a reverse action (R-H6); one through a connector is checked with the workflow that declares it (R-K1)
+    if action is not None and action.connector is None:
+        check_action(action, file=file, field=f"{prefix}.compensation.http", check_env=False)
 
 
 _READING = threading.local()
