@@ -65,3 +65,14 @@ def test_a_cycle_is_jsons_error() -> None:
     loop.append(loop)
     with pytest.raises(ValueError, match="Circular reference"):
         pretty_json(loop)
+
+
+def test_a_driven_run_that_was_stopped_says_what_was_not_undone(capsys: pytest.CaptureFixture[str]) -> None:
+    """R-L6: `run`'s table of a stopped run ends with the roll-up line `runs show` prints."""
+    from workrun.cli.session import print_run
+
+    view = {"run_id": "run_abc", "workflow": "w", "status": "stopped", "nodes": [], "operations": [],
+            "compensation": "not_undone", "compensation_counts": {"calls": 2}, "unfinished_compensations": [],
+            "tickets": []}
+    print_run(view, json_mode=False)
+    assert "not undone: 2 calls — workrun compensate run_abc" in capsys.readouterr().out

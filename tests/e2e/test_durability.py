@@ -163,6 +163,8 @@ def test_stop_ends_app_marks_stopped_no_compensation(workrun, write_workflow, sl
     assert [(r["compensation"], r["compensation_counts"]) for r in listed] == [("not_undone", {"calls": 1})]
     line = f"not undone: 1 calls — workrun compensate {rid}"
     assert line in workrun("runs", "list").out and line in workrun("runs", "show", rid).out
+    if how != "sigint":
+        assert f"run {rid}: stopped; {line}" in res.out, res  # `stop` says it too
     # the App's process group is gone
     second = next(o for o in final["operations"] if o["node_key"] == "second")
     assert second["status"] == "failed" and "stopped by the user" in second["error"]

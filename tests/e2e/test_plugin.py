@@ -59,6 +59,32 @@ def test_a_crash_in_compensation_then_resume(workrun_api, point):
     assert not Path(create["result"]["file_path"]).exists()
 
 
+def test_rerun_takes_the_injections_too(workrun_api):
+    first = workrun_api.run(TUTORIAL)
+    with fail_after("create"):
+        again = workrun_api.rerun(first["run_id"])
+    assert again["run_id"] != first["run_id"] and [n["status"] for n in again["nodes"]] == ["succeeded", "skipped"]
+    with fail_after("create"), crash_at("attempt.started"):
+        killed = workrun_api.rerun(first["run_id"])
+    assert killed["rerun_of"] == first["run_id"] and killed["status"] in ("running", "failed")
+    assert _create(killed)["compensation"]["status"] == "running"  # killed with its attempt journaled
+    workrun_api.resume()
+    assert workrun_api.show(killed["run_id"])["compensation"] == "complete"
+
+
+def test_a_crash_run_refused_by_a_busy_home_is_exit_3_not_another_run(workrun_api, workrun_home):
+    from workrun.core.lock import SchedulerLock
+
+    workrun_api.run(TUTORIAL)  # a run is there already: it is never taken for the refused one
+    lock = SchedulerLock(workrun_home).acquire()
+    try:
+        with pytest.raises(workrun_api.WorkrunError) as err, crash_at("op.intent"):
+            workrun_api.run(TUTORIAL)
+    finally:
+        lock.release()
+    assert err.value.exit_code == 3
+
+
 def test_an_unknown_node_or_point_is_refused(workrun_api):
     with pytest.raises(workrun_api.WorkrunError) as err:
         with fail_after("nope"):
@@ -77,7 +103,7 @@ def test_an_app_author_proves_the_tutorials_compensation_with_the_plugin(tmp_pat
                            str(tmp_path / "test_my_app.py")], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "7 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "9 passed" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_a_wrong_assertion_in_an_authors_test_fails(tmp_path):

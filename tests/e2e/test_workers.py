@@ -318,7 +318,8 @@ def test_stop_reaches_the_worker_driving_the_run(shared, tmp_path):
         wait_for(lambda: [o for o in journal.operations(run_id, "b") if o["status"] == "running"], 120, "b to run")
         stopped = _cli("stop", run_id, env={"WORKRUN_HOME": str(tmp_path / "elsewhere")})
         assert stopped.returncode == 0, stopped
-        assert "stop requested; worker wkr_" in stopped.stdout and "NOT undone" in stopped.stdout, stopped.stdout
+        assert "stop requested; worker wkr_" in stopped.stdout, stopped.stdout
+        assert f"not undone: 1 calls — workrun compensate {run_id}" in stopped.stdout, stopped.stdout  # R-L6
         assert journal.run(run_id)["status"] == "stopped"
     finally:
         fleet.stop_workers([w])

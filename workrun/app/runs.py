@@ -38,14 +38,27 @@ EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 1
 Home = Path | str | None
 
 #: what :mod:`workrun.testing` injects into the runs started inside its context managers (R-V3):
-#: ``{"fail_after": NODE_KEY}`` and/or ``{"crash": (FAULT_POINT, N)}``
+#: ``{"fail_after": NODE_KEY}`` and/or ``{"crash": (FAULT_POINT, N)}``; in the child of a crash, ``{"created":
+#: callable(run_id)}``, told the new run's id as soon as it is recorded
 INJECTION: ContextVar[dict[str, Any] | None] = ContextVar("workrun_injection", default=None)
 
 _CHILD = """
 import json, sys
 from workrun.app import runs
+from workrun.core.errors import WorkrunError
 a = json.loads(sys.argv[1])
-runs.run(a["workflow"], a["inputs"], home=a["home"], fail_after=a["fail_after"], verify=a["verify"])
+def created(run_id):  # the run's id reaches the parent at once: the child may be killed any time after
+    sys.stdout.write(run_id + "\\n")
+    sys.stdout.flush()
+runs.INJECTION.set({"created": created})
+try:
+    if a["rerun"]:
+        runs.rerun(a["rerun"], home=a["home"], fail_after=a["fail_after"])
+    else:
+        runs.run(a["workflow"], a["inputs"], home=a["home"], fail_after=a["fail_after"], verify=a["verify"])
+except WorkrunError as exc:
+    sys.stderr.write(json.dumps({"exit_code": exc.exit_code, "message": exc.message}) + "\\n")
+    sys.exit(2)
 """
 
 
@@ -70,6 +83,9 @@ def _start(spec: Any, inputs: dict[str, Any], *, home: Home, wait: bool, yes: bo
         if confirm is not None:
             svc.confirm = confirm
         run_id = create_run(svc, spec, inputs, eval_run=eval_run, rerun_of=rerun_of)
+        created = (INJECTION.get() or {}).get("created")
+        if created is not None:
+            created(run_id)
         if rerun_of:
             _audit(svc, rerun_of, "rerun", {"new_run": run_id})
         svc.say(run_id, None, "info", f"run {run_id} of {spec.name} started{note}")
@@ -129,33 +145,55 @@ def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = Non
                   confirm=confirm)
 
 
-def _run_in_child(workflow: Path | str, inputs: dict[str, str], *, home: Home, fail_after: str | None,
-                  verify: bool, crash: tuple[str, int]) -> Finished:
-    """Run the workflow in a child process that is killed at the ``crash[1]``-th commit of the journal write
-    ``crash[0]`` (``WORKRUN_FAULT``, R-V3); return the journal's view of the newest run afterwards."""
+def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: Home, fail_after: str | None,
+                  verify: bool, crash: tuple[str, int], rerun_of: str | None = None) -> Finished:
+    """Run the workflow (or re-run ``rerun_of``) in a child process that is killed at the ``crash[1]``-th commit
+    of the journal write ``crash[0]`` (``WORKRUN_FAULT``, R-V3); return the journal's view of that run afterwards.
+
+    Raises:
+        WorkrunError: the child refused before its run started (with the child's exit code: 2 for bad input, 3
+            for a busy data directory), or ended without starting a run.
+    """
     point, n = crash
     env = {**os.environ, "WORKRUN_FAULT": f"{point}@{int(n)}"}
     if home is not None:
         env["WORKRUN_HOME"] = str(Path(home).expanduser().absolute())
-    args = {"workflow": str(Path(workflow).absolute()), "inputs": inputs, "home": None, "fail_after": fail_after,
-            "verify": verify}
+    args = {"workflow": str(Path(workflow).absolute()) if workflow is not None else None, "inputs": inputs,
+            "home": None, "fail_after": fail_after, "verify": verify, "rerun": rerun_of}
     child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = child.stdout.split("\n", 1)[0].strip()
+    if not run_id:
+        refused = _refusal(child.stderr)
+        if refused is not None:
+            raise refused
+        raise WorkrunError(f"the run's process ended (exit {child.returncode}) before it started a run: "
+                           f"{child.stderr.strip()[-300:]}")
     with _viewing(home) as journal:
-        from workrun.app.views import run_detail, runs_list
+        from workrun.app.views import run_detail
 
-        newest = runs_list(journal, limit=1)
-        if not newest:
-            raise WorkrunError(f"the run's process ended (exit {child.returncode}) before it recorded a run: "
-                               f"{child.stderr.strip()[-300:]}")
-        view = run_detail(journal, newest[0]["run_id"])
+        view = run_detail(journal, run_id)
     return Finished(view, EXIT.get(view["status"], 1) if view["status"] != "running" else 1,
                     note=f"killed at {point} (commit {n})" if child.returncode < 0 else "")
 
 
+def _refusal(stderr: str) -> WorkrunError | None:
+    """The error a child of :func:`_run_in_child` refused with (its last stderr line), with its exit code."""
+    try:
+        said = json.loads(stderr.strip().splitlines()[-1])
+        code, message = int(said["exit_code"]), str(said["message"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+    error = WorkrunError(message)
+    error.exit_code = code
+    return error
+
+
 def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = False,
-          reporter: Reporter | None = None, confirm: Confirm | None = None) -> Finished:
-    """Start a new run with the same workflow and inputs; the old run's record is untouched (R-W5).
+          reporter: Reporter | None = None, confirm: Confirm | None = None,
+          fail_after: str | None = None) -> Finished:
+    """Start a new run with the same workflow and inputs; the old run's record is untouched (R-W5). What
+    :mod:`workrun.testing` injects applies to it as to :func:`run` (``fail_after``, a crash; R-V3).
 
     Raises:
         NotFoundError: no run matches ``run_id`` (exit 2).
@@ -176,6 +214,16 @@ def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = Fal
         spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
     note = f" (re-run of {old['run_id']})" + ("" if path.is_file() else f"; {path} is gone, so the recorded "
                                                                        "workflow is used")
+    injected = INJECTION.get() or {}
+    fail_after = fail_after or injected.get("fail_after")
+    if fail_after is not None and fail_after not in spec.nodes:
+        raise UsageError(f"no node {fail_after!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})",
+                         field="--node")
+    if injected.get("crash"):
+        return _run_in_child(None, {}, home=home, fail_after=fail_after, verify=False, crash=injected["crash"],
+                             rerun_of=old["run_id"])
+    if fail_after is not None:
+        spec = spec.model_copy(update={"fail_after": fail_after})
     return _start(spec, inputs, home=home, wait=wait, yes=yes, eval_run=bool(old["eval"]), rerun_of=old["run_id"],
                   note=note, executors=executors, reporter=reporter, confirm=confirm)
 
@@ -446,9 +494,9 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
                 if svc.journal.run(rid)["status"] == "waiting":
                     _audit(svc, rid, "stop", {"reason": reason} if reason else {})  # who and why, as for a running one
                     stop_orphaned_run(svc, rid)
-            return Finished(run_detail(svc.journal, rid), 0,
-                            f"run {rid}: {svc.journal.run(rid)['status']}; its pending tickets are terminated; side "
-                            f"effects were NOT undone; `workrun compensate {rid}` undoes them")
+            view = run_detail(svc.journal, rid)
+            return Finished(view, 0, f"run {rid}: {view['status']}; its pending tickets are terminated; "
+                            + _not_undone(view))
         if run_row["status"] != "running":
             return Finished(run_detail(svc.journal, rid), 0,
                             f"run {rid} has ended ({run_row['status']}); nothing to stop")
@@ -482,12 +530,22 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
                         stop_orphaned_run(svc, rid)
             finally:
                 lock.release()
-        status = svc.journal.run(rid)["status"]
-        done = any(o["status"] == "succeeded" for o in svc.journal.operations(rid))
-        note = f"run {rid}: {status}" + ((": side effects were NOT undone; `workrun compensate "
-                                          f"{rid}` undoes them") if status == "stopped" and done else
-                                         ": no call had succeeded, nothing to undo" if status == "stopped" else "")
-        return Finished(run_detail(svc.journal, rid), 0, note)
+        view = run_detail(svc.journal, rid)
+        done = any(o["status"] == "succeeded" for o in view["operations"])
+        note = f"run {rid}: {view['status']}" + (f"; {_not_undone(view)}" if view["status"] == "stopped" and done else
+                                                 ": no call had succeeded, nothing to undo"
+                                                 if view["status"] == "stopped" else "")
+        return Finished(view, 0, note)
+
+
+def _not_undone(view: dict[str, Any]) -> str:
+    """What a stopped run left (R-L6): "not undone: N calls — workrun compensate RUN" when it owes compensations,
+    else that its side effects were not undone."""
+    from workrun.app.views import rollup_line
+
+    if view["compensation"] == "not_undone":
+        return rollup_line(view)
+    return f"side effects were NOT undone; `workrun compensate {view['run_id']}` undoes them"
 
 
 def _dispatching(svc: Services, run_id: str) -> Any:
