@@ -161,7 +161,7 @@ def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: 
     args = {"workflow": str(Path(workflow).absolute()) if workflow is not None else None, "inputs": inputs,
             "home": None, "fail_after": fail_after, "verify": verify, "rerun": rerun_of}
     child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           capture_output=True, text=True)
     run_id = child.stdout.split("\n", 1)[0].strip()
     if not run_id:
         refused = _refusal(child.stderr)
