@@ -313,3 +313,33 @@ needs = ["book"]
     if "connector" in comp:  # the workflow that uses the App must declare its connector (R-K5)
         bad = workrun("check", undeclared)
         assert bad.code == 2 and "compensation.http.connector: unknown connector 'shop'" in bad.err, bad
+
+
+@pytest.mark.parametrize("prefix", ["/api", ""])
+def test_a_ticket_action_through_a_connector_deletes_what_location_names(server, write_workflow, workrun, prefix):
+    """R-K6 for a node's ``on_failure`` action: a whole-template URL through a connector is resolved against its
+    base URL, the path kept as it is (it was joined to the base URL as one percent-encoded segment)."""
+    server.route("POST", "/api/orders", status=201, json={}, headers={"Location": "/api/orders/7"})
+    server.route("DELETE", "/api/orders/7", status=204, body="")
+    server.route("POST", "/api/pay", status=500, body="no")
+    wf = write_workflow("ticket-location", f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[connectors.shop]
+base_url = "{server.url}{prefix}"
+[nodes.order]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "{"/orders" if prefix else "/api/orders"}"
+[nodes.pay]
+kind = "http"
+connector = "shop"
+method = "POST"
+url = "{"/pay" if prefix else "/api/pay"}"
+needs = ["order"]
+on_failure = {{ compensate = {{ connector = "shop", method = "DELETE", url = "{{{{ nodes.order.result.headers.location }}}}", max_retries = 0 }} }}
+""")
+    res = workrun("run", wf, "--json")
+    (ticket,) = res.json()["tickets"]
+    assert ticket["action"]["status"] == "succeeded", ticket
+    assert server.count("DELETE", "/api/orders/7") == 1

@@ -24,10 +24,12 @@ from workrun.outbound.http import (
     EnvLater,
     RequestError,
     UnsafeRequestError,
+    UrlTemplate,
     connector_of,
     fill_value,
     parse_url,
     prepare,
+    whole_reference,
 )
 from workrun.outbound.mail import prepare_mail
 
@@ -128,7 +130,10 @@ def render_request(action: HttpAction, values: dict[str, Any], *, idempotency_ke
                 "body": mail["body"], "timeout": action.timeout, "prepared": mail}
     connector = connector_of(connectors, action.connector)
     try:
-        url = connector.url(action.url) if connector is not None else parse_url(action.url)
+        if whole_reference(action.url) is not None:  # R-K6: a URL reference, resolved against the connector's
+            url = UrlTemplate.reference(action.url)   # base URL (with none, it has no origin: not sent)
+        else:
+            url = connector.url(action.url) if connector is not None else parse_url(action.url)
         prepared = prepare(method=action.method, url=url, headers=action.headers, body=action.body,
                            timeout=action.timeout, lookup=lambda ref: _lookup(ref, values),
                            idempotency_key=idempotency_key, environ=EnvLater(), connector=connector)
