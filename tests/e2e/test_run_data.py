@@ -92,6 +92,18 @@ needs = ["pay"]
     assert server.count("GET", "/next/paid-later") == 1
 
 
+def test_a_name_only_update_data_sets_may_be_read_by_an_action(cli, write_workflow, make_project):
+    """SPEC §19: a name an update_data action sets (also an App's compensation) is known to every action."""
+    project = make_project("setter", '[tool.workrun.apps.set]\nentry = "main.py"\n'
+                           'compensation = { update_data = { fields = ["undone"] } }\n',
+                           {"main.py": "from workrun_sdk import process\nprocess.result({})\n"})
+    wf = write_workflow("reads", f'[nodes.s]\nproject = "{project}"\napp = "set"\n[nodes.a]\nkind = "http"\n'
+                        'method = "GET"\nurl = "http://127.0.0.1:9/"\nneeds = ["s"]\n'
+                        'compensation = { method = "DELETE", url = "http://127.0.0.1:9/{{ data.undone }}" }\n')
+    res = cli("check", wf)
+    assert res.code == 0, res
+
+
 def test_a_ticket_action_writes_data_once(server, write_workflow, workrun):
     wf = write_workflow("ticket", f"""
 http_allow = ["127.0.0.1:{server.port}"]
@@ -114,6 +126,14 @@ on_failure = {{ compensate = {{ update_data = {{ fields = ["refund"], values = {
      'url = "http://127.0.0.1:9/"\n', "notify.update_data"),
     ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
      'on_failure = { compensate = { update_data = { fields = ["x"], values = { y = 1 } } } }\n', "values.y"),
+    # SPEC §19: an unknown {{ data.NAME }} in any action is a config error too, not a null sent at run time
+    ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
+     'compensation = { method = "DELETE", url = "http://127.0.0.1:9/{{ data.nope }}" }\n', "data.nope"),
+    ('[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
+     'on_failure = { compensate = { method = "POST", url = "http://127.0.0.1:9/", body = { v = "{{ data.nope }}" } } '
+     '}\n', "data.nope"),
+    ('[notify]\nhttp = { method = "POST", url = "http://127.0.0.1:9/", body = { v = "{{ data.nope }}" } }\n'
+     '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n', "data.nope"),
 ])
 def test_bad_data_config_is_exit_2(cli, write_workflow, text, says):
     res = cli("check", write_workflow("bad", text))

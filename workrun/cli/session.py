@@ -70,7 +70,7 @@ def print_run(view: dict[str, Any], json_mode: bool) -> None:
     run_id = view["run_id"]
     console.print()
     console.print(run_table(view))
-    if view["compensation"]:  # the roll-up, as `runs show` says it (R-L6: "not undone: N calls — …")
+    if view.get("compensation"):  # the roll-up, as `runs show` says it (R-L6: "not undone: N calls — …")
         from workrun.app.views import rollup_line
 
         console.print(rollup_line(view))

@@ -279,7 +279,13 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         except ConfigError as exc:
             errors.append(exc)
     graph: dict[str, list[str]] = {}
-    data_names = set(inputs) | _update_data_fields(nodes)  # what {{ data.NAME }} may read (R-K4)
+    with one_reading():
+        data_names = set(inputs) | _update_data_fields(nodes)  # what {{ data.NAME }} may read (R-K4)
+    for field, ref in action_refs:  # in actions too: reverse, failure and [notify] actions (R-K4)
+        parts = ref.split(".")
+        if parts[0] == "data" and len(parts) == 2 and parts[1] not in data_names:
+            errors.append(ConfigError(f"{{{{ {ref} }}}}: {parts[1]!r} is neither an input nor set by an update_data "
+                                      "action of this workflow", file=file, field=field))
     for key, node in nodes.items():
         found = list(_node_ref_errors(key, node, nodes, bad, refs_of[key], data_names, outputs, policies[key],
                                       file, inputs))
@@ -568,10 +574,20 @@ def _parse_smtp(value: Any, file: str) -> SmtpSpec | None:
 
 
 def _update_data_fields(nodes: Mapping[str, NodeSpec]) -> set[str]:
-    """Every field an ``update_data`` action of the workflow sets (a node's reverse action or failure action)."""
+    """Every field an ``update_data`` action of the workflow sets (a node's reverse action or failure action, or
+    the compensation of an App a node calls; an App that cannot be read adds none: its error is reported)."""
     names: set[str] = set()
     for node in nodes.values():
-        for action in (getattr(node, "compensation", None), node.on_failure.action):
+        actions: list[Any] = [getattr(node, "compensation", None), node.on_failure.action]
+        apps = [(node.project, node.app)] if isinstance(node, ProcessNode) and node.project and node.app else []
+        apps += [(t.project, t.app) for t in node.tools] if isinstance(node, AgentNode) else []
+        for project, name in apps:
+            try:
+                comp = load_app(Path(project), name).compensation
+            except ConfigError:
+                continue
+            actions.append(comp.http if comp is not None else None)
+        for action in actions:
             if isinstance(action, HttpRequestSpec) and action.update_data is not None:
                 names.update(action.update_data.fields)
     return names
