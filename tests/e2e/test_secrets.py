@@ -242,6 +242,10 @@ needs = ["lookup"]
     get = next(n for n in view["nodes"] if n["node_key"] == "get")
     assert get["status"] == "failed", get
     assert "empty value for {{ nodes.lookup.result.body.id }} in url" in json.dumps(get["messages"])
+    [call] = [o for o in view["operations"] if o["node_key"] == "get"]  # the call is journaled, failed (R-X3)
+    assert call["status"] == "failed" and call["compensation"] is None, call
+    assert call["error"] == "empty value for {{ nodes.lookup.result.body.id }} in url", call
+    assert call["input"]["url"] == f"{server.url}/items/{{{{ nodes.lookup.result.body.id }}}}", call
     [ticket] = workrun("tickets", "list", "--json").json()
     shown = workrun("tickets", "show", ticket["ticket_id"], "--json").json()
     assert shown["action"]["status"] == "failed", shown["action"]

@@ -36,6 +36,8 @@ from workrun.nodes.base import NodeJob, Where
 from workrun.outbound.http import (
     PreparedRequest,
     RequestError,
+    SendResult,
+    UnsafeRequestError,
     UrlTemplate,
     allow_from_env,
     check_action,
@@ -85,17 +87,34 @@ def _key_of(op: OperationRow) -> str:
     return next((v for k, v in headers.items() if k.lower() == "idempotency-key"), op["operation_id"])
 
 
-def _send_operation(svc: Context, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
-                    depends_on: list[str], spec_allow: list[str]) -> OperationRow:
+def _operation_row(svc: Context, *, run_id: str, node: HttpNode, op_id: str, shown: dict[str, Any],
+                   depends_on: list[str]) -> OperationRow:
     owner_pid, owner_start = current_owner()
-    row: OperationRow = {
+    return {
         "operation_id": op_id, "run_id": run_id, "node_key": node.key, "tool_call_index": None, "app": KIND,
         "project": "", "kind": KIND, "tool_name": None, "config": node.model_dump(mode="json"),
-        "input": request.shown(), "fingerprint": "", "fingerprint_files": {}, "snapshot": None,
+        "input": shown, "fingerprint": "", "fingerprint_files": {}, "snapshot": None,
         "depends_on": depends_on, "status": "starting", "call_dir": "", "created_at": svc.now(), "standalone": 0,
         "owner_pid": owner_pid, "owner_start": owner_start,
     }
-    svc.journal.start_operation(row)
+
+
+def _unsent_operation(svc: Context, *, run_id: str, node: HttpNode, op_id: str, depends_on: list[str],
+                      error: str, failure: Failure) -> OperationRow:
+    """Journal a call that could not be prepared as ``failed``, nothing sent (R-X3: "empty value for {{ … }} in
+    url", a dot segment; a bound): its ``input`` is the request as the file wrote it (headers, which may hold
+    ``{{ env.NAME }}``, left out)."""
+    shown = {"method": node.method, "url": node.url, "headers": {}, "body": None,
+             **({"connector": node.connector} if node.connector else {})}
+    svc.journal.start_operation(_operation_row(svc, run_id=run_id, node=node, op_id=op_id, shown=shown,
+                                               depends_on=depends_on))
+    return finish_request_operation(svc, op_id, SendResult(False, failure=failure, error=error))
+
+
+def _send_operation(svc: Context, *, run_id: str, node: HttpNode, op_id: str, request: PreparedRequest,
+                    depends_on: list[str], spec_allow: list[str]) -> OperationRow:
+    svc.journal.start_operation(_operation_row(svc, run_id=run_id, node=node, op_id=op_id, shown=request.shown(),
+                                               depends_on=depends_on))
 
     def about_to_send() -> None:
         now = svc.now()
@@ -192,10 +211,13 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
                               lookup=_node_lookup(job.context), idempotency_key=resend_key or op_id,
                               connector=connector,
                               environ=svc.runner.request_environ)
-        except KeyError as exc:
-            return NodeOutcome("failed", error=missing_value(exc))
-        except RequestError as exc:
-            return NodeOutcome("failed", error=str(exc))
+        except (KeyError, RequestError) as exc:  # nothing sent; the call is journaled failed (R-X3: final)
+            error = missing_value(exc) if isinstance(exc, KeyError) else str(exc)
+            op = _unsent_operation(svc, run_id=run_id, node=node, op_id=op_id, depends_on=job.depends_on,
+                                   error=error, failure=Failure.UNSAFE_REQUEST
+                                   if isinstance(exc, UnsafeRequestError) else Failure.NOT_SENT)
+            job.say("error", f"operation {op_id} ({node.method} {node.url}): failed: {error}")
+            return NodeOutcome("failed", error=error)
         op = _send_operation(svc, run_id=run_id, node=node, op_id=op_id, request=request,
                              depends_on=job.depends_on, spec_allow=spec_allow)
         job.say("info" if op["status"] == "succeeded" else "error",
