@@ -53,6 +53,7 @@ needs = ["order"]
     assert op["input"]["connector"] == "shop" and op["input"]["url"] == f"{server.url}/api/orders"
     assert op["compensation"]["status"] == "succeeded"
     assert op["compensation"]["context"]["reverse_action"]["connector"] == "shop"
+    assert op["connector"] == "shop" and [a["connector"] for a in op["compensation"]["attempts"]] == ["shop"]  # R-K1
     files = [p for p in isolated_env.rglob("*") if p.is_file()]
     assert all(TOKEN.encode() not in p.read_bytes() for p in files)
     assert TOKEN not in res.out + res.err
@@ -342,4 +343,5 @@ on_failure = {{ compensate = {{ connector = "shop", method = "DELETE", url = "{{
     res = workrun("run", wf, "--json")
     (ticket,) = res.json()["tickets"]
     assert ticket["action"]["status"] == "succeeded", ticket
+    assert [a["connector"] for a in ticket["action"]["attempts"]] == ["shop"]  # R-K1
     assert server.count("DELETE", "/api/orders/7") == 1

@@ -26,20 +26,28 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="microseconds")
 
 
-def attempt_view(a: AttemptRow) -> dict[str, Any]:
+def attempt_view(a: AttemptRow, connector: str | None = None) -> dict[str, Any]:
     """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, http_status, response_tail,
-    trigger, status, error, result}`` (``http_status``/``response_tail`` for a reverse action, R-H7)."""
+    smtp_code, connector, trigger, status, error, result}`` (``http_status``/``response_tail`` for a reverse action,
+    R-H7; ``connector``: the connector its request went through, R-K1, else None)."""
     return {"number": a["number"], "started_at": iso(a["started_at"]), "ended_at": iso(a["ended_at"]),
             "exit_code": a["exit_code"], "signal": a["signal"], "stderr_tail": a["stderr_tail"] or "",
             "http_status": a.get("http_status"), "response_tail": a.get("response_tail"),
-            "smtp_code": a.get("smtp_code"),
+            "smtp_code": a.get("smtp_code"), "connector": connector,
             "trigger": a["trigger"], "status": a["status"], "error": a["error"], "result": a["result"]}
+
+
+def _connector_of(request: Any) -> str | None:
+    """The connector a request (a reverse action, a ticket action, an http call's input) names, or None (R-K1)."""
+    name = request.get("connector") if isinstance(request, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def compensation_view(c: CompensationRow, attempts: list[AttemptRow]) -> dict[str, Any]:
     """One compensation as in SPEC §9, plus the context it was given and its timestamps."""
+    connector = _connector_of((c["context"] or {}).get("reverse_action") if isinstance(c["context"], dict) else None)
     return {"compensation_id": c["compensation_id"], "status": c["status"],
-            "attempts": [attempt_view(a) for a in attempts], "result": c["result"], "reason": c["reason"],
+            "attempts": [attempt_view(a, connector) for a in attempts], "result": c["result"], "reason": c["reason"],
             "max_attempts": c["max_attempts"], "held_back_by": c["held_back_by"] or [],
             "accept_code_change": bool(c["accept_code_change"]), "context": c["context"],
             "next_attempt_at": iso(c["next_attempt_at"]), "created_at": iso(c["created_at"]),
@@ -119,6 +127,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
         operations.append({
             "operation_id": op["operation_id"], "node_key": op["node_key"], "tool_call_index": op["tool_call_index"],
             "app": op["app"], "kind": op["kind"], "tool": op["tool_name"], "status": status,
+            "connector": _connector_of(op["input"]) if op["kind"] == "http" else None,
             "input": op["input"], "result": op["result"], "resources": op["resources"],
             "depends_on": op["depends_on"], "fingerprint": op["fingerprint"], "error": op["error"],
             "exit_code": op["exit_code"], "signal": op["signal"],
@@ -152,7 +161,7 @@ def ticket_view(journal: Journal, t: TicketRow) -> dict[str, Any]:
                   "max_attempts": a["max_attempts"], "next_attempt_at": iso(a["next_attempt_at"]),
                   "attempts": [{"number": x["number"], "started_at": iso(x["started_at"]),
                                 "ended_at": iso(x["ended_at"]), "http_status": x["http_status"],
-                                "smtp_code": x.get("smtp_code"),
+                                "smtp_code": x.get("smtp_code"), "connector": _connector_of(a["request"]),
                                 "response_tail": x["response_tail"] or "", "trigger": x["trigger"],
                                 "status": x["status"], "error": x["error"]} for x in journal.ticket_attempts(tid)]}
     return {"ticket_id": tid, "run_id": t["run_id"], "node_key": t["node_key"], "policy": t["policy"],
