@@ -113,7 +113,11 @@ def test_hooks_before_and_after_report_at_their_place():
         "method": "GET", "url": "http://x"}}}) == [
         ("compensation", "give exactly one of entry (a script) and http (a reverse action)")]
     assert errors_of(HttpAction, {"sms": {"connector": "c", "template_id": "t"}}) == [
-        ("", 'sms needs recipients = ["+15550100", …] (strings)')]
+        ("sms.recipients", 'is required: ["+15550100", …] (strings)')]
+    assert errors_of(HttpAction, {"sms": {"template_id": 3, "recipients": [], "foo": 1}}) == [  # each, at its key
+        ("sms.foo", "unknown key (connector, template_id, recipients, fields)"),
+        ("sms.connector", 'is required: "NAME", a [connectors.NAME] of the workflow'),
+        ("sms.template_id", "is required: a string")]
     assert errors_of(ProcessNode, {"key": "a", "on_failure": "nope"})[0][0] == "on_failure"
     assert errors_of(ProcessNode, {"key": "a", "needs": ["b", "b"]}) == [("needs", "lists a node twice")]
 

@@ -546,8 +546,8 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
         raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=f"notify.{kind}")
     try:
         action = HttpAction.model_validate(value["http"] if kind == "http" else {kind: value[kind]})
-    except ShapeError as exc:
-        raise shape_error(exc, file, f"notify.{kind}") from None
+    except ShapeError as exc:  # an sms or email table's errors are placed under their own key already
+        raise shape_error(exc, file, f"notify.{kind}" if kind == "http" else "notify") from None
     action = _with_connector_timeouts(action, connectors or {})
     _check_action_templates(action, file, f"notify.{kind}", inputs, set(),
                             frozenset({"message", "run_id", "node_key", "ticket_id", "compensation_id", "error"}),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from workrun.core.shape import Field, Shape
+from workrun.core.shape import Field, Shape, ShapeError
 
 __all__ = [
     "NODE_MODELS",
@@ -116,6 +116,16 @@ class EmailSpec(_Strict):
     body: str
 
 
+def _problem(key: str, msg: str, sms: dict[str, Any]) -> dict[str, Any]:
+    """One error of an ``sms`` table, at ``sms.KEY`` (the field a user fixes, R-K5)."""
+    return {"type": "value_error", "loc": ("sms", key), "msg": msg, "input": sms.get(key)}
+
+
+def _at(key: str, msg: str) -> ShapeError:
+    """A :class:`ShapeError` at ``KEY`` of the table being read."""
+    return ShapeError([{"type": "value_error", "loc": (key,), "msg": msg, "input": None}])
+
+
 def _action_sugar(value: Any) -> Any:
     """An ACTION written as ``{ sms = { connector, template_id, recipients, fields }, <attempt settings> }`` (R-K3)
     as the HTTP request it is: ``POST /sms`` through the connector with that JSON body."""
@@ -137,18 +147,20 @@ def _action_sugar(value: Any) -> Any:
         return value
     sms = value["sms"]
     if not isinstance(sms, dict):
-        raise ValueError("sms must be a table: { connector = …, template_id = …, recipients = […], fields = {…} }")
-    unknown = sorted(set(sms) - {"connector", "template_id", "recipients", "fields"})
-    if unknown:
-        raise ValueError(f"sms: unknown key {unknown[0]!r} (connector, template_id, recipients, fields)")
+        raise _at("sms", "must be a table: { connector = …, template_id = …, recipients = […], fields = {…} }")
+    problems = [{"type": "extra_forbidden", "loc": ("sms", k), "msg": "unknown key (connector, template_id, "
+                 "recipients, fields)", "input": sms[k]}
+                for k in sms if k not in ("connector", "template_id", "recipients", "fields")]
     if not isinstance(sms.get("connector"), str) or not sms.get("connector"):
-        raise ValueError("sms needs connector = \"NAME\" (a [connectors.NAME] of the workflow)")
+        problems.append(_problem("connector", 'is required: "NAME", a [connectors.NAME] of the workflow', sms))
     if not isinstance(sms.get("template_id"), str) or not sms.get("template_id"):
-        raise ValueError("sms needs template_id (a string)")
+        problems.append(_problem("template_id", "is required: a string", sms))
     if not isinstance(sms.get("recipients"), list) or not all(isinstance(r, str) for r in sms["recipients"]):
-        raise ValueError("sms needs recipients = [\"+15550100\", …] (strings)")
+        problems.append(_problem("recipients", 'is required: ["+15550100", …] (strings)', sms))
     if not isinstance(sms.get("fields", {}), dict):
-        raise ValueError("sms fields must be a table")
+        problems.append(_problem("fields", "must be a table", sms))
+    if problems:
+        raise ShapeError(problems)
     rest = {k: v for k, v in value.items() if k != "sms"}
     return {**rest, "kind": "sms", "method": "POST", "url": "/sms", "connector": sms["connector"],
             "body": {"template_id": sms["template_id"], "recipients": sms["recipients"],

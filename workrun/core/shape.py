@@ -352,6 +352,9 @@ class Shape:
         if before is not None:
             try:
                 value = before(value)
+            except ShapeError as exc:  # errors placed under this table (a written form's own fields)
+                errors.extend({**e, "loc": (*loc, *e["loc"])} for e in exc.errors())
+                return _BAD
             except ValueError as exc:
                 return _err(errors, "value_error", loc, str(exc), value)
         if isinstance(value, cls):
