@@ -104,7 +104,7 @@ def _unsent_operation(svc: Context, *, run_id: str, node: HttpNode, op_id: str, 
     """Journal a call that could not be prepared as ``failed``, nothing sent (R-X3: "empty value for {{ … }} in
     url", a dot segment; a bound): its ``input`` is the request as the file wrote it (headers, which may hold
     ``{{ env.NAME }}``, left out)."""
-    shown = {"method": node.method, "url": node.url, "headers": {}, "body": None,
+    shown: dict[str, Any] = {"method": node.method, "url": node.url, "headers": {}, "body": None,
              **({"connector": node.connector} if node.connector else {})}
     svc.journal.start_operation(_operation_row(svc, run_id=run_id, node=node, op_id=op_id, shown=shown,
                                                depends_on=depends_on))
