@@ -206,6 +206,7 @@ needs = ["order"]
     assert comp["status"] == "failed", comp
     assert len(comp["attempts"]) == 1  # final: no further attempt
     assert "empty value for {{ original.result.body.id }} in url" in json.dumps(comp)
+    assert "not retried" in comp["reason"] and "all 4" not in comp["reason"], comp["reason"]  # says so truly
 
 
 def test_an_empty_value_in_an_http_node_ticket_action_or_notify_url_is_not_sent(server, write_workflow, workrun):

@@ -125,6 +125,10 @@ def finish_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow
         if attempt["trigger"] == "operator":
             comp_status, reason = "failed", (f"attempt {number} (operator retry) failed ({what}): needs an operator "
                                              f"(`workrun compensations show {cid}`)")
+        elif exhausted and got.failure is not None and got.failure.final and used + 1 < int(comp["max_attempts"]):
+            comp_status, reason = "failed", (f"attempt {number} failed ({what}); not retried (a failure no new "
+                                             f"attempt can change): needs an operator (`workrun compensations show "
+                                             f"{cid}`)")
         elif exhausted:
             comp_status, reason = "failed", (f"attempt {number} failed ({what}); all {comp['max_attempts']} "
                                              f"attempt(s) failed: needs an operator (`workrun compensations show "
