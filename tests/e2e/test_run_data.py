@@ -90,6 +90,12 @@ needs = ["pay"]
     assert res.code == 0, res
     assert res.json()["data"] == {"status": "paid-later"}
     assert server.count("GET", "/next/paid-later") == 1
+    [ticket] = res.json()["tickets"]  # the ticket shows its action done, as any action (R-M4)
+    action = ticket["action"]
+    assert (ticket["status"], action["status"], action["result"]) == ("resolved", "succeeded",
+                                                                      {"updated": {"status": "paid-later"}}), ticket
+    assert [(a["number"], a["status"]) for a in action["attempts"]] == [(1, "succeeded")]
+    assert workrun("resume", "--json").json() == {"runs": []}  # nothing left to do for it
 
 
 def test_a_name_only_update_data_sets_may_be_read_by_an_action(cli, write_workflow, make_project):

@@ -326,10 +326,12 @@ class TicketRecords(Protocol):
 
     def open_ticket(self, ticket: TicketRow, *, node_status: str, handled: bool, at: float,
                     events: Sequence[TicketEventRow], action: TicketActionRow | None = None,
-                    notification: NotificationRow | None = None, run_data: JsonObject | None = None) -> None:
+                    notification: NotificationRow | None = None, run_data: JsonObject | None = None,
+                    attempt: TicketAttemptRow | None = None) -> None:
         """Open a ticket and move its node (``running`` -> ``waiting``, or ``failed`` for fallback_action /
-        terminate, ``handled`` for fallback_action) with its events, its action job and its notification
-        intent, in one transaction (R-M1, R-M3..R-M5, R-M8). Fault point: ``ticket.opened``."""
+        terminate, ``handled`` for fallback_action) with its events, its action job (and ``attempt``, an action
+        done with it: a fallback ``update_data``) and its notification intent, in one transaction (R-M1,
+        R-M3..R-M5, R-M8, R-K4). Fault point: ``ticket.opened``."""
 
     def pause_run(self, run_id: str, *, reason: str, at: float) -> None:
         """Mark a running run ``waiting``; its pending nodes stay pending (R-M1). Fault point: ``run.waiting``."""

@@ -573,7 +573,8 @@ class SqlJournal(ABC):
 
     def open_ticket(self, ticket: TicketRow, *, node_status: str, handled: bool, at: float,
                     events: Sequence[TicketEventRow], action: TicketActionRow | None = None,
-                    notification: NotificationRow | None = None, run_data: JsonObject | None = None) -> None:
+                    notification: NotificationRow | None = None, run_data: JsonObject | None = None,
+                    attempt: TicketAttemptRow | None = None) -> None:
         """Open a ticket with everything that comes with it, in one transaction (R-M1, R-M3..R-M5, R-M8)."""
         key = (ticket["run_id"], ticket["node_key"])
         node: dict[str, Any] = {"status": node_status}
@@ -583,6 +584,8 @@ class SqlJournal(ABC):
                  *[_insert("ticket_events", e) for e in events]]
         if action is not None:
             stmts.append(_insert("ticket_actions", action))
+        if attempt is not None:  # an action done with the ticket (a fallback update_data, R-K4): its one attempt
+            stmts.append(_insert("ticket_attempts", attempt))
         if notification is not None:
             stmts.append(_insert("notifications", notification))
         if run_data is not None:  # a fallback_action that is update_data: applied with the ticket (R-K4)

@@ -9,6 +9,7 @@ from typing import Any
 
 from workrun.core.models import FailurePolicy, WorkflowSpec
 from workrun.core.outcomes import NodeOutcome
+from workrun.core.rows import TicketAttemptRow
 from workrun.core.templates import missing_value, reads_data
 from workrun.effects.ticket_records import (
     SYSTEM_ACTOR,
@@ -47,13 +48,22 @@ def open_ticket(svc: Context, run_id: str, spec: WorkflowSpec, key: str, policy:
     if policy.action is not None and policy.action.kind == "update_data" or reads_data(policy.written()) \
             or (spec.notify is not None and reads_data(spec.notify.model_dump())):
         values["data"] = run_data(svc.journal.run(run_id))
+    attempt: TicketAttemptRow | None = None
     if policy.action is not None and policy.action.kind == "update_data" and kind == "fallback_action":
-        try:  # a local write: applied in the transaction that marks the node handled (R-K4)
+        # a local write: applied in the transaction that marks the node handled (R-K4); its action job is done
+        # there too, with its one attempt, so the ticket shows it as any action (R-M4)
+        action = action_row(tid, run_id, policy.action, {}, now)
+        try:
             updates = data_updates(policy.action, values)
             new_data = {**values["data"], **updates}
             events.append(event_row(tid, run_id, SYSTEM_ACTOR, "update_data", {"fields": list(updates)}, now))
+            action["status"], action["result"] = "succeeded", {"updated": updates}
+            action["request"] = {"method": "DATA", "url": "data:", "headers": {}, "body": updates}
+            attempt = {"ticket_id": tid, "number": 1, "trigger": "auto", "status": "succeeded", "started_at": now,
+                       "ended_at": now}
             action_note = "; its data update is applied"
         except KeyError as exc:
+            action["status"], action["reason"] = "failed", f"{missing_value(exc)}: the data update cannot be made"
             action_note = f"; its data update cannot be made ({missing_value(exc)})"
     elif policy.action is not None:
         action = action_row(tid, run_id, policy.action, {}, now)
@@ -81,7 +91,7 @@ def open_ticket(svc: Context, run_id: str, spec: WorkflowSpec, key: str, policy:
     svc.journal.open_ticket(ticket_row(tid, run_id, key, kind, status, error, now),
                             node_status="waiting" if status == "pending" else "failed",
                             handled=kind == "fallback_action", at=now, events=events, action=action,
-                            notification=notification, run_data=new_data)
+                            notification=notification, run_data=new_data, attempt=attempt)
     if status == "pending":
         svc.say(run_id, key, "error", f"{key}: failed ({error}); waiting for a person: ticket {tid} "
                 f"(on_failure = {kind}){action_note}. `workrun tickets resume {tid}` or "
