@@ -53,6 +53,18 @@ BAD = {
     "process node without project": '[nodes.a]\napp = "x"\n',
     # hostile review: a name that would print as two lines in the run log
     "name of two lines": 'name = "a\\r\\nfake line"\n[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
+    # conformance review: what the loader's own checks refuse, the schema refuses too (R-L4)
+    "remote agent without url": '[nodes.a]\nkind = "remote_agent"\nmessage = "hi"\n',
+    "remote agent on ftp": '[nodes.a]\nkind = "remote_agent"\nurl = "ftp://127.0.0.1/"\nmessage = "hi"\n',
+    "agent without tools": '[nodes.a]\nkind = "agent"\nprompt = "p"\nmodel = "scripted"\ntools = []\n',
+    "script step with an unknown key": '[nodes.a]\nkind = "agent"\nprompt = "p"\nmodel = "scripted"\n'
+                                       'tools = [{ project = ".", app = "t" }]\nscript = [{ tool = "x", colour = 1 }]\n',
+    "connector url not relative": '[connectors.s]\nbase_url = "http://127.0.0.1:9/"\n[nodes.a]\nkind = "http"\n'
+                                  'connector = "s"\nmethod = "GET"\nurl = "orders"\n',
+    "connector base_url not http": '[connectors.s]\nbase_url = "/api"\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
+                                   'url = "http://127.0.0.1:9/"\n',
+    "smtp with tls and starttls": '[smtp]\nhost = "127.0.0.1"\nfrom = "a@b.c"\ntls = true\nstarttls = true\n'
+                                  '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
 }
 
 
@@ -143,3 +155,18 @@ def test_an_apps_compensation_of_every_action_kind_schema_and_model_agree(comp, 
     else:
         taken = True
     assert taken is ok, comp
+
+
+@pytest.mark.parametrize("text", [
+    "[tool.workrun.apps]\n", '[tool.workrun.apps.a]\nentry = "main.py"\n[tool.workrun.other]\nx = 1\n',
+    '[tool.workrun.apps.a]\nentry = "/etc/passwd"\n', '[tool.workrun.apps.a]\nentry = "../x.py"\n',
+])
+def test_what_the_app_schema_refuses_the_loader_refuses(text, tmp_path):
+    """R-L4: an App project's table: no Apps, a key beside ``apps``, an entry outside the project."""
+    pyproject = '[project]\nname = "p"\nversion = "0"\n' + text
+    assert list(_validator(app_schema()).iter_errors(tomllib.loads(pyproject)["tool"]["workrun"])), text
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    (tmp_path / "uv.lock").write_text("")
+    (tmp_path / "main.py").write_text("")
+    with pytest.raises(ConfigError):
+        load_project(tmp_path)

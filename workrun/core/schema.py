@@ -90,6 +90,34 @@ def _node(kind: str, defs: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+_HTTP_URL = "^[Hh][Tt][Tt][Pp][Ss]?://"
+#: a path inside the project: relative, with no ``..`` segment (R-A4)
+_INSIDE = "^(?![/\\\\])(?!.*(^|[/\\\\])\\.\\.([/\\\\]|$)).+$"
+
+
+def _as_the_checks_say(defs: dict[str, Any]) -> None:
+    """What the loader's checks beyond the models refuse, said in the schema where JSON Schema can (R-L4): a
+    remote agent's ``url`` (required, http or https), an agent's tools (one at least) and script steps (``tool``,
+    ``args``, ``error``), a connector's literal http(s) ``base_url``, a request through a connector with a
+    relative ``url`` (or one whole template, R-K6), ``[smtp]`` with ``tls`` or ``starttls``, not both."""
+    remote = defs["Node_remote_agent"]
+    remote["required"] = [*remote["required"], "url"]
+    remote["properties"]["url"] = {"type": "string", "pattern": _HTTP_URL, "title": "Url"}
+    agent = defs["Node_agent"]["properties"]
+    agent["tools"]["minItems"] = 1
+    agent["script"]["items"] = {"type": "object", "additionalProperties": False,
+                                "properties": {"tool": {"type": "string"}, "args": {"type": "object"},
+                                               "error": {"type": "string"}},
+                                "anyOf": [{"required": ["tool"]}, {"required": ["error"]}]}
+    defs["Connector"]["properties"]["base_url"]["pattern"] = _HTTP_URL
+    through = {"if": {"required": ["connector"], "properties": {"connector": {"type": "string"}}},
+               "then": {"properties": {"url": {"type": "string", "pattern": "^(/|\\{\\{[^{}]*\\}\\}$)"}}}}
+    for name in ("Node_http", "HttpAction"):
+        defs[name].setdefault("allOf", []).append(through)
+    defs["Smtp"]["not"] = {"required": ["tls", "starttls"],
+                           "properties": {"tls": {"const": True}, "starttls": {"const": True}}}
+
+
 def workflow_schema() -> dict[str, Any]:
     """The JSON Schema of a workflow file (R-W1, SPEC §9, §11, §12)."""
     defs: dict[str, Any] = {}
@@ -99,6 +127,7 @@ def workflow_schema() -> dict[str, Any]:
     kinds = list(NODE_MODELS)
     for kind in kinds:
         defs[f"Node_{kind}"] = _node(kind, defs)
+    _as_the_checks_say(defs)
     node = {"oneOf": [{"$ref": f"#/$defs/Node_{k}"} for k in kinds]}
     return {
         "$schema": DRAFT,
@@ -134,6 +163,7 @@ def app_schema() -> dict[str, Any]:
     app.get("properties", {}).pop("name", None)
     app["required"] = [r for r in app.get("required", []) if r != "name"]
     app.pop("title", None)
+    app["properties"]["entry"]["pattern"] = _INSIDE
     defs["App"] = app
     # the written forms of SPEC §19 beside ``entry`` and ``http``: an ACTION of any kind in place (the loader
     # turns each into ``http``); exactly one of them, as the loader says

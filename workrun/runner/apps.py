@@ -142,6 +142,11 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
         raise ConfigError("no Apps declared: not an App project (R-A1)", file=file, field="tool.workrun.apps")
     if not isinstance(apps_table, dict):
         raise ConfigError("must be a table of Apps", file=file, field="tool.workrun.apps")
+    if not apps_table:
+        raise ConfigError("no Apps declared: add [tool.workrun.apps.NAME] (R-A1)", file=file, field="tool.workrun.apps")
+    unknown = sorted(k for k in data["tool"]["workrun"] if k != "apps")
+    if unknown:  # as the schema says (R-L4): [tool.workrun] holds apps only
+        raise ConfigError("unknown key ([tool.workrun] holds apps only)", file=file, field=f"tool.workrun.{unknown[0]}")
     if not (project / "uv.lock").is_file():
         raise ConfigError("uv.lock is missing: run `uv lock` in the project (R-A1)", file=str(project / "uv.lock"))
     apps: dict[str, AppSpec] = {}
