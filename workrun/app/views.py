@@ -43,6 +43,16 @@ def _connector_of(request: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def _operation_connector(op: Any) -> str | None:
+    """The connector an operation's request went through (R-K1), else None: asked of its effect only when its input
+    names one (a read command imports no effect for the runs of most workflows, R-P3)."""
+    if _connector_of(op["input"]) is None:
+        return None
+    from workrun.effects import operation_connector
+
+    return operation_connector(op)
+
+
 def compensation_view(c: CompensationRow, attempts: list[AttemptRow]) -> dict[str, Any]:
     """One compensation as in SPEC §9, plus the context it was given and its timestamps."""
     connector = _connector_of((c["context"] or {}).get("reverse_action") if isinstance(c["context"], dict) else None)
@@ -127,7 +137,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any]:
         operations.append({
             "operation_id": op["operation_id"], "node_key": op["node_key"], "tool_call_index": op["tool_call_index"],
             "app": op["app"], "kind": op["kind"], "tool": op["tool_name"], "status": status,
-            "connector": _connector_of(op["input"]) if op["kind"] == "http" else None,
+            "connector": _operation_connector(op),
             "input": op["input"], "result": op["result"], "resources": op["resources"],
             "depends_on": op["depends_on"], "fingerprint": op["fingerprint"], "error": op["error"],
             "exit_code": op["exit_code"], "signal": op["signal"],

@@ -23,8 +23,8 @@ from workrun.effects.operations import current_owner, owner_gone
 from workrun.runner.base import CLAIM_WAIT
 from workrun.runner.context import Context
 
-__all__ = ["Compensator", "Effect", "Planned", "for_compensation", "for_operation", "plan", "register",
-           "register_action", "settle_operations"]
+__all__ = ["Compensator", "Effect", "Planned", "for_compensation", "for_operation", "operation_connector", "plan",
+           "register", "register_action", "settle_operations"]
 
 _BY_NAME: dict[str, Compensator] = {}
 _BY_OPERATION_KIND: dict[str, Effect] = {}
@@ -61,6 +61,15 @@ register_action(DataUpdate())  # an update_data reverse action, likewise (R-K4)
 def for_operation(op: OperationRow) -> Effect:
     """The effect that made ``op`` (by its ``kind``; an App call for any kind not registered)."""
     return _BY_OPERATION_KIND.get(op.get("kind") or "", _BY_OPERATION_KIND["process"])
+
+
+def operation_connector(op: OperationRow) -> str | None:
+    """The connector ``op``'s request went through (R-K1); None when it names none or is no request (an App
+    call's input is the App's own data, whatever keys it has)."""
+    if not isinstance(for_operation(op), HttpRequest):
+        return None
+    name = (op.get("input") or {}).get("connector")
+    return name if isinstance(name, str) else None
 
 
 def for_compensation(comp: CompensationRow) -> Compensator:
