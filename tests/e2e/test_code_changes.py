@@ -479,3 +479,28 @@ def test_gc_keeps_snapshots_of_unfinished_compensations(workrun, write_workflow,
     res = workrun("gc")
     assert res.code == 0 and "removed 1 snapshot(s); kept 0" in res.out, res
     assert objects() == set()
+
+
+def test_snapshot_app_called_by_parallel_nodes_is_taken_and_materialised_once(workrun, write_workflow, alpha, editor,
+                                                                           tmp_path, isolated_env):
+    """R-C8 snapshots under concurrency (conformance review): three independent calls of one snapshot App in one
+    run take its snapshot and materialise it for their compensations at the same moment, without colliding on a
+    temporary name or removing a tree another compensation uses."""
+    proj = alpha(extra=', code = "snapshot"')
+    log = tmp_path / "log.jsonl"
+    nodes = "".join(f'[nodes.{k}]\nproject = "{proj}"\napp = "alpha"\ninput = {{ name = "{k}" }}\n'
+                    for k in ("a", "b", "c"))
+    wf = write_workflow("parallel", nodes + f"""
+[nodes.boom]
+project = "{editor}"
+app = "editor"
+input = {{ delete = ["{tmp_path / 'no-such-dir'}"] }}
+needs = ["a", "b", "c"]
+""")
+    for _ in range(3):  # the collision was timing-dependent: a few runs, each taking and building anew
+        for stored in ("snapshots", "objects", "snapshot-trees"):
+            shutil.rmtree(isolated_env / stored, ignore_errors=True)
+        res = workrun("run", wf, "--json", env={"TEST_LOG": str(log), "WORKRUN_CONCURRENCY": "3"})
+        assert res.code == 1, res
+        assert {k: c["status"] for k, c in _comps(res.json()).items()} == {
+            "a": "succeeded", "b": "succeeded", "c": "succeeded"}, _comps(res.json())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -66,6 +67,14 @@ def _shared(journal: object) -> Store | None:
     return journal if isinstance(journal, Store) else None
 
 
+_BUILDING = threading.Lock()  # one snapshot taken or materialised at a time in a process (its calls share them)
+
+
+def _unique() -> str:
+    """A temporary name's part no other process or thread of this data directory uses at the same time."""
+    return f"{os.getpid()}.{threading.get_ident()}.{os.urandom(3).hex()}"
+
+
 def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) -> str:
     """Store the project's fingerprinted files; return the snapshot id (the fingerprint digest).
 
@@ -76,6 +85,11 @@ def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) ->
         ValueError: the files add up to more than :func:`max_bytes` (the call then fails before it starts).
         JournalError: the shared journal cannot store it.
     """
+    with _BUILDING:  # two calls of one process snapshot the same project at once: one builds, both use it
+        return _take(data_dir, project, fp, journal)
+
+
+def _take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any) -> str:
     manifest = data_dir / "snapshots" / f"{fp.digest}.json"
     if manifest.is_file():
         _publish(data_dir, fp.digest, _shared(journal))
@@ -89,11 +103,11 @@ def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) ->
         target = objects / digest[:2] / digest
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            tmp = target.with_suffix(f".tmp{_unique()}")
             copy_file(project / rel, tmp)
             os.replace(tmp, target)
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = manifest.with_suffix(f".tmp{os.getpid()}")
+    tmp = manifest.with_suffix(f".tmp{_unique()}")
     tmp.write_text(json.dumps({"files": fp.files, "project": str(project)}))
     os.replace(tmp, manifest)
     _publish(data_dir, fp.digest, _shared(journal))
@@ -118,12 +132,12 @@ def _fetch(data_dir: Path, snapshot: str, journal: Store) -> None:
         target = data_dir / "objects" / digest[:2] / digest
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            tmp = target.with_suffix(f".tmp{_unique()}")
             tmp.write_bytes(journal.snapshot_object(digest))
             os.replace(tmp, target)
     path = data_dir / "snapshots" / f"{snapshot}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp = path.with_suffix(f".tmp{_unique()}")
     tmp.write_text(json.dumps(manifest))
     os.replace(tmp, path)
 
@@ -141,20 +155,35 @@ def materialize(data_dir: Path, snapshot: str, journal: Any = None) -> Path:
     tree = data_dir / "snapshot-trees" / snapshot
     if (tree / ".complete").exists():
         return tree
+    with _BUILDING:
+        return _materialize(data_dir, snapshot, journal, tree)
+
+
+def _materialize(data_dir: Path, snapshot: str, journal: Any, tree: Path) -> Path:
+    if (tree / ".complete").exists():  # built while this waited
+        return tree
     store = _shared(journal)
     if not (data_dir / "snapshots" / f"{snapshot}.json").is_file() and store is not None:
         _fetch(data_dir, snapshot, store)
     files = json.loads((data_dir / "snapshots" / f"{snapshot}.json").read_text())["files"]
-    tmp = tree.with_name(f".{snapshot}.{os.getpid()}")
+    tmp = tree.with_name(f".{snapshot}.{_unique()}")
     remove_tree(tmp)
     for rel, digest in files.items():
         dest = tmp / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         copy_file(data_dir / "objects" / digest[:2] / digest, dest)
     (tmp / ".complete").write_text("")
-    if tree.exists():
+    if (tree / ".complete").exists():  # another process built it meanwhile: its tree may be in use, keep it
+        remove_tree(tmp)
+        return tree
+    if tree.exists():  # left incomplete by a process that was killed
         remove_tree(tree)
-    os.replace(tmp, tree)
+    try:
+        os.replace(tmp, tree)
+    except OSError:
+        if not (tree / ".complete").exists():
+            raise
+        remove_tree(tmp)
     return tree
 
 
