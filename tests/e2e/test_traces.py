@@ -40,6 +40,8 @@ class Receiver:
                         for span in ss.spans:
                             attrs = {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
                             attrs["_span_id"] = int.from_bytes(span.span_id, "big")
+                            attrs["_parent"] = int.from_bytes(span.parent_span_id, "big") if span.parent_span_id \
+                                else None
                             receiver.spans.append((span.name, int.from_bytes(span.trace_id, "big"), attrs))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -109,6 +111,21 @@ def test_a_run_exports_its_spans_in_one_trace(shop, write_workflow):
                for s in receiver.spans)
     comp = next(s for s in receiver.spans if s[0] == "compensation")
     assert comp[2]["workrun.status"] == "succeeded" and comp[2]["workrun.compensation_id"].startswith("cmp_")
+    # one tree (conformance review): run is the root; node, compensation under it; operation under its node;
+    # http.request under its operation; attempt under its compensation
+    ids = {s[2]["_span_id"]: s for s in receiver.spans}
+    assert run[2]["_parent"] is None
+
+    def parent(span):
+        return ids[span[2]["_parent"]][0]
+
+    for span in receiver.spans:
+        if span[0] != "run":
+            want = {"node": "run", "compensation": "run", "operation": "node", "http.request": "operation",
+                    "attempt": "compensation"}[span[0]]
+            assert parent(span) == want, (span, want)
+    op = next(s for s in receiver.spans if s[0] == "operation" and s[2].get("workrun.node_key") == "order")
+    assert ids[op[2]["_parent"]][2]["workrun.node_key"] == "order"
 
 
 def test_disabled_or_unreachable_never_fails_or_blocks_a_run(shop, write_workflow):

@@ -85,6 +85,13 @@ def _setup() -> Any:
                 return int(given)
             return int(super().generate_span_id())
 
+        def generate_trace_id(self) -> int:  # a run's root span: its trace is the run's (R-F5)
+            given = getattr(_NEXT, "trace_id", None)
+            if given is not None:
+                _NEXT.trace_id = None
+                return int(given)
+            return int(super().generate_trace_id())
+
     provider = TracerProvider(resource=Resource.create({"service.name": "workrun"}), id_generator=Known())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=2), schedule_delay_millis=500,
                                                    export_timeout_millis=2000))
@@ -109,36 +116,58 @@ def _parent(trace_id: int, span_id: int) -> Any:
     return trace.set_span_in_context(NonRecordingSpan(ctx))
 
 
-def _record(name: str, trace_id: int, parent_span: int, start: float | None, end: float | None,
+def _record(name: str, trace_id: int, parent_span: int | None, start: float | None, end: float | None,
             attributes: dict[str, Any], span_id: int | None = None) -> None:
-    """Record one ended span (times in epoch seconds) under ``parent_span`` of ``trace_id`` (with ``span_id`` when
-    its id was promised ahead, :func:`traceparent`)."""
+    """Record one ended span (times in epoch seconds) under ``parent_span`` of ``trace_id`` (None: the trace's root
+    span), with ``span_id`` when its id is known ahead (:func:`traceparent`, or a parent's id its children name)."""
     if not enabled():
         return
     try:
+        from opentelemetry.context import Context
+
         tracer = _STATE["tracer"]
         _NEXT.span_id = span_id
+        _NEXT.trace_id = trace_id if parent_span is None else None
         now = time.time()
         begin = int((start if start is not None else now) * 1e9)
         finish = int((end if end is not None else now) * 1e9)
-        span = tracer.start_span(name, context=_parent(trace_id, parent_span), start_time=begin,
-                                 attributes={k: v for k, v in attributes.items() if v is not None})
+        span = tracer.start_span(name, context=Context() if parent_span is None else _parent(trace_id, parent_span),
+                                 start_time=begin, attributes={k: v for k, v in attributes.items() if v is not None})
         span.end(end_time=max(begin, finish))
     except Exception:  # export never blocks or fails a run
         pass
+    finally:
+        _NEXT.span_id = _NEXT.trace_id = None
+
+
+# the spans' tree (R-F5): run (the trace's root) -> node -> operation -> http.request; run -> compensation -> attempt.
+# A span's id is derived from what it stands for, so a span recorded by another process (a worker, a resume) finds
+# its parent's id without asking anyone.
+
+def _run_id_span(run_id: str) -> int:
+    return _span_id(run_id, "root")
+
+
+def _node_id_span(run_id: str, node_key: str | None) -> int:
+    return _span_id(run_id, "node", str(node_key)) if node_key else _run_id_span(run_id)
+
+
+def _compensation_id_span(run_id: str, compensation_id: str | None) -> int:
+    return _span_id(run_id, "compensation", str(compensation_id))
 
 
 def run_span(run: RunRow) -> None:
-    """A run (or the part this process drove) ended or paused: ``run`` span with its status."""
+    """A run (or the part this process drove) ended or paused: ``run`` span with its status, the trace's root."""
     rid = run["run_id"]
-    _record("run", trace_id_of(rid), _span_id(rid, "root"), run.get("created_at"), run.get("ended_at"),
-            {"workrun.run_id": rid, "workrun.status": run.get("status")})
+    _record("run", trace_id_of(rid), None, run.get("created_at"), run.get("ended_at"),
+            {"workrun.run_id": rid, "workrun.status": run.get("status")}, span_id=_run_id_span(rid))
 
 
 def node_span(run_id: str, node: NodeRow) -> None:
     """A node ended: ``node`` span (child of the run's)."""
-    _record("node", trace_id_of(run_id), _span_id(run_id, "root"), node.get("started_at"), node.get("ended_at"),
-            {"workrun.run_id": run_id, "workrun.node_key": node.get("node_key"), "workrun.status": node.get("status")})
+    _record("node", trace_id_of(run_id), _run_id_span(run_id), node.get("started_at"), node.get("ended_at"),
+            {"workrun.run_id": run_id, "workrun.node_key": node.get("node_key"), "workrun.status": node.get("status")},
+            span_id=_node_id_span(run_id, node.get("node_key")))
 
 
 def operation_span(op: OperationRow, *, request_method: str | None = None) -> None:
@@ -150,10 +179,11 @@ def operation_span(op: OperationRow, *, request_method: str | None = None) -> No
     attrs = {"workrun.run_id": rid, "workrun.node_key": op.get("node_key"), "workrun.operation_id":
              op.get("operation_id"), "workrun.status": op.get("status"), "workrun.kind": op.get("kind")}
     begin = op.get("started_at") or op.get("created_at")
-    _record("operation", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"), attrs,
-            span_id=_span_id(rid, str(op.get("operation_id"))))
+    own = _span_id(rid, str(op.get("operation_id")))
+    _record("operation", trace_id_of(rid), _node_id_span(rid, op.get("node_key")), begin, op.get("ended_at"), attrs,
+            span_id=own)
     if request_method is not None:
-        _record("http.request", trace_id_of(rid), _span_id(rid, "root"), begin, op.get("ended_at"),
+        _record("http.request", trace_id_of(rid), own, begin, op.get("ended_at"),
                 {**attrs, "http.request.method": request_method})
 
 
@@ -164,10 +194,11 @@ def attempt_span(comp: CompensationRow, attempt: AttemptRow | None) -> None:
         return
     attrs = {"workrun.run_id": rid, "workrun.node_key": comp.get("node_key"),
              "workrun.compensation_id": comp.get("compensation_id"), "workrun.operation_id": comp.get("operation_id")}
+    parent = _compensation_id_span(rid, comp.get("compensation_id"))
     if attempt is not None:
-        _record("attempt", trace_id_of(rid), _span_id(rid, "root"), attempt.get("started_at"), attempt.get("ended_at"),
+        _record("attempt", trace_id_of(rid), parent, attempt.get("started_at"), attempt.get("ended_at"),
                 {**attrs, "workrun.status": attempt.get("status"), "workrun.attempt": attempt.get("number")},
                 span_id=_span_id(rid, f"{comp.get('compensation_id')}.{attempt.get('number')}"))
     if comp.get("status") in ("succeeded", "failed", "unknown", "skipped", "resolved"):
-        _record("compensation", trace_id_of(rid), _span_id(rid, "root"), comp.get("created_at"),
-                comp.get("updated_at"), {**attrs, "workrun.status": comp.get("status")})
+        _record("compensation", trace_id_of(rid), _run_id_span(rid), comp.get("created_at"),
+                comp.get("updated_at"), {**attrs, "workrun.status": comp.get("status")}, span_id=parent)
