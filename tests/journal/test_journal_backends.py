@@ -636,3 +636,42 @@ def test_the_looks_for_unfinished_runs_read_runs_by_status_not_every_run(journal
     for sql in sqls:
         plan = " ".join(str(row["detail"]) for row in journal._db.execute("EXPLAIN QUERY PLAN " + sql).fetchall())
         assert "SCAN r" not in plan and "SCAN runs" not in plan and "runs_status" in plan, plan
+
+
+def test_a_scheduler_frozen_inside_a_transaction_does_not_hold_off_a_takeover(pg_url, monkeypatch, tmp_path):
+    """R-F2 (conformance review): A is frozen (SIGSTOP, a paused VM) inside a write transaction, holding its claim
+    row's lock; B's takeover waited for it for good. The server now ends A's session once it sits idle in its
+    transaction longer than a lease (at least 5 s): B takes the run over, and A, running again, writes nothing."""
+    import threading
+    import time
+
+    from workrun.core.errors import ClaimLostError
+    from workrun.journal import open_journal
+
+    monkeypatch.setenv("WORKRUN_JOURNAL", pg_url)
+    monkeypatch.setenv("WORKRUN_LEASE", "1")
+    a, b = open_journal(tmp_path), open_journal(tmp_path)
+    try:
+        _run(a, "run_1", 1.0)
+        claim_a = a.claim_run("wkr_a", 100.0, 1.0)
+        with a._lock:  # A's scheduler, frozen between two statements of a fenced write
+            a._pg.execute("BEGIN")
+            a._pg.execute("SELECT epoch FROM run_claims WHERE run_id = 'run_1' FOR KEY SHARE")
+        got: list = []
+        taker = threading.Thread(target=lambda: got.append(b.claim_run("wkr_b", 200.0, 10.0)), daemon=True)
+        began = time.monotonic()
+        taker.start()
+        taker.join(30)
+        if taker.is_alive():  # unfreeze A, so that the test ends
+            with a._lock:
+                a._pg.execute("ROLLBACK")
+            taker.join(10)
+            pytest.fail("the takeover waited for the frozen scheduler's transaction")
+        assert got[0]["epoch"] == claim_a["epoch"] + 1 and got[0]["takeover"], got
+        assert time.monotonic() - began < 20
+        with a.fenced("run_1", "wkr_a", claim_a["epoch"]), pytest.raises(ClaimLostError):
+            a.add_message("run_1", None, "info", "A, running again")  # on a new connection: fenced out
+        assert [m["text"] for m in b.messages("run_1")] == []
+    finally:
+        a.close()
+        b.close()

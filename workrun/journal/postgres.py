@@ -170,7 +170,14 @@ class PostgresJournal(SqlJournal):
     # -- plumbing: one place for reconnects (R-F1) and fencing (R-F2) -------------
 
     def _connect(self) -> Any:
-        return self._psycopg.connect(self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10)
+        """A connection whose transaction the server ends when it sits idle inside it longer than a claim's lease
+        (at least 5 s): a process frozen mid-transaction (SIGSTOP, a swapped-out VM) cannot hold the claim row's
+        lock, and with it every takeover, for longer than its claim lasts anyway (R-F2). Its transaction is then
+        rolled back and, when the process runs again, retried on a new connection, where the fence refuses it."""
+        idle_ms = int(max(5.0, settings.current().lease) * 1000)
+        given = self._psycopg.conninfo.conninfo_to_dict(self.url).get("options") or ""
+        return self._psycopg.connect(self.url, autocommit=True, row_factory=_row_factory, connect_timeout=10,
+                                     options=f"{given} -c idle_in_transaction_session_timeout={idle_ms}".strip())
 
     @contextlib.contextmanager
     def fenced(self, run_id: str, worker_id: str, epoch: int) -> Iterator[None]:
@@ -185,9 +192,14 @@ class PostgresJournal(SqlJournal):
             self._fence = before
 
     def _lost(self, exc: BaseException) -> bool:
-        """True when ``exc`` means the connection is gone (not a refused statement)."""
+        """True when ``exc`` means the connection is gone (not a refused statement): also when the server ended the
+        session itself (an idle-in-transaction timeout, an administrator's shutdown), which psycopg raises as the
+        error the server named, with the connection broken."""
         pg = self._pg
-        return isinstance(exc, self._psycopg.OperationalError) and (pg is None or pg.closed or pg.broken)
+        gone = pg is None or pg.closed or pg.broken
+        errors = self._psycopg.errors
+        return gone and isinstance(exc, (self._psycopg.OperationalError, errors.IdleInTransactionSessionTimeout,
+                                         errors.AdminShutdown))
 
     def _reconnect(self, give_up: float, exc: BaseException, *, say: bool = True) -> None:
         """Reopen the connection with backoff until ``give_up`` (monotonic seconds); say so once done (R-F1).
