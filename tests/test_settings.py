@@ -45,6 +45,11 @@ def test_good_values(env, attr, value):
     ("WORKRUN_MAX_PAGES", "0", "an integer from 1 to"),
     ("WORKRUN_LAUNCH", "thread", "'fork' or 'spawn'"),
     ("WORKRUN_JOURNAL", "mysql://x", "'sqlite' or a postgresql:// URL"),
+    # conformance review: what libpq refuses is bad input (exit 2 naming the variable), not an unreachable server
+    ("WORKRUN_JOURNAL", "postgresql://127.0.0.1:notaport/db", "'sqlite' or a postgresql:// URL"),
+    ("WORKRUN_JOURNAL", "postgresql://127.0.0.1:70000/db", "'sqlite' or a postgresql:// URL"),
+    ("WORKRUN_JOURNAL", "postgresql://127.0.0.1/db?sslmode=bogus", "'sqlite' or a postgresql:// URL"),
+    ("WORKRUN_JOURNAL", "postgresql://ho st/db", "'sqlite' or a postgresql:// URL"),
     ("WORKRUN_LEASE", "inf", "a number of seconds, at least 1"),
 ])
 def test_bad_values_name_the_variable_and_what_it_accepts(name, raw, accepts):
@@ -83,3 +88,15 @@ def test_unbalanced_templates_name_the_field(value, field, message):
         check_template_braces(value, "nodes.n.input", "wf.toml")
     assert (err.value.file, err.value.field) == ("wf.toml", field)
     assert message in err.value.message
+
+
+def test_a_bad_journal_url_never_shows_its_password():
+    with pytest.raises(ConfigError) as err:
+        current({"WORKRUN_JOURNAL": "postgresql://u:s3cret@127.0.0.1:notaport/db"})
+    assert "s3cret" not in err.value.message and "u:***@127.0.0.1" in err.value.message
+
+
+@pytest.mark.parametrize("url", ["postgresql://[::1]:5432/db", "postgresql://a:1,b:2/db?sslmode=require",
+                                 "postgres://u:p@h/db", "postgresql:///db?host=/tmp/sock"])
+def test_good_journal_urls_are_taken(url):
+    assert current({"WORKRUN_JOURNAL": url}).journal_url == url

@@ -110,13 +110,32 @@ def _launch(raw: str) -> str:
     return raw
 
 
+_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+
+
 def _journal(raw: str) -> str | None:
+    """``sqlite`` (None) or a ``postgresql://`` URL whose form libpq takes: each host's port a number in
+    1..65535, no space in the host part, a known ``sslmode`` (bad input is exit 2 naming the variable, §17;
+    a server that cannot be reached is found when the journal opens)."""
+    from urllib.parse import parse_qs, urlsplit
+
     value = raw.strip()
     if value == "sqlite":
         return None
-    if value.startswith(("postgresql://", "postgres://")):
-        return value
-    raise ValueError
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise ValueError
+    parts = urlsplit(value)
+    hosts = parts.netloc.rpartition("@")[2]
+    if any(c.isspace() for c in hosts):
+        raise ValueError
+    for host in hosts.split(","):
+        port = host.rpartition("]")[2].partition(":")[2] if host.startswith("[") else host.partition(":")[2]
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError
+    for mode in parse_qs(parts.query).get("sslmode", []):
+        if mode not in _SSLMODES:
+            raise ValueError
+    return value
 
 
 def _lease(raw: str) -> float:
@@ -225,6 +244,8 @@ def current(environ: Mapping[str, str] | None = None) -> Settings:
             raise ConfigError(f"{raw} is a file, not a directory; it must be the data directory",
                               field=name) from None
         except (ValueError, OverflowError):
+            if name == "WORKRUN_JOURNAL":  # a URL's password is never shown
+                raw = re.sub(r"(?<=://)([^/@]*?):[^/@]*@", r"\1:***@", raw)
             shown = raw if len(raw) <= 60 else raw[:57] + "..."
             raise ConfigError(f"must be {accepts}, not {shown!r}", field=name) from None
     return Settings(**values)
