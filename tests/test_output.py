@@ -76,3 +76,24 @@ def test_a_driven_run_that_was_stopped_says_what_was_not_undone(capsys: pytest.C
             "tickets": []}
     print_run(view, json_mode=False)
     assert "not undone: 2 calls — workrun compensate run_abc" in capsys.readouterr().out
+
+
+def test_under_json_logs_every_line_a_worker_says_is_json(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """R-F6 (conformance review): a worker's own notices (a lost call claim, a failed heartbeat) and its final
+    error are JSON lines under ``--log-format json``, plain lines otherwise."""
+    import json
+
+    from workrun.cli.output import print_error
+    from workrun.core import logs
+
+    logs.say("heartbeat_failed", "warning", "heartbeat failed: x", prefix="workrun worker wkr_1")
+    assert capsys.readouterr().err == "workrun worker wkr_1: heartbeat failed: x\n"
+    monkeypatch.setitem(logs._STATE, "on", True)
+    monkeypatch.setitem(logs._STATE, "worker", "wkr_1")
+    logs.say("claim_lost", "warning", "lost the claim on call cmp_0123456789ab-1", compensation_id="cmp_0123456789ab")
+    print_error("lost the connection to the journal's database")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [(x["event"], x["worker"], x.get("compensation_id")) for x in lines] == [
+        ("claim_lost", "wkr_1", "cmp_0123456789ab"), ("error", "wkr_1", None)]
+    assert lines[1]["message"] == "lost the connection to the journal's database"

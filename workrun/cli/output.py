@@ -91,7 +91,13 @@ _LEVEL_STYLE = {"info": "", "warning": "yellow", "error": "red"}
 
 
 def print_error(line: str) -> None:
-    """Print exactly one error line on stderr (nothing in it a terminal would act on: see :func:`escape`)."""
+    """Print exactly one error line on stderr (nothing in it a terminal would act on: see :func:`escape`); under
+    ``worker --log-format json``, one JSON ``error`` line instead (R-F6)."""
+    from workrun.core import logs
+
+    if logs.enabled():
+        logs.emit("error", "error", message=" ".join(line.split("\n")))
+        return
     sys.stderr.write("error: " + _cell(" ".join(line.split("\n")))[0] + "\n")
     sys.stderr.flush()
 

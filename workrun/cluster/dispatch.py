@@ -61,9 +61,9 @@ database when the scheduler ran from one (R-S4).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -71,7 +71,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from workrun.core import settings
+from workrun.core import logs, settings
 from workrun.core.errors import DatabaseUnreachableError, EnvironmentUnavailableError
 from workrun.core.outcomes import Failure
 from workrun.core.rows import DispatchedCallRow
@@ -103,6 +103,15 @@ LEASE_SLACK = 1.0  # seconds past an executor's lease before its call is decided
 UNCLAIMED_SAY = 10.0  # seconds a handed-out call waits unclaimed before the run says why it waits
 _STORED = threading.Condition()  # an executor of this process stored an outcome: waiting schedulers look at once
 
+
+
+def _about(call_id: str) -> dict[str, str]:
+    """The operation or compensation a call's id names (its first part: ``op_…``, ``cmp_…``), as the log line's
+    fields about it (R-F6)."""
+    head = re.match(r"(op|cmp)_[0-9a-f]{12}", call_id)
+    if head is None:
+        return {}
+    return {"operation_id" if head.group(1) == "op" else "compensation_id": head.group(0)}
 
 class _NotMine(Exception):
     """"About to send" was refused: the claim or the intent was settled meanwhile; nothing is sent."""
@@ -403,8 +412,8 @@ class Executors:
                     failed = self._running.pop(cid).exception()
                     if failed is not None and not isinstance(failed, DatabaseUnreachableError):
                         # its claim is no longer renewed: its scheduler decides it (R-R3)
-                        print(f"workrun worker {self.beat.worker_id}: call {cid} failed in the executor: {failed}",
-                              file=sys.stderr)
+                        logs.say("call_failed", "error", f"call {cid} failed in the executor: {failed}",
+                                 prefix=f"workrun worker {self.beat.worker_id}", **_about(cid))
                 free = self.slots - len(self._running)
             try:
                 rows = []
@@ -423,7 +432,8 @@ class Executors:
             except DatabaseUnreachableError:  # the process is ending (its main thread says so, once)
                 self._stop.wait(1.0)
             except Exception as exc:  # a database hiccup: try again shortly; held leases have slack
-                print(f"workrun worker {self.beat.worker_id}: claiming calls failed: {exc}", file=sys.stderr)
+                logs.say("claim_failed", "warning", f"claiming calls failed: {exc}",
+                         prefix=f"workrun worker {self.beat.worker_id}")
                 self._stop.wait(1.0)
 
     def stop_calls(self, call_ids: set[str]) -> None:
@@ -449,8 +459,9 @@ class Executors:
             exec_dir.mkdir(parents=True)
             outcome, got = self._run(row, exec_dir, call)
             if not self._journal.finish_call(cid, me, asdict(outcome), asdict(got), time.time()):
-                print(f"workrun worker {me}: lost the claim on call {cid} (its lease passed and its scheduler "
-                      "decides it from this directory); its outcome is not stored", file=sys.stderr)
+                logs.say("claim_lost", "warning", f"lost the claim on call {cid} (its lease passed and its scheduler "
+                         "decides it from this directory); its outcome is not stored", prefix=f"workrun worker {me}",
+                         **_about(cid))
             else:
                 self.executed += 1
                 with _STORED:

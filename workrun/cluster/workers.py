@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -152,7 +151,8 @@ class Heartbeat:
             except DatabaseUnreachableError:  # the process is ending (its main thread says so, once)
                 continue
             except Exception as exc:  # a database hiccup: try again next beat; the lease has slack
-                print(f"workrun worker {self.worker_id}: heartbeat failed: {exc}", file=sys.stderr)
+                logs.say("heartbeat_failed", "warning", f"heartbeat failed: {exc}",
+                         prefix=f"workrun worker {self.worker_id}")
                 continue
             stop = {c for c, asked in kept.items() if asked}
             if stop and self.executors is not None:
@@ -213,10 +213,7 @@ def say_claim_lost(run_id: str, worker_id: str) -> None:
     which this worker may no longer write for that run (R-F2)."""
     text = (f"worker {worker_id} lost its claim on run {run_id} (its lease passed and the run was claimed again "
             "since); it makes no more writes for that run")
-    if logs.enabled():
-        logs.emit("claim_lost", "warning", run_id=run_id, message=text)
-    else:
-        print(f"workrun: {text}", file=sys.stderr, flush=True)
+    logs.say("claim_lost", "warning", text, run_id=run_id)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import threading
 from datetime import datetime
 from typing import Any
 
-__all__ = ["JsonReporter", "emit", "enable", "enabled"]
+__all__ = ["JsonReporter", "emit", "enable", "enabled", "say"]
 
 _STATE: dict[str, Any] = {"on": False, "worker": None}
 _LOCK = threading.Lock()
@@ -43,6 +43,18 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
             sys.stderr.flush()
         except (OSError, ValueError):  # stderr closed: logs are optional, the work goes on
             pass
+
+
+def say(event: str, level: str, text: str, *, prefix: str = "workrun", **fields: Any) -> None:
+    """Tell the operator something on stderr: a JSON line (:func:`emit`, the text as ``message``) when JSON logs
+    are on, else one plain line ``PREFIX: TEXT`` (R-F6: with ``--log-format json`` every line is JSON)."""
+    if enabled():
+        emit(event, level, message=text, **fields)
+        return
+    try:
+        print(f"{prefix}: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # stderr closed: the work goes on
+        pass
 
 
 class JsonReporter:

@@ -60,7 +60,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -235,10 +234,7 @@ class PostgresJournal(SqlJournal):
         took = time.monotonic() - began
         text = (f"reconnected to the journal's database after {tries} attempt(s) in {took:.1f} s "
                 f"(the connection was lost: {_first_line(exc)})")
-        if logs.enabled():
-            logs.emit("db_reconnected", "warning", message=text)
-        else:
-            print(f"workrun: {text}", file=sys.stderr, flush=True)
+        logs.say("db_reconnected", "warning", text)
 
     def _unreachable(self, last: str) -> DatabaseUnreachableError:
         return DatabaseUnreachableError(f"lost the connection to the journal's database and could not reconnect "
