@@ -51,7 +51,9 @@ def test_a_run_serves_its_metrics(write_workflow, monkeypatch):
         server.route("POST", "/orders", status=201, json={"id": 1})
         server.route("DELETE", "/orders/1", status=204, body="")
         server.route("POST", "/boom", status=500, body="no")
-        wf = write_workflow("m", FLOW.format(port=server.port, url=server.url))
+        server.route("GET", "/look", status=200, json={})
+        wf = write_workflow("m", FLOW.format(port=server.port, url=server.url)  # look: nothing to undo (skipped)
+                            + f'[nodes.look]\nkind = "http"\nmethod = "GET"\nurl = "{server.url}/look"\n')
         view = api.run(wf)
         assert view["status"] == "failed"
         got = _scrape(port)
@@ -60,6 +62,7 @@ def test_a_run_serves_its_metrics(write_workflow, monkeypatch):
     assert got['workrun_calls_total{kind="http",outcome="failed"}'] >= 1
     assert got['workrun_attempts_total{kind="http",outcome="succeeded"}'] >= 1
     assert got['workrun_compensations_finished_total{status="succeeded"}'] >= 1
+    assert got['workrun_compensations_finished_total{status="skipped"}'] >= 1  # as the fleet guide says
     assert got['workrun_call_duration_seconds_count{kind="http"}'] >= 2
     assert "workrun_dispatch_queue_depth" in got and "workrun_claims_expired_total" in got
     assert "workrun_db_reconnects_total" in got

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
+from workrun.core import metrics
 from workrun.core.outcomes import Failure, brief
 from workrun.core.pool import Pool, Task
 from workrun.core.rows import CompensationRow
@@ -68,6 +69,8 @@ def refresh_holds(svc: Context, run_id: str,
         reason = _holders_text(by_id, holders)
         if c["status"] != "blocked" or list(c["held_back_by"] or []) != holders or c["reason"] != reason:
             svc.journal.set_compensation_status(cid, "blocked", reason=reason, held_back_by=holders, at=svc.now())
+            if c["status"] != "blocked":
+                metrics.count_compensation("blocked")
             _announce(svc, svc.journal.compensation(cid), c["status"])
     for cid in decision.release:
         svc.journal.set_compensation_status(cid, "pending", reason=None, at=svc.now())

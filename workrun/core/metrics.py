@@ -10,8 +10,9 @@ imported. Families:
   ``http``) and outcome (``succeeded``, ``failed``, ``unknown``, ``stopped``);
 - ``workrun_call_duration_seconds{kind}``: their durations (histogram);
 - ``workrun_attempts_total{kind,outcome}``: compensation attempts by kind (``app``, ``http``) and outcome;
-- ``workrun_compensations_finished_total{status}``: compensations that reached ``succeeded``, ``failed`` or
-  ``unknown``;
+- ``workrun_compensations_finished_total{status}``: compensations that reached ``succeeded``, ``failed``,
+  ``unknown`` or ``skipped`` (recorded without anything to run), or became ``blocked`` (held back, or a code
+  change) — each a status a person may need to know of;
 - ``workrun_dispatch_queue_depth``: calls queued on a shared journal and not claimed (gauge);
 - ``workrun_claims_expired_total``: expired run claims this worker took over;
 - ``workrun_db_reconnects_total``: reconnections to the journal's database.
@@ -88,8 +89,8 @@ def count_attempt(kind: str, outcome: str) -> None:
 
 
 def count_compensation(status: str) -> None:
-    """A compensation reached ``status`` (counted for the final ones: succeeded, failed, unknown)."""
-    if _METRICS and status in ("succeeded", "failed", "unknown"):
+    """A compensation reached ``status`` (counted for succeeded, failed, unknown, skipped and blocked)."""
+    if _METRICS and status in ("succeeded", "failed", "unknown", "skipped", "blocked"):
         _METRICS["comps"].labels(status=status).inc()
 
 

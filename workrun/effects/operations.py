@@ -350,6 +350,8 @@ def run_attempt(svc: Context, comp: CompensationRow, op: OperationRow, trigger: 
     source, changed = _compensation_source(svc, op)
     if changed and not comp["accept_code_change"]:
         svc.journal.set_compensation_status(cid, "blocked", reason=changed, at=svc.now())
+        if comp["status"] != "blocked":
+            metrics.count_compensation("blocked")
         return Attempted(svc.journal.compensation(cid), None)
     try:
         python = svc.runner.prepare(source, offline=bool(op.get("snapshot")))

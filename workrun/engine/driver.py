@@ -406,6 +406,8 @@ class Engine:
             svc.say(run_id, None, "error", f"run failed: {why}"
                     + (" (evaluation run: no compensation, R-W6)" if run["eval"] else ""))
             for r in records:
+                if r["status"] == "skipped":
+                    metrics.count_compensation("skipped")
                 text = f"compensation {r['compensation_id']} of {r['node_key']}: {r['status']}"
                 svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             self.after_run(run_id)
