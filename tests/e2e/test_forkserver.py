@@ -786,3 +786,30 @@ def test_process_calls_fork_from_a_server_without_the_tool_sdk(workrun, write_wo
     assert by_node["p"]["calls"] == "process" and by_node["p"]["tool_sdk"] is False, by_node
     assert by_node["agent"]["calls"] == "tool" and by_node["agent"]["tool_sdk"] is True, by_node
     assert by_node["p"]["server"] != by_node["agent"]["server"]
+
+
+def test_a_supervisor_gone_before_it_is_waited_for_is_still_told_ended(tmp_path):
+    """A quick call on a busy machine: its supervisor wrote its *done* line and exited (and was reaped) before the
+    runner waited; the line still says every process of the call ended (before, only a live supervisor's was
+    read: the call's directory was not recycled and its group was ended again)."""
+    import os
+    import subprocess
+    import sys
+
+    from workrun.runner import forkserver
+    from workrun_sdk import _wire
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid: no such process any more
+    call_dir = tmp_path / "op_0123456789ab"
+    call_dir.mkdir()
+    (call_dir / _wire.ENDED).write_text("")
+    done = forkserver._done()
+    os.write(done.write_fd, f"{call_dir}\n".encode())
+    proc = forkserver.ForkedProcess(gone.pid, None, str(call_dir))
+    assert proc.wait(timeout=5) and proc.told
+    other = tmp_path / "op_ba9876543210"  # no line for it: not told, whatever files it holds
+    other.mkdir()
+    (other / _wire.ENDED).write_text("")
+    quiet = forkserver.ForkedProcess(gone.pid, None, str(other))
+    assert quiet.wait(timeout=5) and not quiet.told

@@ -189,6 +189,9 @@ class ForkedProcess:
         finally:
             if fd is not None:
                 os.close(fd)
+        if done is not None and not self.told:  # gone before this looked (a quick call on a busy machine): its
+            key = str(self.call_dir)             # line is in the pipe all the same
+            self.told = done.take(key) and os.path.lexists(os.path.join(key, _wire.ENDED))
         self._ended = True
         return True
 
