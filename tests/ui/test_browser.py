@@ -51,6 +51,14 @@ def attr(driver: Any, css: str, name: str = "data-status") -> str | None:
     raise AssertionError(f"{css} kept being replaced while it was read")
 
 
+def offscreen(driver: Any, css: str) -> list[str]:
+    """The shown elements matching ``css`` that reach past either side of the window (R-D8), as HTML heads."""
+    return driver.execute_script(
+        "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll(arguments[0]))"
+        ".filter(b => { var r = b.getBoundingClientRect(); return r.width > 0 && (r.left < 0 || r.right > w); })"
+        ".map(b => b.outerHTML.slice(0, 80));", css)
+
+
 def screenshot(driver: Any, name: str) -> None:
     folder = os.environ.get("WORKRUN_SCREENSHOTS")
     if folder:
@@ -275,10 +283,7 @@ def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) ->
         browser.set_window_size(390, 844)
         browser.get(page)
         until(lambda: browser.find_elements("css selector", "#rerun"), "the run page")
-        off = browser.execute_script(
-            "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll("
-            "'.actions button, .graph-tools button')).filter(b => { var r = b.getBoundingClientRect();"
-            " return r.left < 0 || r.right > w; }).map(b => b.outerHTML);")
+        off = offscreen(browser, ".actions button, .graph-tools button")
         assert off == [], off
         widths = browser.execute_script(
             "var svg = document.querySelector('svg.graph'); var w0 = Number(svg.getAttribute('width'));"
@@ -380,10 +385,7 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
         browser.set_window_size(390, 844)
         browser.get(server.url.replace("/?", "/tickets?"))
         until(lambda: browser.find_elements("css selector", "table.tickets"), "the tickets page")
-        off = browser.execute_script(
-            "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll("
-            "'main button, .filters select, .filters input')).filter(b => { var r = b.getBoundingClientRect();"
-            " return r.width > 0 && (r.left < 0 || r.right > w); }).map(b => b.outerHTML.slice(0, 80));")
+        off = offscreen(browser, "main button, .filters select, .filters input")
         assert off == [], off
     finally:
         browser.set_window_size(1280, 900)
