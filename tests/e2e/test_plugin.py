@@ -85,6 +85,14 @@ def test_a_crash_run_refused_by_a_busy_home_is_exit_3_not_another_run(workrun_ap
     assert err.value.exit_code == 3
 
 
+def test_a_crash_as_the_run_is_recorded_returns_that_run_and_never_another(workrun_api):
+    with crash_at("run.created"):
+        first = workrun_api.run(TUTORIAL)  # killed as its run was recorded: that run, unfinished
+    assert first["status"] == "running" and [r["run_id"] for r in workrun_api.runs()] == [first["run_id"]]
+    with pytest.raises(workrun_api.WorkrunError), crash_at("node.running"):
+        workrun_api.run(TUTORIAL)  # killed while resuming the first, before its own run: no run to return
+
+
 def test_an_unknown_node_or_point_is_refused(workrun_api):
     with pytest.raises(workrun_api.WorkrunError) as err:
         with fail_after("nope"):
@@ -103,7 +111,7 @@ def test_an_app_author_proves_the_tutorials_compensation_with_the_plugin(tmp_pat
                            str(tmp_path / "test_my_app.py")], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "9 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "10 passed" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_a_wrong_assertion_in_an_authors_test_fails(tmp_path):

@@ -160,9 +160,13 @@ def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: 
         env["WORKRUN_HOME"] = str(Path(home).expanduser().absolute())
     args = {"workflow": str(Path(workflow).absolute()) if workflow is not None else None, "inputs": inputs,
             "home": None, "fail_after": fail_after, "verify": verify, "rerun": rerun_of}
+    before = _run_ids(home)
     child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env, stdin=subprocess.DEVNULL,
                            capture_output=True, text=True)
     run_id = child.stdout.split("\n", 1)[0].strip()
+    if not run_id:  # killed as its run was recorded (``run.created``): the one run that was not there before
+        new = [r for r in _run_ids(home) if r not in before]
+        run_id = new[0] if len(new) == 1 else ""
     if not run_id:
         refused = _refusal(child.stderr)
         if refused is not None:
@@ -175,6 +179,15 @@ def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: 
         view = run_detail(journal, run_id)
     return Finished(view, EXIT.get(view["status"], 1) if view["status"] != "running" else 1,
                     note=f"killed at {point} (commit {n})" if child.returncode < 0 else "")
+
+
+def _run_ids(home: Home) -> list[str]:
+    """Every run id of the data directory (none when it cannot be read yet, e.g. before its first run)."""
+    try:
+        with _viewing(home) as journal:
+            return [r["run_id"] for r in journal.run_summaries(verify=None)]
+    except WorkrunError:
+        return []
 
 
 def _refusal(stderr: str) -> WorkrunError | None:
