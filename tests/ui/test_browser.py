@@ -379,6 +379,14 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
                            "document.querySelector('form[action$=\"/stop\"] input[name=reason]').value = '';")
     until(lambda: browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
           != before, "updates to go on once nothing is being typed")
+    # a click leaves the focus on a button (here the graph's zoom): updates go on, the focus and the zoom stay
+    browser.find_element("css selector", '[data-zoom="1.25"]').click()
+    zoomed = browser.execute_script("return document.querySelector('svg.graph').getAttribute('width');")
+    mark = browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
+    until(lambda: browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
+          != mark, "updates to go on with the focus on a button")
+    assert browser.execute_script("return [document.activeElement.getAttribute('data-zoom'), document.querySelector("
+                                  "'svg.graph').getAttribute('width')];") == ["1.25", zoomed]
     assert workrun("run", wf, "--json").code == 4
     until(lambda: browser.find_element("css selector", "#count-tickets").text == "2", "the ticket count, live")
     try:

@@ -1,7 +1,8 @@
 // Live updates (R-U3): re-fetch this page's changing part every 0.5 s and swap it in when it changed.
-// No reload, no inline script (CSP). R-D5: nothing is swapped while the keyboard focus is inside the changing
-// part (a field, a button, a link) or while any of its form fields holds what the user typed or chose, so a
-// form being filled in is never replaced and the focus never moves; the graph keeps its zoom and scroll.
+// No reload, no inline script (CSP). R-D5: nothing is swapped while a form field of the changing part has the
+// keyboard focus or holds what the user typed or chose, so a form being filled in is never replaced; focus on a
+// button, link or summary is given back to the same one after a swap, so it never moves; the graph keeps its
+// zoom and scroll.
 (function () {
   "use strict";
   var live = document.getElementById("live");
@@ -21,10 +22,22 @@
   }
   function editing() {
     var a = document.activeElement;
-    if (a && a !== live && a !== document.body && live.contains(a)) { return true; }
+    if (a && live.contains(a) && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT")) {
+      return true;
+    }
     var fields = live.querySelectorAll("input, select, textarea");
     for (var i = 0; i < fields.length; i += 1) { if (changed(fields[i])) { return true; } }
     return false;
+  }
+  function focused() {  // the focused element of the changing part as [tag, its place among those tags]
+    var a = document.activeElement;
+    if (!a || a === live || !live.contains(a)) { return null; }
+    return [a.tagName, Array.prototype.indexOf.call(live.getElementsByTagName(a.tagName), a)];
+  }
+  function refocus(where) {
+    if (!where) { return; }
+    var same = live.getElementsByTagName(where[0])[where[1]];
+    if (same && same.focus) { same.focus({ preventScroll: true }); }
   }
   function graphState() {
     var svg = live.querySelector("svg.graph");
@@ -78,9 +91,11 @@
         var open = [];
         live.querySelectorAll("details[id]").forEach(function (d) { open.push([d.id, d.open]); });
         var graph = graphState();
+        var where = focused();
         live.innerHTML = html;  // server-rendered, every journal text escaped
         open.forEach(function (p) { var d = document.getElementById(p[0]); if (d) { d.open = p[1]; } });
         keepGraph(graph);
+        refocus(where);
         last = html;
         live.setAttribute("data-updated", String(Date.now()));
       })
