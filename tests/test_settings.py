@@ -6,7 +6,7 @@ import pytest
 
 from workrun.config.workflow import check_template_braces
 from workrun.core.errors import ConfigError
-from workrun.core.settings import Settings, current
+from workrun.core.settings import Settings, current, redact_url
 
 
 def test_defaults_when_unset_or_empty():
@@ -88,6 +88,18 @@ def test_unbalanced_templates_name_the_field(value, field, message):
         check_template_braces(value, "nodes.n.input", "wf.toml")
     assert (err.value.file, err.value.field) == ("wf.toml", field)
     assert message in err.value.message
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://u:pa/ss@localhost:0/db", "postgresql://u:***@localhost:0/db"),
+    ("postgresql://u:p@ssw0rd@localhost:0/db", "postgresql://u:***@localhost:0/db"),
+    ("postgresql://:s3cr3t@127.0.0.1:1/db", "postgresql://:***@127.0.0.1:1/db"),
+    ("postgresql://u@h/db?password=hunter2x&sslmode=nope", "postgresql://u@h/db?password=***&sslmode=nope"),
+    ("postgresql://u@h/db", "postgresql://u@h/db"),
+])
+def test_a_journal_url_is_shown_without_its_password(url, shown):
+    """Hostile review: a password holding '@' or '/', an empty user, a password= query value."""
+    assert redact_url(url) == shown
 
 
 def test_a_bad_journal_url_never_shows_its_password():

@@ -23,7 +23,7 @@ from typing import Any
 from workrun.core.errors import ConfigError
 from workrun.core.structs import struct
 
-__all__ = ["VARIABLES", "Settings", "current", "parse_allow_entry"]
+__all__ = ["VARIABLES", "Settings", "current", "parse_allow_entry", "redact_url"]
 
 
 @struct(frozen=True)
@@ -108,6 +108,16 @@ def _launch(raw: str) -> str:
     if raw not in ("fork", "spawn"):  # exactly as runner.forkserver.launch_mode accepts it
         raise ValueError
     return raw
+
+
+def redact_url(url: str) -> str:
+    """``url`` for messages: its password, in the user part (up to the last ``@`` before any ``?``: a password
+    may hold ``@`` or ``/``) and in a ``password=`` query value, written ``***``."""
+    head, mark, query = url.partition("?")
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^:@/]*):(.*)@([^@]*)$", head)
+    if m:
+        head = f"{m.group(1)}{m.group(2)}:***@{m.group(4)}"
+    return head + mark + re.sub(r"(?i)((?:^|&)password=)[^&]*", r"\1***", query)
 
 
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -245,7 +255,7 @@ def current(environ: Mapping[str, str] | None = None) -> Settings:
                               field=name) from None
         except (ValueError, OverflowError):
             if name == "WORKRUN_JOURNAL":  # a URL's password is never shown
-                raw = re.sub(r"(?<=://)([^/@]*?):[^/@]*@", r"\1:***@", raw)
+                raw = redact_url(raw)
             shown = raw if len(raw) <= 60 else raw[:57] + "..."
             raise ConfigError(f"must be {accepts}, not {shown!r}", field=name) from None
     return Settings(**values)

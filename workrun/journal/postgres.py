@@ -849,7 +849,7 @@ def _flags(params: Any) -> Any:
 
 def _redact(url: str) -> str:
     """The URL without its password (for messages)."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+    return settings.redact_url(url)
 
 
 def _first_line(exc: BaseException) -> str:
