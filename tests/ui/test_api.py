@@ -432,6 +432,12 @@ def test_queue_pages_find_by_status_run_and_workflow_and_read_only_shows_no_acti
     assert nope.status_code == 404 and nope.json() == {"error": "no such API endpoint"}
     assert [r["run_id"] for r in client.get("/api/runs?offset=1").json()] == [tutorial[1], tutorial[0]]
     assert "no runs on this page" in client.get("/?page=5").text
+    long = "a" * 50_000  # hostile review: a find parameter longer than anything it can match is a 400, not a 500
+    for where in (f"/compensations?run={long}", f"/tickets?run={long}", f"/?q={long}", f"/api/runs?q={long}",
+                  f"/compensations?workflow={long}"):
+        assert client.get(where).status_code == 400, where
+    assert client.get(f"/runs/{'a' * 300}").status_code == 404
+    assert client.get(f"/api/compensations?run={'a' * 300}").status_code == 404
     ro = ui_server("--read-only").client()
     for where in ("/", f"/runs/{tutorial[0]}", f"/runs/{pay_id}", "/compensations", "/tickets", "/apps"):
         page = ro.get(where)

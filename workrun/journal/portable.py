@@ -391,6 +391,8 @@ class SqlJournal(ABC):
         """
         if not given:
             raise NotFoundError(f"an empty {noun} id matches nothing", field=field)
+        if len(given) > 200:  # no id is that long (and a pattern that long is refused as too complex)
+            raise NotFoundError(f"no {noun} matches {given[:40]!r}… ({len(given)} characters)", field=field)
         rows = self._query(f"SELECT * FROM {table} WHERE {column} = ?", (given,)) or \
             self._query(f"SELECT * FROM {table} WHERE {column} LIKE ? || '%' ESCAPE '\\' ORDER BY {column} LIMIT 4",
                         (given.replace("%", "\\%").replace("_", "\\_"),))
@@ -808,7 +810,9 @@ class SqlJournal(ABC):
                     until: float | None = None) -> tuple[str, tuple[Any, ...]]:
         where: list[str] = []
         params: list[Any] = []
-        if text:  # a run-id prefix or a workflow-name substring (R-D1); LIKE's wildcards taken literally
+        if text and len(text) > 1000:  # longer than any id or name: matches nothing (never a pattern too complex)
+            where.append("1 = 0")
+        elif text:  # a run-id prefix or a workflow-name substring (R-D1); LIKE's wildcards taken literally
             like = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             where.append("(run_id LIKE ? ESCAPE '\\' OR workflow LIKE ? ESCAPE '\\')")
             params += [like + "%", "%" + like + "%"]

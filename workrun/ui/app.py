@@ -170,6 +170,20 @@ def _day(value: str | None, *, end: bool = False) -> float | None:
     return day.timestamp() + (86400 if end else 0)
 
 
+_TEXT_MAX = 500  # characters of a find parameter: longer than any id or workflow name
+
+
+def _bounded(q: Any, *names: str) -> None:
+    """Refuse a find parameter longer than any id or name could be.
+
+    Raises:
+        ValueError: naming the parameter (the page or the API answers 400).
+    """
+    for name in names:
+        if len(q.get(name) or "") > _TEXT_MAX:
+            raise ValueError(f"{name}: at most {_TEXT_MAX} characters")
+
+
 def _run_filters(q: Any) -> dict[str, Any]:
     """The Runs page's find (R-D1): ``q`` (a run-id prefix or a workflow-name substring), ``status``,
     ``workflow``, ``since``/``until`` (ISO dates, UTC, both inclusive), ``sort`` (``started``|``duration``) and
@@ -178,6 +192,7 @@ def _run_filters(q: Any) -> dict[str, Any]:
     Raises:
         ValueError: a date that is not ``YYYY-MM-DD``, an unknown status, sort or order.
     """
+    _bounded(q, "q", "workflow")
     status = q.get("status") or None
     if status is not None and status not in RUN_STATUSES:
         raise ValueError(f"status: unknown status {status!r}")
@@ -277,10 +292,11 @@ def _queue_filters(d: Dashboard, q: Any, statuses: tuple[str, ...]) -> dict[str,
     status = q.get("status") or None
     if status is not None and status not in statuses:
         raise ValueError(f"status: unknown status {status!r} (one of: {', '.join(statuses)})")
+    _bounded(q, "run", "workflow")
     run = (q.get("run") or "").strip() or None
     try:
         run_id = d.journal.run(run)["run_id"] if run else None
-    except NotFoundError as exc:
+    except WorkrunError as exc:  # no such run, or the journal refused the look-up
         raise ValueError(exc.line()) from None
     return {"status": status, "run_id": run_id, "workflow": q.get("workflow") or None}
 
