@@ -144,3 +144,21 @@ on_failure = {{ compensate = {{ update_data = {{ fields = ["refund"], values = {
 def test_bad_data_config_is_exit_2(cli, write_workflow, text, says):
     res = cli("check", write_workflow("bad", text))
     assert res.code == 2 and says in res.err, res
+
+
+def test_an_unknown_data_name_in_an_apps_compensation_names_the_pyproject_field(cli, write_workflow, make_project):
+    """R-K5 (hostile review): the error is where it is written: the App's pyproject.toml, its compensation's field
+    as the file has it (no ``http`` the file never wrote); an sms key error likewise."""
+    project = make_project("undo", '[tool.workrun.apps.undo]\nentry = "main.py"\ncompensation = { update_data = '
+                           '{ fields = ["zz"], values = { zz = "{{ data.nope }}" } } }\n',
+                           {"main.py": "from workrun_sdk import process\nprocess.result({})\n"})
+    res = cli("check", write_workflow("w", f'[nodes.a]\nproject = "{project}"\napp = "undo"\n'))
+    assert res.code == 2, res
+    field = "tool.workrun.apps.undo.compensation.update_data.values.zz"
+    assert res.err == (f"error: {project / 'pyproject.toml'}: {field}: {{{{ data.nope }}}}: 'nope' is neither an "
+                       "input nor set by an update_data action of this workflow\n"), res
+    sms = make_project("texter", '[tool.workrun.apps.texter]\nentry = "main.py"\ncompensation = { sms = '
+                       '{ connector = "s", template_id = "T", recipients = ["+1"], foo = 1 } }\n',
+                       {"main.py": "from workrun_sdk import process\nprocess.result({})\n"})
+    bad = cli("check", write_workflow("s", f'[nodes.a]\nproject = "{sms}"\napp = "texter"\n'))
+    assert bad.code == 2 and ": tool.workrun.apps.texter.compensation.sms.foo: unknown key" in bad.err, bad

@@ -65,12 +65,13 @@ def parse_policy(value: Any, file: str, field: str) -> FailurePolicy:
 
 
 def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str, prefix: str,
-                           connectors: Mapping[str, Any] | None = None) -> list[Any]:
+                           connectors: Mapping[str, Any] | None = None) -> list[tuple[Any, str, str]]:
     """HTTP reverse actions that this run may send, checked against its inputs and environment (R-H5, R-H6):
-    an http node's ``compensation`` table, and ``compensation = { http = ... }`` of the Apps a node calls.
+    an http node's ``compensation`` table, and ``compensation = { … }`` of the Apps a node calls.
 
     Returns:
-        The actions checked (their ``{{ inputs.NAME }}`` count as uses of NAME, SPEC §17).
+        ``(action, file, field)`` of each action checked, where the file wrote it (their ``{{ inputs.NAME }}``
+        count as uses of NAME, SPEC §17).
 
     Raises:
         ConfigError: an ``{{ inputs.NAME }}`` that is not an input; an ``{{ env.NAME }}`` that is not set.
@@ -79,9 +80,9 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
         if node.compensation is not None:
             check_action(node.compensation, file=file, field=f"{prefix}.compensation", inputs=inputs,
                          connectors=connectors)
-            return [node.compensation]
+            return [(node.compensation, file, f"{prefix}.compensation")]
         return []
-    checked: list[Any] = []
+    checked: list[tuple[Any, str, str]] = []
     refs: list[tuple[str, str]] = []
     if isinstance(node, ProcessNode) and node.project and node.app:
         refs.append((node.project, node.app))
@@ -90,9 +91,10 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
     for project, name in refs:
         app: AppSpec = load_app(Path(project), name)
         if app.compensation is not None and app.compensation.http is not None:
-            check_action(app.compensation.http, file=str(Path(project) / "pyproject.toml"),
-                         field=f"tool.workrun.apps.{name}.compensation.http", inputs=inputs, connectors=connectors)
-            checked.append(app.compensation.http)
+            where = (str(Path(project) / "pyproject.toml"), f"tool.workrun.apps.{name}.compensation")
+            check_action(app.compensation.http, file=where[0], field=f"{where[1]}.http", inputs=inputs,
+                         connectors=connectors)
+            checked.append((app.compensation.http, *where))
     return checked
 
 
@@ -246,16 +248,19 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     outputs: dict[str, dict[str, OutputField]] = {}
     unchecked: set[str] = set()  # nodes whose kind's check failed (their App): read, but their contract unknown
     action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
+    data_refs = [(file, field, ref) for field, ref in action_refs]  # each action's {{ data.NAME }}, where written
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
             try:
-                node, contract, refs, problems = _load_node(key, table, base, executors, inputs, file, connectors)
+                node, contract, placed, problems = _load_node(key, table, base, executors, inputs, file, connectors)
             except ConfigError as exc:
                 errors.append(exc)
                 action_refs += template_refs(table, f"nodes.{key}")  # the inputs it uses are not unknown ones
                 continue
             errors += problems
-            action_refs += refs
+            action_refs += [r for action, _, _ in placed for r in template_refs(action.model_dump(), f"nodes.{key}")]
+            data_refs += [(where, path, ref) for action, where, written in placed
+                          for path, ref in template_refs(action.model_dump(), written)]
             nodes[key] = node
             outputs[key] = contract or {}
             if contract is None:
@@ -281,11 +286,11 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     graph: dict[str, list[str]] = {}
     with one_reading():
         data_names = set(inputs) | _update_data_fields(nodes)  # what {{ data.NAME }} may read (R-K4)
-    for field, ref in action_refs:  # in actions too: reverse, failure and [notify] actions (R-K4)
+    for where, field, ref in data_refs:  # in actions too: reverse, failure and [notify] actions, Apps' (R-K4)
         parts = ref.split(".")
         if parts[0] == "data" and len(parts) == 2 and parts[1] not in data_names:
             errors.append(ConfigError(f"{{{{ {ref} }}}}: {parts[1]!r} is neither an input nor set by an update_data "
-                                      "action of this workflow", file=file, field=field))
+                                      "action of this workflow", file=where, field=field))
     for key, node in nodes.items():
         found = list(_node_ref_errors(key, node, nodes, bad, refs_of[key], data_names, outputs, policies[key],
                                       file, inputs))
@@ -332,11 +337,12 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
 
 def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChecker], inputs: dict[str, Any],
                file: str, connectors: dict[str, ConnectorSpec]
-               ) -> tuple[NodeSpec, dict[str, OutputField] | None, list[tuple[str, str]], list[ConfigError]]:
+               ) -> tuple[NodeSpec, dict[str, OutputField] | None, list[tuple[Any, str, str]], list[ConfigError]]:
     """One ``[nodes.KEY]`` table, validated and checked by its kind's checker (or executor).
 
     Returns:
-        ``(node, its output contract, the template references of its actions, errors found that did not keep the
+        ``(node, its output contract, its actions as ``(action, file, field)`` where each is written (its reverse
+        action, its Apps' compensations, its failure action), errors found that did not keep the
         node from being checked: a bad ``on_failure``, with which the node is checked as if it said "fail",
         unknown keys, without which it is checked, and its kind's check — an unknown App, a missing project —
         after which the node's own ``needs`` and templates are still checked)``; the contract is None when the
@@ -389,8 +395,10 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
     except ConfigError as exc:  # its App (or request) is wrong: reported, and its needs and templates are checked
         problems.append(exc)  # all the same; its output contract and reverse actions are unknown
         return node, None, [], problems
-    actions += [node.on_failure.action] if node.on_failure.action is not None else []
-    return node, contract, [r for a in actions for r in template_refs(a.model_dump(), prefix)], problems
+    policy = node.on_failure
+    if policy.action is not None:
+        actions.append((policy.action, file, f"{prefix}.on_failure.{policy.kind}"))
+    return node, contract, actions, problems
 
 
 def _with_earlier(earlier: list[ConfigError], error: ConfigError) -> ConfigError:

@@ -159,10 +159,19 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
         try:
             apps[name] = AppSpec.model_validate({**table, "name": name})
         except ShapeError as exc:
+            comp = table.get("compensation")
+            if isinstance(comp, dict) and "http" not in comp:  # a written action kind: its errors at its own keys
+                exc = ShapeError([{**e, "loc": _unwrapped(tuple(e["loc"]))} for e in exc.errors()])
             errors.append(shape_error(exc, file, prefix))
     if errors:
         raise ConfigErrors.of(errors)
     return file, apps
+
+
+def _unwrapped(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error's place in an App's ``compensation`` as the file wrote it: an action written as its kind (``sms``,
+    ``email``, ``update_data``, a request in place) is kept as ``http`` inside, a key the file never had."""
+    return (loc[0], *loc[2:]) if loc[:2] == ("compensation", "http") else loc
 
 
 def load_project(project: Path) -> dict[str, AppSpec]:
