@@ -61,6 +61,8 @@ BAD = {
                                        'tools = [{ project = ".", app = "t" }]\nscript = [{ tool = "x", colour = 1 }]\n',
     "connector url not relative": '[connectors.s]\nbase_url = "http://127.0.0.1:9/"\n[nodes.a]\nkind = "http"\n'
                                   'connector = "s"\nmethod = "GET"\nurl = "orders"\n',
+    "relative url without a connector": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "/x"\n',
+    "ftp url": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "ftp://127.0.0.1/x"\n',
     "connector base_url not http": '[connectors.s]\nbase_url = "/api"\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
                                    'url = "http://127.0.0.1:9/"\n',
     "smtp with tls and starttls": '[smtp]\nhost = "127.0.0.1"\nfrom = "a@b.c"\ntls = true\nstarttls = true\n'

@@ -422,6 +422,9 @@ def test_queue_pages_find_by_status_run_and_workflow_and_read_only_shows_no_acti
     assert client.get("/api/tickets?workflow=pay").json() == workrun("tickets", "list", "--workflow", "pay",
                                                                      "--json").json()
     assert client.get("/api/tickets?workflow=cleanup-tutorial").json() == []
+    for listing in ("compensations", "tickets"):  # as an empty --run: never "any workflow" (hostile review)
+        empty = workrun(listing, "list", "--workflow", "")
+        assert empty.code == 2 and "--workflow: an empty workflow name matches nothing" in empty.err, empty
     run_page = client.get(f"/runs/{pay_id}").text  # R-D2: the waiting run links to what needs a person
     assert f'href="#t-{ticket["ticket_id"]}" id="first-attention"' in run_page
     assert f'id="t-{ticket["ticket_id"]}"' in run_page

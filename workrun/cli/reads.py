@@ -107,6 +107,8 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool, wor
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(COMPENSATION_STATUSES)})", field="--status")
     if run == "":
         raise UsageError("an empty run id matches nothing", field="--run")
+    if workflow == "":
+        raise UsageError("an empty workflow name matches nothing", field="--workflow")
     with viewing() as journal:
         rows = compensations_list(journal, status=status, run=run, workflow=workflow)
     if json_mode:

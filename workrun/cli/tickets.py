@@ -51,6 +51,8 @@ def list_tickets(
         raise UsageError(f"unknown status {status!r} (one of: {', '.join(TICKET_STATUSES)})", field="--status")
     if run == "":
         raise UsageError("an empty run id matches nothing", field="--run")
+    if workflow == "":
+        raise UsageError("an empty workflow name matches nothing", field="--workflow")
     with reading(json_mode) as svc:
         rows = tickets_list(svc.journal, status=status, run=run, workflow=workflow)
     if json_mode:

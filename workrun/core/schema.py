@@ -110,10 +110,14 @@ def _as_the_checks_say(defs: dict[str, Any]) -> None:
                                                "error": {"type": "string"}},
                                 "anyOf": [{"required": ["tool"]}, {"required": ["error"]}]}
     defs["Connector"]["properties"]["base_url"]["pattern"] = _HTTP_URL
-    through = {"if": {"required": ["connector"], "properties": {"connector": {"type": "string"}}},
-               "then": {"properties": {"url": {"type": "string", "pattern": "^(/|\\{\\{[^{}]*\\}\\}$)"}}}}
-    for name in ("Node_http", "HttpAction"):
-        defs[name].setdefault("allOf", []).append(through)
+    whole = "\\{\\{[^{}]*\\}\\}$"  # a url that is one whole template (R-K6)
+    for name, alone in (("Node_http", _HTTP_URL), ("HttpAction", f"({_HTTP_URL}|^{whole})")):
+        # through a connector a url is relative (or one whole template); without one, http(s) (a reverse action's
+        # may be one whole template: resolved against the original request's origin)
+        defs[name].setdefault("allOf", []).append({
+            "if": {"required": ["connector"], "properties": {"connector": {"type": "string"}}},
+            "then": {"properties": {"url": {"type": "string", "pattern": f"^(/|{whole})"}}},
+            "else": {"properties": {"url": {"type": "string", "pattern": alone}}}})
     defs["Smtp"]["not"] = {"required": ["tls", "starttls"],
                            "properties": {"tls": {"const": True}, "starttls": {"const": True}}}
 
