@@ -187,8 +187,10 @@ def operation_span(op: OperationRow, *, request_method: str | None = None) -> No
                 {**attrs, "http.request.method": request_method})
 
 
-def attempt_span(comp: CompensationRow, attempt: AttemptRow | None) -> None:
-    """A compensation attempt ended (``attempt`` span); when its compensation is final, a ``compensation`` span."""
+def attempt_span(comp: CompensationRow, attempt: AttemptRow | None, *, request_method: str | None = None) -> None:
+    """A compensation attempt ended (``attempt`` span; with ``request_method``, the HTTP request it sent as an
+    ``http.request`` span under it: the reverse action's effect gives it); when its compensation is final, a
+    ``compensation`` span."""
     rid = comp.get("run_id")
     if not rid:
         return
@@ -196,9 +198,13 @@ def attempt_span(comp: CompensationRow, attempt: AttemptRow | None) -> None:
              "workrun.compensation_id": comp.get("compensation_id"), "workrun.operation_id": comp.get("operation_id")}
     parent = _compensation_id_span(rid, comp.get("compensation_id"))
     if attempt is not None:
+        own = _span_id(rid, f"{comp.get('compensation_id')}.{attempt.get('number')}")
         _record("attempt", trace_id_of(rid), parent, attempt.get("started_at"), attempt.get("ended_at"),
                 {**attrs, "workrun.status": attempt.get("status"), "workrun.attempt": attempt.get("number")},
-                span_id=_span_id(rid, f"{comp.get('compensation_id')}.{attempt.get('number')}"))
+                span_id=own)
+        if request_method is not None:
+            _record("http.request", trace_id_of(rid), own, attempt.get("started_at"), attempt.get("ended_at"),
+                    {**attrs, "workrun.status": attempt.get("status"), "http.request.method": request_method})
     if comp.get("status") in ("succeeded", "failed", "unknown", "skipped", "resolved"):
         _record("compensation", trace_id_of(rid), _run_id_span(rid), comp.get("created_at"),
                 comp.get("updated_at"), {**attrs, "workrun.status": comp.get("status")}, span_id=parent)

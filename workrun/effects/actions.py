@@ -144,8 +144,11 @@ def finish_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow
     metrics.count_attempt("email" if got.smtp_code is not None else "http", status)
     metrics.count_compensation(comp_status)
     after = svc.journal.compensation(cid)
-    if tracing.enabled():
-        tracing.attempt_span(after, svc.journal.attempts(cid)[-1])
+    if tracing.enabled():  # an HTTP request (http, sms) is an http.request span under its attempt (R-F5)
+        action = (comp.get("context") or {}).get("reverse_action") or {}
+        sent = got.sent or got.status is not None
+        method = action.get("method") if action.get("kind") in (None, "http", "sms") and sent else None
+        tracing.attempt_span(after, svc.journal.attempts(cid)[-1], request_method=method)
     return after
 
 
