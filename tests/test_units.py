@@ -480,3 +480,18 @@ def test_a_planned_step_whose_code_changed_says_compensate_comes_first():
                                                                    "code changed since the call")
     assert _plan_todo({**held, "code_change": None}, "run_1") == \
         "held back by cmp_2 until they are done"
+
+
+def test_a_busy_metrics_port_names_what_the_person_gave() -> None:
+    """R-F4 (conformance review): ``worker --metrics-port`` on a port in use names the option, not the variable."""
+    import socket
+
+    from workrun.app.session import serve_metrics
+    from workrun.core.errors import UsageError
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(UsageError) as err:
+            serve_metrics(busy.getsockname()[1])
+    assert err.value.field == "--metrics-port" and err.value.exit_code == 2

@@ -201,14 +201,14 @@ def serve_metrics(port: int | None = None, host: str = "127.0.0.1") -> None:
     from workrun.core import metrics, settings
     from workrun.core.errors import UsageError
 
+    field = "--metrics-port" if port is not None else "WORKRUN_METRICS_PORT"  # what the person gave
     port = port if port is not None else settings.current().metrics_port
     if port is None:
         return
     try:
         metrics.serve(port, host)
     except OSError as exc:
-        raise UsageError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}",
-                         field="WORKRUN_METRICS_PORT") from None
+        raise UsageError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}", field=field) from None
 
 
 def shared_journal() -> bool:
