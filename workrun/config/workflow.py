@@ -284,8 +284,11 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         except ConfigError as exc:
             errors.append(exc)
     graph: dict[str, list[str]] = {}
-    with one_reading():
-        data_names = set(inputs) | _update_data_fields(nodes)  # what {{ data.NAME }} may read (R-K4)
+    data_names: set[str] = set(inputs)  # what {{ data.NAME }} may read (R-K4): asked only when something reads it
+    if any(ref.startswith("data.") for _, _, ref in data_refs) \
+            or any(ref.startswith("data.") for refs in refs_of.values() for _, ref in refs):
+        with one_reading():
+            data_names |= _update_data_fields(nodes)
     for where, field, ref in data_refs:  # in actions too: reverse, failure and [notify] actions, Apps' (R-K4)
         parts = ref.split(".")
         if parts[0] == "data" and len(parts) == 2 and parts[1] not in data_names:
