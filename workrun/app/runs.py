@@ -132,9 +132,7 @@ def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = Non
     fail_after = fail_after or injected.get("fail_after")
     executors = default_executors()
     spec, values = load_workflow(Path(workflow), _inputs(inputs), executors)
-    if fail_after is not None and fail_after not in spec.nodes:
-        raise UsageError(f"no node {fail_after!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})",
-                         field="--node")
+    _check_fail_after(spec, fail_after)
     if injected.get("crash"):
         return _run_in_child(workflow, _inputs(inputs), home=home, fail_after=fail_after, verify=verify,
                              crash=injected["crash"])
@@ -143,6 +141,17 @@ def run(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = Non
     return _start(spec, values, home=home, wait=wait, yes=yes, eval_run=eval_run, rerun_of=None,
                   note=" (evaluation run)" if eval_run else "", executors=executors, reporter=reporter,
                   confirm=confirm)
+
+
+def _check_fail_after(spec: Any, fail_after: str | None) -> None:
+    """Refuse a ``fail_after`` that names no node of the workflow.
+
+    Raises:
+        UsageError: naming the workflow's nodes (exit 2).
+    """
+    if fail_after is not None and fail_after not in spec.nodes:
+        raise UsageError(f"no node {fail_after!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})",
+                         field="--node")
 
 
 def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: Home, fail_after: str | None,
@@ -229,9 +238,7 @@ def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = Fal
                                                                        "workflow is used")
     injected = INJECTION.get() or {}
     fail_after = fail_after or injected.get("fail_after")
-    if fail_after is not None and fail_after not in spec.nodes:
-        raise UsageError(f"no node {fail_after!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})",
-                         field="--node")
+    _check_fail_after(spec, fail_after)
     if injected.get("crash"):
         return _run_in_child(None, {}, home=home, fail_after=fail_after, verify=False, crash=injected["crash"],
                              rerun_of=old["run_id"])
