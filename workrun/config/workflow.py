@@ -249,6 +249,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     unchecked: set[str] = set()  # nodes whose kind's check failed (their App): read, but their contract unknown
     action_refs = template_refs(data.get("notify"), "notify")  # inputs used by actions count as used (§17)
     data_refs = [(file, field, ref) for field, ref in action_refs]  # each action's {{ data.NAME }}, where written
+    checked_actions: list[Any] = []  # every action of a node that was read (its own, its Apps')
     with one_reading():  # each App project is read once however many nodes call it
         for key, table in nodes_table.items():
             try:
@@ -261,6 +262,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
             action_refs += [r for action, _, _ in placed for r in template_refs(action.model_dump(), f"nodes.{key}")]
             data_refs += [(where, path, ref) for action, where, written in placed
                           for path, ref in template_refs(action.model_dump(), written)]
+            checked_actions += [action for action, _, _ in placed]
             nodes[key] = node
             outputs[key] = contract or {}
             if contract is None:
@@ -284,11 +286,7 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         except ConfigError as exc:
             errors.append(exc)
     graph: dict[str, list[str]] = {}
-    data_names: set[str] = set(inputs)  # what {{ data.NAME }} may read (R-K4): asked only when something reads it
-    if any(ref.startswith("data.") for _, _, ref in data_refs) \
-            or any(ref.startswith("data.") for refs in refs_of.values() for _, ref in refs):
-        with one_reading():
-            data_names |= _update_data_fields(nodes)
+    data_names = set(inputs) | _update_data_fields(nodes, checked_actions)  # what {{ data.NAME }} may read (R-K4)
     for where, field, ref in data_refs:  # in actions too: reverse, failure and [notify] actions, Apps' (R-K4)
         parts = ref.split(".")
         if parts[0] == "data" and len(parts) == 2 and parts[1] not in data_names:
@@ -584,24 +582,13 @@ def _parse_smtp(value: Any, file: str) -> SmtpSpec | None:
     return smtp
 
 
-def _update_data_fields(nodes: Mapping[str, NodeSpec]) -> set[str]:
-    """Every field an ``update_data`` action of the workflow sets (a node's reverse action or failure action, or
-    the compensation of an App a node calls; an App that cannot be read adds none: its error is reported)."""
-    names: set[str] = set()
-    for node in nodes.values():
-        actions: list[Any] = [getattr(node, "compensation", None), node.on_failure.action]
-        apps = [(node.project, node.app)] if isinstance(node, ProcessNode) and node.project and node.app else []
-        apps += [(t.project, t.app) for t in node.tools] if isinstance(node, AgentNode) else []
-        for project, name in apps:
-            try:
-                comp = load_app(Path(project), name).compensation
-            except ConfigError:
-                continue
-            actions.append(comp.http if comp is not None else None)
-        for action in actions:
-            if isinstance(action, HttpRequestSpec) and action.update_data is not None:
-                names.update(action.update_data.fields)
-    return names
+def _update_data_fields(nodes: Mapping[str, NodeSpec], checked: list[Any]) -> set[str]:
+    """Every field an ``update_data`` action of the workflow sets: a node's reverse action or failure action, and
+    ``checked``, the actions read with the nodes (the compensations of the Apps they call; an App that could not be
+    read adds none: its error is reported)."""
+    actions = [*checked, *(a for n in nodes.values() for a in (getattr(n, "compensation", None), n.on_failure.action))]
+    return {f for a in actions if isinstance(a, HttpRequestSpec) and a.update_data is not None
+            for f in a.update_data.fields}
 
 
 def _emails_without_smtp(nodes: Mapping[str, NodeSpec], notify: HttpAction | None, file: str) -> list[ConfigError]:
