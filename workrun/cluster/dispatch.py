@@ -61,7 +61,6 @@ database when the scheduler ran from one (R-S4).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import threading
@@ -103,15 +102,6 @@ LEASE_SLACK = 1.0  # seconds past an executor's lease before its call is decided
 UNCLAIMED_SAY = 10.0  # seconds a handed-out call waits unclaimed before the run says why it waits
 _STORED = threading.Condition()  # an executor of this process stored an outcome: waiting schedulers look at once
 
-
-
-def _about(call_id: str) -> dict[str, str]:
-    """The operation or compensation a call's id names (its first part: ``op_…``, ``cmp_…``), as the log line's
-    fields about it (R-F6)."""
-    head = re.match(r"(op|cmp)_[0-9a-f]{12}", call_id)
-    if head is None:
-        return {}
-    return {"operation_id" if head.group(1) == "op" else "compensation_id": head.group(0)}
 
 class _NotMine(Exception):
     """"About to send" was refused: the claim or the intent was settled meanwhile; nothing is sent."""
@@ -413,7 +403,7 @@ class Executors:
                     if failed is not None and not isinstance(failed, DatabaseUnreachableError):
                         # its claim is no longer renewed: its scheduler decides it (R-R3)
                         logs.say("call_failed", "error", f"call {cid} failed in the executor: {failed}",
-                                 prefix=f"workrun worker {self.beat.worker_id}", **_about(cid))
+                                 prefix=f"workrun worker {self.beat.worker_id}", **logs.ids_in(cid))
                 free = self.slots - len(self._running)
             try:
                 rows = []
@@ -461,7 +451,7 @@ class Executors:
             if not self._journal.finish_call(cid, me, asdict(outcome), asdict(got), time.time()):
                 logs.say("claim_lost", "warning", f"lost the claim on call {cid} (its lease passed and its scheduler "
                          "decides it from this directory); its outcome is not stored", prefix=f"workrun worker {me}",
-                         **_about(cid))
+                         **logs.ids_in(cid))
             else:
                 self.executed += 1
                 with _STORED:

@@ -15,7 +15,7 @@ import threading
 from datetime import datetime
 from typing import Any
 
-__all__ = ["JsonReporter", "emit", "enable", "enabled", "say"]
+__all__ = ["JsonReporter", "emit", "enable", "enabled", "ids_in", "say"]
 
 _STATE: dict[str, Any] = {"on": False, "worker": None}
 _LOCK = threading.Lock()
@@ -45,6 +45,12 @@ def emit(event: str, level: str = "info", **fields: Any) -> None:
             pass
 
 
+def ids_in(text: str) -> dict[str, str | None]:
+    """``{"operation_id", "compensation_id"}``: the first operation and compensation id in ``text`` (a message, a
+    call's id), None where there is none: a log line's fields about them (R-F6)."""
+    return {name: (m.group(0) if (m := pattern.search(text)) else None) for name, pattern in _IDS.items()}
+
+
 def say(event: str, level: str, text: str, *, prefix: str = "workrun", **fields: Any) -> None:
     """Tell the operator something on stderr: a JSON line (:func:`emit`, the text as ``message``) when JSON logs
     are on, else one plain line ``PREFIX: TEXT`` (R-F6: with ``--log-format json`` every line is JSON)."""
@@ -63,5 +69,4 @@ class JsonReporter:
 
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """One JSON line for one progress message."""
-        ids = {name: (m.group(0) if (m := pattern.search(text)) else None) for name, pattern in _IDS.items()}
-        emit("message", level, run_id=run_id, node_key=node_key, message=text, **ids)
+        emit("message", level, run_id=run_id, node_key=node_key, message=text, **ids_in(text))

@@ -196,9 +196,8 @@ class PostgresJournal(SqlJournal):
         error the server named, with the connection broken."""
         pg = self._pg
         gone = pg is None or pg.closed or pg.broken
-        errors = self._psycopg.errors
-        return gone and isinstance(exc, (self._psycopg.OperationalError, errors.IdleInTransactionSessionTimeout,
-                                         errors.AdminShutdown))
+        return gone and isinstance(exc, (self._psycopg.OperationalError,  # an administrator's shutdown is one
+                                         self._psycopg.errors.IdleInTransactionSessionTimeout))
 
     def _reconnect(self, give_up: float, exc: BaseException, *, say: bool = True) -> None:
         """Reopen the connection with backoff until ``give_up`` (monotonic seconds); say so once done (R-F1).
