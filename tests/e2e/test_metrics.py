@@ -158,3 +158,39 @@ def test_run_and_resume_log_json_lines(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "workrun", "run", str(tutorial), "--log-format", "xml"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --log-format: must be text or json, not 'xml'"
+
+
+def test_a_run_on_a_shared_journal_serves_the_queue_depth(pg_url, tmp_path):
+    """R-F4: ``workrun run`` with ``WORKRUN_METRICS_PORT`` on a shared journal reads
+    ``workrun_dispatch_queue_depth`` from the journal's queued calls (it was always 0 outside ``worker``)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from workrun.journal import open_journal
+
+    env = {**os.environ, "WORKRUN_JOURNAL": pg_url, "WORKRUN_HOME": str(tmp_path / "home")}
+    port = _free_port()
+    with TestServer() as server:
+        server.route("POST", "/slow", hang=60)
+        wf = tmp_path / "slow.toml"
+        wf.write_text(f'name = "slow"\nhttp_allow = ["127.0.0.1:{server.port}"]\n'
+                      f'[nodes.wait]\nkind = "http"\nmethod = "POST"\nurl = "{server.url}/slow"\n')
+        os.environ["WORKRUN_JOURNAL"] = pg_url
+        try:
+            journal = open_journal(tmp_path / "home")
+        finally:
+            del os.environ["WORKRUN_JOURNAL"]
+        proc = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env={**env, "WORKRUN_METRICS_PORT": str(port)})
+        try:
+            assert server.wait_for("POST", "/slow", timeout=60)
+            assert _scrape(port)["workrun_dispatch_queue_depth"] == 0
+            for i in range(3):  # queued for any worker; not claimable (no timeout yet), so they stay queued
+                assert journal.dispatch_call(f"call_q{i}", None, {"project": "p"}, time.time())
+            assert _scrape(port)["workrun_dispatch_queue_depth"] == 3
+        finally:
+            server.release()
+            proc.wait(timeout=60)
+            journal.close()

@@ -155,6 +155,11 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
 
     try:
         lock = None if shared else SchedulerLock(svc.data_dir, wait=wait, waiting=waiting).acquire()
+        gauge = None
+        if shared:  # the calls queued for workers (R-F4); a SQLite journal's command never loads the fleet
+            from workrun.cluster.workers import queue_depth_gauge
+
+            gauge = queue_depth_gauge(svc.data_dir)
     except BaseException:
         svc.close()
         raise
@@ -189,6 +194,8 @@ def scheduling(*, home: Path | str | None = None, wait: bool = False, resume_fir
             signal.signal(signum, handler)
         if lock is not None:
             lock.release()
+        if gauge is not None:
+            gauge.close()
         svc.close()
 
 

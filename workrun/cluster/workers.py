@@ -72,7 +72,7 @@ from workrun.runner.process import alive
 from workrun.runner.services import Services
 
 __all__ = ["DEFAULT_LEASE", "Heartbeat", "Worker", "dispatching", "drive_claimed", "holding", "lease_seconds",
-           "claim_lost", "fenced", "needs_workers", "resume_shared", "say_claim_lost", "shared"]
+           "claim_lost", "fenced", "needs_workers", "queue_depth_gauge", "resume_shared", "say_claim_lost", "shared"]
 
 DEFAULT_LEASE = settings.Settings.lease  # seconds
 IDLE_POLL = 0.5  # seconds between claim attempts when nothing is claimable
@@ -351,18 +351,7 @@ class Worker:
         """Claim and drive runs until :attr:`draining` is set (or idle for ``idle_exit``); return an exit code."""
         self.beat.start()
         journal = cast(SharedJournal, open_journal(self.data_dir, check=False))
-        gauge = open_journal(self.data_dir, check=False) if metrics.enabled() else None
-        if gauge is not None:  # read at each scrape, on a connection of its own (R-F4)
-            gauge_lock = threading.Lock()
-
-            def depth() -> float:
-                with gauge_lock:
-                    try:
-                        return float(cast(Any, gauge).queued_call_count())
-                    except Exception:  # a scrape never fails the worker
-                        return float("nan")
-
-            metrics.queue_depth_from(depth)
+        gauge = queue_depth_gauge(self.data_dir)
         executors = self.executors = Executors(self.data_dir, self.beat, self.slots).start()
         self.beat.executors = executors
         running: dict[Future[str], str] = {}
@@ -396,10 +385,44 @@ class Worker:
         finally:
             executors.drain()  # the calls in hand end and are stored; nothing more is claimed
             journal.close()
-            if gauge is not None:
-                gauge.close()
+            gauge.close()
             self.beat.stop()
         return 0
+
+
+class _QueueDepthGauge:
+    """What :func:`queue_depth_gauge` returns: :meth:`close` ends its connection (nothing when it has none)."""
+
+    def __init__(self, journal: Any = None) -> None:
+        self._journal, self._lock = journal, threading.Lock()
+
+    def read(self) -> float:
+        with self._lock:
+            try:
+                return float(self._journal.queued_call_count())
+            except Exception:  # a scrape never fails the process
+                return float("nan")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+
+
+def queue_depth_gauge(data_dir: Path) -> _QueueDepthGauge:
+    """Let ``workrun_dispatch_queue_depth`` read the shared journal's queued calls at each scrape, on a connection
+    of its own (R-F4): for ``worker`` and for ``run``/``resume`` serving metrics on a shared journal. Does
+    nothing (and opens nothing) when metrics are off or the journal is SQLite's. Call ``close()`` when done.
+
+    Raises:
+        DatabaseUnreachableError: the shared journal cannot be reached.
+    """
+    if not metrics.enabled() or not settings.current().journal_url:
+        return _QueueDepthGauge()
+    gauge = _QueueDepthGauge(open_journal(data_dir, check=False))
+    metrics.queue_depth_from(gauge.read)
+    return gauge
 
 
 def resume_shared(svc: Services) -> list[str]:
