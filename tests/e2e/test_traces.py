@@ -189,3 +189,34 @@ app = "traced"
     [undo] = shop.requests("DELETE", "/orders/1")
     attempts = {s[2]["_span_id"] for s in receiver.spans if s[0] == "attempt"}
     assert int(undo.headers["traceparent"].split("-")[2], 16) in attempts
+
+
+def test_the_otlp_protocol_asked_for_is_used_or_refused_in_one_line(shop, write_workflow):
+    """``OTEL_EXPORTER_OTLP_PROTOCOL``: ``http/protobuf`` exports as the default does; a protocol that cannot be
+    served (``http/json``, ``grpc`` without its exporter package) exports nothing and says so in one stderr line,
+    rather than sending OTLP/HTTP to what expects another protocol. The run is not affected."""
+    import importlib.util
+
+    receiver = Receiver()
+    try:
+        wf = write_workflow("proto", FLOW.format(port=shop.port, url=shop.url))
+        endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}"}
+        res = _run(wf, {**endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+        assert res.returncode == 1 and "OTEL_" not in res.stderr, res.stderr
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(s[0] == "run" for s in receiver.spans):
+            time.sleep(0.1)
+        assert any(s[0] == "run" for s in receiver.spans)
+        receiver.spans.clear()
+        refused = [("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"), ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "HTTP/JSON")]
+        if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is None:
+            refused.append(("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
+        for name, value in refused:
+            res = _run(wf, {**endpoint, name: value})
+            assert res.returncode == 1, res.stderr
+            said = [line for line in res.stderr.splitlines() if name in line]
+            assert len(said) == 1 and "no traces are exported" in said[0], res.stderr
+        time.sleep(1.0)  # a batch would have gone within 0.5 s
+        assert receiver.spans == []
+    finally:
+        receiver.close()

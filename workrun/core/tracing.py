@@ -1,13 +1,16 @@
 """OpenTelemetry traces (SPEC §20, R-F5), when the ``otel`` extra is installed and an exporter is configured.
 
 On when ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_TRACES_EXPORTER``
-is set and ``OTEL_SDK_DISABLED`` is not ``true``; spans then go over OTLP/HTTP (the SDK's exporter, batched
+is set and ``OTEL_SDK_DISABLED`` is not ``true``; spans then go over OTLP (the SDK's exporter, batched
 in a thread of its own: export never blocks or fails a run; an unreachable collector adds at most a few
 seconds when the process ends). One trace per run: its trace id is derived from the run id, so ``resume``,
 other workers and compensation continue the same trace. Spans: ``run`` (``workrun.run_id``,
 ``workrun.status``), ``node`` (``workrun.node_key``), ``operation`` (``workrun.operation_id``),
 ``http.request``, ``compensation`` and ``attempt`` (``workrun.compensation_id``, ``workrun.status``).
-Spans are recorded when what they stand for has ended, with its journaled start and end times.
+The protocol is ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``: ``http/protobuf`` (the default, the extra's exporter) or
+``grpc`` (with ``opentelemetry-exporter-otlp-proto-grpc`` installed); any other value, or ``grpc`` without that
+package, exports nothing and says so once on stderr. Spans are recorded when what they stand for has ended, with
+its journaled start and end times.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from workrun.core import logs
 from workrun.core.digest import sha256
 from workrun.core.rows import AttemptRow, CompensationRow, NodeRow, OperationRow, RunRow
 
@@ -57,6 +61,16 @@ def enabled() -> bool:
     return _STATE["tracer"] is not None
 
 
+def _protocol() -> tuple[str, str]:
+    """The OTLP protocol asked for and the variable that asked: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf`` (OpenTelemetry's default)."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = os.environ.get(name, "").strip().lower()
+        if value:
+            return value, name
+    return "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL"
+
+
 def _setup() -> Any:
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
@@ -65,8 +79,22 @@ def _setup() -> Any:
         return None
     if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() in ("none", ""):
         return None
+    protocol, field = _protocol()
+    if protocol not in ("http/protobuf", "grpc"):
+        logs.say("otel_protocol", "warning", f"{field}={protocol!r} is not supported (use http/protobuf or grpc): "
+                 "no traces are exported")
+        return None
     try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        if protocol == "grpc":  # asked for, and not there: said once, rather than sent over HTTP to a gRPC port
+            logs.say("otel_protocol", "warning", f"{field}=grpc needs the opentelemetry-exporter-otlp-proto-grpc "
+                     "package: no traces are exported")
+        return None  # the otel extra is not installed: no traces, nothing else changes
+    try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
