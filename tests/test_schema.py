@@ -142,6 +142,9 @@ def test_every_action_kind_passes_the_schema_and_the_loader(tmp_path, monkeypatc
     ({"update_data": {"fields": ["st"]}}, True),
     ({"entry": "undo.py", "update_data": {"fields": ["st"]}}, False),
     ({"timeout": 3}, False),
+    ({"http": {"email": {"to": ["ops@example.com"], "body": "undo"}}}, False),  # one kind, not nested in http
+    ({"http": {"update_data": {"fields": ["st"]}}}, False),
+    ({"http": {"sms": {"connector": "shop", "template_id": "T1", "recipients": ["+1555"]}}}, False),
 ])
 def test_an_apps_compensation_of_every_action_kind_schema_and_model_agree(comp, ok):
     """SPEC §19: an App's ``compensation`` may be any ACTION; the schema says what the model takes."""

@@ -221,7 +221,16 @@ class CompensationSpec(_Strict):
         ``POST /sms`` through its connector (R-K3), ``email = {…}`` a message (R-K2), ``update_data = {…}`` a write
         to the run's data (R-K4), and ``{ method, url, headers, body, connector }`` written in place a request
         (R-K1); the attempt settings stay beside it."""
-        if not isinstance(value, dict) or value.get("http") is not None:
+        if not isinstance(value, dict):
+            return value
+        written = value.get("http")
+        if isinstance(written, dict) and written.get("kind") in (None, "http"):  # as written, not as stored
+            for kind in ("sms", "email", "update_data"):
+                if kind in written:  # the App schema's form (R-L4): one ACTION kind per compensation, not nested
+                    raise ShapeError([{"type": "value_error", "loc": ("http", kind), "input": None,
+                                       "msg": f"an {kind} action is written beside the attempt settings: "
+                                              f"compensation = {{ {kind} = {{…}} }}, not inside http"}])
+        if written is not None:
             return value
         for kind in ("sms", "email", "update_data"):
             if value.get(kind) is not None:
