@@ -101,3 +101,42 @@ def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_post
     assert len(said) == 1 and said[0].startswith("error: postgresql://"), (out, err)
     assert "could not reconnect within WORKRUN_DB_RETRY=2 s" in said[0]
     assert took < 12, took
+
+
+def test_a_worker_out_of_db_retry_does_not_wait_for_its_calls_in_hand(own_postgres_server, tmp_path):
+    """R-F1 (hostile review): out of WORKRUN_DB_RETRY with a compensation running (one that takes 60 s), the
+    worker exits 1 at once with one line; it waited for the call first (no outcome could be stored anyway).
+    The call's process is left to end on its own, as after a crash: its claim passes on after its lease."""
+    import os
+
+    url = own_postgres_server.new_database()
+    log = tmp_path / "markers.log"
+    env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2",
+           "TEST_LOG": str(log)}
+    project = fleet.make_project(tmp_path)
+    os.environ["WORKRUN_JOURNAL"] = url
+    try:
+        fleet.submit({"chain": fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"c": 60})}, 1)
+    finally:
+        del os.environ["WORKRUN_JOURNAL"]
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", "worker"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    started = tmp_path / "markers.log.started.c"
+    try:
+        wait_for(started.exists, 120, "c's compensation to have started")
+        own_postgres_server.pause()
+        began = time.monotonic()
+        out, err = proc.communicate(timeout=90)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        own_postgres_server.resume()
+        try:
+            os.kill(int(started.read_text()), 9)  # the compensation left running
+        except (OSError, ValueError):
+            pass
+    assert proc.returncode == 1, (out, err)
+    said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
+    assert len(said) == 1, (out, err)
+    assert took < 20, took

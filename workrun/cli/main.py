@@ -354,6 +354,7 @@ def worker(
     """
     import os
     import signal
+    import sys
 
     from workrun.app.session import serve_metrics
     from workrun.cli.output import CliReporter
@@ -365,7 +366,7 @@ def worker(
         data_dir = svc.data_dir
     serve_metrics(metrics_port, metrics_host)
     from workrun.core import logs
-    from workrun.core.errors import UsageError
+    from workrun.core.errors import DatabaseUnreachableError, UsageError
 
     if log_format not in ("text", "json"):
         raise UsageError(f"must be text or json, not {log_format!r}", field="--log-format")
@@ -394,7 +395,14 @@ def worker(
         signal.signal(sig, on_signal)
     say("worker_started", f"worker {w.worker_id} (concurrency {concurrency}, executors {w.slots}, lease {lease:g} s) "
         "on the shared journal", concurrency=concurrency, executors=w.slots, lease=lease)
-    code = w.run()
+    try:
+        code = w.run()
+    except DatabaseUnreachableError as exc:  # R-F1: out of WORKRUN_DB_RETRY. The calls in hand could store
+        for line in exc.lines():             # nothing: their threads are not waited for (an App may take its
+            print_error(line)                # whole timeout); their processes end on their own, as after a
+        for stream in (sys.stdout, sys.stderr):  # crash, and their claims pass on after their lease
+            stream.flush()
+        os._exit(exc.exit_code)
     executed = w.executors.executed if w.executors else 0
     say("worker_stopped", f"worker {w.worker_id}: drove {w.driven} run(s), executed {executed} call(s)",
         runs=w.driven, calls=executed)

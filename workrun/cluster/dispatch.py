@@ -538,6 +538,15 @@ class Executors:
             if journal is not None:
                 journal.close()
 
+    def abandon(self) -> None:
+        """Claim nothing more and wait for nothing: the journal is out of reach for good (``WORKRUN_DB_RETRY`` ran
+        out, R-F1), so no call in hand could store its outcome. Their App processes go on in their own sessions,
+        as after a crash; their claims pass on after their lease, and whoever takes a call over decides it
+        (R-R3). The threads that wait for them end with them, or with the process."""
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
     @property
     def busy(self) -> int:
         """Calls in hand now."""

@@ -356,6 +356,7 @@ class Worker:
         self.beat.executors = executors
         running: dict[Future[str], str] = {}
         idle_since = time.monotonic()
+        unreachable = False
         try:
             with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="workrun-worker") as pool:
                 while True:
@@ -382,8 +383,14 @@ class Worker:
                         break
                     if not claimed:
                         self.draining.wait(IDLE_POLL)
+        except DatabaseUnreachableError:  # WORKRUN_DB_RETRY ran out (R-F1): nothing could store what the calls in
+            unreachable = True             # hand return; they are left as after a crash (their claims pass on)
+            raise
         finally:
-            executors.drain()  # the calls in hand end and are stored; nothing more is claimed
+            if unreachable:
+                executors.abandon()
+            else:
+                executors.drain()  # the calls in hand end and are stored; nothing more is claimed
             journal.close()
             gauge.close()
             self.beat.stop()
