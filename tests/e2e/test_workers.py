@@ -437,3 +437,38 @@ def test_gc_prunes_the_databases_snapshots_and_two_at_once_are_safe(shared, tmp_
     assert journal._query("SELECT COUNT(*) AS n FROM snapshots")[0]["n"] == 0
     assert journal._query("SELECT COUNT(*) AS n FROM snapshot_objects")[0]["n"] == 0
     assert sum("removed 1 snapshot" in out for out, _ in outs) == 1  # one of them pruned it, the other found none
+
+
+def test_gc_keeps_a_snapshot_an_operation_journaled_after_it_read_what_is_needed(shared, tmp_path, make_project,
+                                                                                   write_workflow):
+    """R-F3 (found by reading the code): `workrun gc` reads what is needed, then prunes. An operation journaled
+    in between (its run unfinished) is seen by the prune itself, which keeps its snapshot; and a snapshot
+    pruned before the operation's intent was journaled is stored again before its call starts."""
+    from workrun.runner.snapshots import publish
+
+    journal = shared["journal"]
+    project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
+    wf = write_workflow("snapkeep", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "snap"
+        input = {{ name = "a" }}
+        [nodes.boom]
+        project = "{project}"
+        app = "snap"
+        needs = ["a"]
+        input = {{ name = "boom", fail = true }}
+    """)
+    home = tmp_path / "home"
+    ran = _cli("run", wf, "--json", env={"WORKRUN_HOME": str(home)})
+    assert ran.returncode == 1, ran.stderr
+    run_id = json.loads(ran.stdout)["run_id"]
+    [snap] = [r["snapshot"] for r in journal._query("SELECT snapshot FROM snapshots")]
+    journal._exec("UPDATE runs SET status = 'running' WHERE run_id = %s", (run_id,))  # as if still going
+    assert journal.prune_snapshots(set()) == (0, 1)  # ``needed`` read empty, but the journal says otherwise
+    journal._exec("UPDATE runs SET status = 'failed' WHERE run_id = %s", (run_id,))
+    assert journal.prune_snapshots(set()) == (1, 0)
+    assert journal._query("SELECT COUNT(*) AS n FROM snapshot_objects")[0]["n"] == 0
+    publish(home, snap, journal)  # what a call does once its intent is journaled, after such a prune
+    assert journal.has_snapshot(snap)
+    assert journal._query("SELECT COUNT(*) AS n FROM snapshot_objects")[0]["n"] >= 1

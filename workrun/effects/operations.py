@@ -31,7 +31,7 @@ from workrun.runner.apps import check_contract, diff_fingerprints, fingerprint
 from workrun.runner.base import Outcome
 from workrun.runner.context import Context, new_id
 from workrun.runner.process import alive, proc_start_time
-from workrun.runner.snapshots import materialize, take
+from workrun.runner.snapshots import materialize, publish, take
 
 __all__ = [
     "Attempted",
@@ -96,7 +96,7 @@ def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any]
     if app.compensation is not None and app.compensation.entry is not None and app.compensation.code == "snapshot" \
             and not standalone:  # a reverse action (compensation.http) runs no code: nothing to snapshot
         try:
-            snapshot = take(svc.data_dir, project, fp, svc.journal)
+            snapshot = take(svc.data_dir, project, fp)
         except ValueError as exc:
             refused = str(exc)
     python: str | None = None
@@ -121,6 +121,8 @@ def call_app(svc: Context, *, project: Path, app: AppSpec, input: dict[str, Any]
         "owner_pid": owner_pid, "owner_start": owner_start,
     }
     svc.journal.start_operation(row)
+    if snapshot is not None:  # on a shared journal, stored in its database once the intent names it (R-S4, R-F3)
+        publish(svc.data_dir, snapshot, svc.journal)
     if refused:
         return _failed_before_start(svc, op_id, call_dir, refused, Failure.REFUSED)
     if unavailable is not None:

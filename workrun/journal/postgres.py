@@ -74,6 +74,7 @@ from workrun.core.rows import (
     JsonObject,
     RunClaimRow,
 )
+from workrun.core.states import COMPENSATION_DONE
 from workrun.journal.migrations import MIGRATIONS
 from workrun.journal.portable import _JSON_COLUMNS, _KEYS, SqlJournal, _check_status, _insert, _status_query, _update
 
@@ -81,6 +82,14 @@ __all__ = ["PostgresJournal", "to_pg", "to_postgres"]
 
 _MIGRATION_LOCK = 0x776F726B72756E  # advisory lock key ("workrun"): one migrator at a time
 _GC_LOCK = 0x776F726B72756E67  # 'workrung': one `workrun gc` at a time on a database (R-F3)
+_SNAPSHOT_LOCK = 0x776F726B72756E73  # 'workruns': a gc's prune excludes storing a snapshot (shared) meanwhile
+# the snapshots an unfinished run or compensation may still need (as workrun.runner.snapshots reads them)
+_NEEDED_SNAPSHOTS = (
+    "SELECT DISTINCT o.snapshot FROM operations o JOIN runs r ON r.run_id = o.run_id "
+    "LEFT JOIN compensations c ON c.operation_id = o.operation_id WHERE o.snapshot IS NOT NULL AND ("
+    "r.status = ANY(%(unfinished)s) "
+    "OR (r.status = ANY(%(ended)s) AND c.operation_id IS NULL AND o.status = 'succeeded' AND r.eval = 0) "
+    "OR (c.operation_id IS NOT NULL AND NOT (c.status = ANY(%(done)s))))")
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.1, 5.0  # seconds between reconnect tries: 0.1 s doubling, at most 5 s (R-F1)
 _T = TypeVar("_T")
 
@@ -761,8 +770,13 @@ class PostgresJournal(SqlJournal):
     # -- code snapshots in the database (R-S4) -------------------------------
 
     def put_snapshot(self, snapshot: str, manifest: JsonObject, read: Any, now: float) -> None:
-        """Store a snapshot's manifest and each missing object (``read(digest) -> bytes``), in one transaction."""
+        """Store a snapshot's manifest and each missing object (``read(digest) -> bytes``), in one transaction,
+        unless the database holds it; it waits while :meth:`prune_snapshots` prunes (the objects it finds there
+        are never deleted under it)."""
         def body(pg: Any) -> None:
+            pg.execute("SELECT pg_advisory_xact_lock_shared(%s)", (_SNAPSHOT_LOCK,))  # never while a gc prunes
+            if pg.execute("SELECT 1 AS x FROM snapshots WHERE snapshot = %s", (snapshot,)).fetchall():
+                return
             have = {r["digest"] for r in pg.execute(
                 "SELECT digest FROM snapshot_objects WHERE digest = ANY(%s)",
                 (list(manifest["files"].values()),)).fetchall()}
@@ -795,14 +809,21 @@ class PostgresJournal(SqlJournal):
 
     def prune_snapshots(self, needed: set[str], *, dry_run: bool = False) -> tuple[int, int]:
         """Delete the database's snapshots not in ``needed`` and the stored files no remaining snapshot names, in
-        one transaction (R-F3). Returns ``(removed, kept)`` snapshots."""
+        one transaction that no :meth:`put_snapshot` overlaps (R-F3). What the journal says is needed at that
+        moment is kept too (``needed`` was read before: an operation journaled since, on any machine, is seen
+        here, and one journaled later stores its snapshot again once this ends). Returns ``(removed, kept)``
+        snapshots."""
         def body(pg: Any) -> tuple[int, int]:
+            pg.execute("SELECT pg_advisory_xact_lock(%s)", (_SNAPSHOT_LOCK,))
+            needed_now = needed | {r["snapshot"] for r in pg.execute(_NEEDED_SNAPSHOTS, {
+                "unfinished": ["running", "waiting"], "ended": ["failed", "stopped", "terminated"],
+                "done": sorted(COMPENSATION_DONE)}).fetchall()}
             rows = pg.execute("SELECT snapshot, manifest FROM snapshots").fetchall()
-            gone = [r["snapshot"] for r in rows if r["snapshot"] not in needed]
+            gone = [r["snapshot"] for r in rows if r["snapshot"] not in needed_now]
             if dry_run or not gone:
                 return len(gone), len(rows) - len(gone)
             pg.execute("DELETE FROM snapshots WHERE snapshot = ANY(%s)", (gone,))
-            live = {d for r in rows if r["snapshot"] in needed for d in json.loads(r["manifest"])["files"].values()}
+            live = {d for r in rows if r["snapshot"] in needed_now for d in json.loads(r["manifest"])["files"].values()}
             pg.execute("DELETE FROM snapshot_objects WHERE NOT (digest = ANY(%s))", (list(live),))
             return len(gone), len(rows) - len(gone)
 

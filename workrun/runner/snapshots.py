@@ -29,7 +29,7 @@ from workrun.core.paths import copy_file, remove_tree
 from workrun.core.states import COMPENSATION_DONE
 from workrun.runner.apps import Fingerprint
 
-__all__ = ["Store", "gc", "materialize", "max_bytes", "take"]
+__all__ = ["Store", "gc", "materialize", "max_bytes", "publish", "take"]
 
 
 def max_bytes() -> int:
@@ -44,7 +44,8 @@ class Store(Protocol):
 
     def put_snapshot(self, snapshot: str, manifest: dict[str, Any], read: Callable[[str], bytes],
                      now: float) -> None:
-        """Store a snapshot's manifest and its missing objects (``read(digest) -> bytes``) at once."""
+        """Store a snapshot's manifest and its missing objects (``read(digest) -> bytes``) at once, unless the
+        store holds it; never while :meth:`prune_snapshots` prunes."""
 
     def has_snapshot(self, snapshot: str) -> bool:
         """True when the store holds the snapshot."""
@@ -59,7 +60,8 @@ class Store(Protocol):
         """Held by one ``workrun gc`` at a time on the store (R-F3)."""
 
     def prune_snapshots(self, needed: set[str], *, dry_run: bool = False) -> tuple[int, int]:
-        """Delete the stored snapshots not in ``needed``; ``(removed, kept)``."""
+        """Delete the stored snapshots not in ``needed`` (nor needed by what the store sees at that moment), never
+        while one is stored; ``(removed, kept)``."""
 
 
 def _shared(journal: object) -> Store | None:
@@ -75,24 +77,35 @@ def _unique() -> str:
     return f"{os.getpid()}.{threading.get_ident()}.{os.urandom(3).hex()}"
 
 
-def take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any = None) -> str:
-    """Store the project's fingerprinted files; return the snapshot id (the fingerprint digest).
-
-    Args:
-        journal: when it is a shared journal (R-S4), the snapshot is stored in its database too.
+def take(data_dir: Path, project: Path, fp: Fingerprint) -> str:
+    """Store the project's fingerprinted files in the data directory; return the snapshot id (the fingerprint
+    digest). On a shared journal, :func:`publish` it once the operation that uses it is journaled.
 
     Raises:
         ValueError: the files add up to more than :func:`max_bytes` (the call then fails before it starts).
-        JournalError: the shared journal cannot store it.
     """
     with _BUILDING:  # two calls of one process snapshot the same project at once: one builds, both use it
-        return _take(data_dir, project, fp, journal)
+        return _take(data_dir, project, fp)
 
 
-def _take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any) -> str:
+def publish(data_dir: Path, snapshot: str, journal: Any) -> None:
+    """Store a snapshot :func:`take` made in the shared journal's database too (R-S4), when ``journal`` is a
+    shared one; nothing otherwise. Called after the intent of the operation that uses it is journaled and
+    before its call starts: a ``workrun gc`` on another machine that pruned the snapshot before it could see
+    that operation (R-F3) is undone here, and one after it sees the operation.
+
+    Raises:
+        JournalError: the shared journal cannot store it.
+    """
+    store = _shared(journal)
+    if store is not None:
+        with _BUILDING:
+            _publish(data_dir, snapshot, store)
+
+
+def _take(data_dir: Path, project: Path, fp: Fingerprint) -> str:
     manifest = data_dir / "snapshots" / f"{fp.digest}.json"
     if manifest.is_file():
-        _publish(data_dir, fp.digest, _shared(journal))
         return fp.digest
     size = sum((project / rel).stat().st_size for rel in fp.files)
     if size > max_bytes():
@@ -110,14 +123,11 @@ def _take(data_dir: Path, project: Path, fp: Fingerprint, journal: Any) -> str:
     tmp = manifest.with_suffix(f".tmp{_unique()}")
     tmp.write_text(json.dumps({"files": fp.files, "project": str(project)}))
     os.replace(tmp, manifest)
-    _publish(data_dir, fp.digest, _shared(journal))
     return fp.digest
 
 
-def _publish(data_dir: Path, snapshot: str, journal: Store | None) -> None:
-    """Copy a local snapshot into the shared journal's database, once (R-S4)."""
-    if journal is None or journal.has_snapshot(snapshot):
-        return
+def _publish(data_dir: Path, snapshot: str, journal: Store) -> None:
+    """Copy a local snapshot into the shared journal's database unless it is there (R-S4)."""
     manifest = json.loads((data_dir / "snapshots" / f"{snapshot}.json").read_text())
     journal.put_snapshot(snapshot, manifest, lambda digest: (data_dir / "objects" / digest[:2] / digest).read_bytes(),
                          time.time())
