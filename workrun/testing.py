@@ -37,10 +37,10 @@ from typing import Any
 import pytest
 
 from workrun import api
-from workrun.app.runs import INJECTION
+from workrun.app.runs import INJECTION, CrashNotReached
 from workrun.journal.base import FAULT_POINTS as _POINTS
 
-__all__ = ["FAULT_POINTS", "crash_at", "fail_after", "workrun_api", "workrun_home"]
+__all__ = ["FAULT_POINTS", "CrashNotReached", "crash_at", "fail_after", "workrun_api", "workrun_home"]
 
 #: the journal writes a run can be killed at (``crash_at(point)``), in the order a run meets them
 FAULT_POINTS: tuple[str, ...] = tuple(_POINTS)
@@ -68,7 +68,8 @@ def fail_after(node_key: str) -> Any:
 def crash_at(point: str, n: int = 1) -> Any:
     """A context manager: runs started inside it run in a child process that is killed (SIGKILL) at the
     ``n``-th commit of the journal write ``point`` (one of :data:`FAULT_POINTS`); ``run`` then returns the
-    journal's view of the unfinished run instead of raising, so the test can ``resume`` (R-V3).
+    journal's view of the unfinished run instead of raising, so the test can ``resume`` (R-V3). A run that
+    never reached that commit (nothing was killed) warns :class:`CrashNotReached`.
 
     Raises:
         ValueError: ``point`` is not a fault point, or ``n`` is below 1.

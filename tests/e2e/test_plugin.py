@@ -45,9 +45,14 @@ def test_create_is_undone_after_an_injected_failure(workrun_api):
     assert len(workrun_api.runs()) == 1
 
 
-@pytest.mark.parametrize("point", ["comp.status", "attempt.intent", "attempt.started", "attempt.finished"])
+@pytest.mark.parametrize("point", ["attempt.intent", "attempt.started", "attempt.finished"])
 def test_a_crash_in_compensation_then_resume(workrun_api, point):
-    with fail_after("create"), crash_at(point):
+    import warnings
+
+    from workrun.testing import CrashNotReached
+
+    with warnings.catch_warnings(), fail_after("create"), crash_at(point):
+        warnings.simplefilter("error", CrashNotReached)  # killed there: never warned
         view = workrun_api.run(TUTORIAL)
     assert view["status"] in ("running", "failed")  # the journal's view of what the killed run left
     workrun_api.resume()  # picks up what the kill left (nothing, when it came after the last commit)
@@ -91,6 +96,24 @@ def test_a_crash_as_the_run_is_recorded_returns_that_run_and_never_another(workr
     assert first["status"] == "running" and [r["run_id"] for r in workrun_api.runs()] == [first["run_id"]]
     with pytest.raises(workrun_api.WorkrunError), crash_at("node.running"):
         workrun_api.run(TUTORIAL)  # killed while resuming the first, before its own run: no run to return
+
+
+def test_a_crash_point_the_run_never_reaches_is_warned_not_passed_off_as_a_crash(workrun_api):
+    """New-user review: the tutorial's one compensation makes one attempt, so its 5th ``attempt.started`` never
+    comes; the finished run is returned with a CrashNotReached warning (a crash test that killed nothing is
+    seen), and a reached point warns nothing."""
+    import warnings
+
+    from workrun.testing import CrashNotReached
+
+    with pytest.warns(CrashNotReached, match=r"commit 5 of attempt.started: nothing was killed"), \
+            fail_after("create"), crash_at("attempt.started", n=5):
+        view = workrun_api.run(TUTORIAL)
+    assert view["status"] == "failed" and view["compensation"] == "complete"  # the run went its way
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CrashNotReached)
+        with fail_after("create"), crash_at("attempt.started"):
+            assert workrun_api.run(TUTORIAL)["compensation"] != "complete"
 
 
 def test_an_unknown_node_or_point_is_refused(workrun_api):

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from workrun.runner.context import Confirm, Reporter
     from workrun.runner.services import Services
 
-__all__ = ["EXIT", "Finished", "check", "check_compensate", "compensate", "compensation_plan", "rerun", "resume",
-           "run", "runs", "show", "stop"]
+__all__ = ["EXIT", "CrashNotReached", "Finished", "check", "check_compensate", "compensate", "compensation_plan",
+           "rerun", "resume", "run", "runs", "show", "stop"]
 
 EXIT = {"succeeded": 0, "failed": 1, "terminated": 1, "waiting": 4, "stopped": 130}  # SPEC §16
 
@@ -159,6 +159,9 @@ def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: 
     """Run the workflow (or re-run ``rerun_of``) in a child process that is killed at the ``crash[1]``-th commit
     of the journal write ``crash[0]`` (``WORKRUN_FAULT``, R-V3); return the journal's view of that run afterwards.
 
+    Warns:
+        CrashNotReached: the child was never killed (its run never reached that commit).
+
     Raises:
         WorkrunError: the child refused before its run started (with the child's exit code: 2 for bad input, 3
             for a busy data directory), or ended without starting a run.
@@ -186,8 +189,20 @@ def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: 
         from workrun.app.views import run_detail
 
         view = run_detail(journal, run_id)
+    killed = child.returncode < 0
+    if not killed:  # a crash test that crashed nothing must not pass unseen as one (new-user review)
+        import warnings
+
+        warnings.warn(CrashNotReached(f"crash_at({point!r}, n={n}): run {run_id} ended {view['status']} without "
+                                      f"reaching commit {n} of {point}: nothing was killed"), stacklevel=3)
     return Finished(view, EXIT.get(view["status"], 1) if view["status"] != "running" else 1,
-                    note=f"killed at {point} (commit {n})" if child.returncode < 0 else "")
+                    note=f"killed at {point} (commit {n})" if killed else "")
+
+
+class CrashNotReached(UserWarning):
+    """Warned by a run under ``crash_at`` whose run never reached that commit: nothing was killed, and the run
+    returned is one that ran its course (R-V3). ``pytest -W error::workrun.testing.CrashNotReached`` makes it a
+    failure."""
 
 
 def _run_ids(home: Home) -> list[str]:
