@@ -157,6 +157,7 @@ def test_a_runner_killed_during_a_quick_call_leaves_it_starting_and_resume_takes
     assert res.code == 0, res
     (run,) = res.json()["runs"]
     assert run["status"] == "succeeded"
+    assert run["compensation"] is None  # the roll-up, as runs show gives it (conformance review)
     (done,) = run["operations"]
     assert done["status"] == "succeeded" and done["result"] == {"name": "a"}
     assert _calls(tmp_path) == ["a"]

@@ -175,6 +175,8 @@ def test_stop_ends_app_marks_stopped_no_compensation(workrun, write_workflow, sl
     assert [c["status"] for c in comps] == ["succeeded"]
     assert len(Path(logs["COMP_LOG"]).read_text().split()) == 1
     assert workrun("runs", "show", rid, "--json").json()["compensation"] == "complete"
+    # compensate --json says the roll-up as runs show does (conformance review: it had none)
+    assert res.json()["compensation"] == "complete" and res.json()["compensation_counts"]["succeeded"] == 1
 
 
 def test_stop_reaches_an_orphan_that_resume_waits_for(workrun, write_workflow, slow_project, logs):

@@ -270,7 +270,7 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
         :class:`Finished`: ``{"runs": [run views]}``; code 0 when every compensation it handled ended
         succeeded or skipped and every ticket action it sent or settled succeeded, else 1 (130: stopped).
     """
-    from workrun.app.views import run_view
+    from workrun.app.views import run_detail
     from workrun.engine.recovery import resume_all
 
     with scheduling(home=home, wait=wait, resume_first=False, reporter=reporter) as svc:
@@ -281,7 +281,7 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
             handled = resume_shared(svc)
         else:
             handled = resume_all(svc)
-        views = [run_view(svc.journal, r) for r in handled]
+        views = [run_detail(svc.journal, r) for r in handled]
         # SPEC §10: 0 when every compensation it handled ended succeeded or skipped, and every ticket action it
         # sent or settled (R-M3: a job with attempts, like a compensation; `tickets retry` exits by it too)
         # succeeded; an action that had failed before this command (a dead letter already) is not its doing
@@ -331,7 +331,7 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         ActionRefusedError: the run cannot be compensated (exit 2; not for a dry run).
         SchedulerBusyError: another scheduler holds the data directory (exit 3).
     """
-    from workrun.app.views import run_view
+    from workrun.app.views import run_detail
     from workrun.engine.recovery import compensate_now
     from workrun.repair.operator import actor
 
@@ -352,7 +352,7 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         before = {c["compensation_id"]: c["status"] for c in svc.journal.compensations(rid)}
         with run_claim(svc, rid, wait):
             compensate_now(svc, rid)
-        view = run_view(svc.journal, rid)
+        view = run_detail(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
         ok = all(c["status"] in COMPENSATION_DONE for c in comps)
         if before and ok and all(s in COMPENSATION_DONE for s in before.values()) \
