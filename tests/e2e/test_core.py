@@ -141,6 +141,7 @@ def test_contract_violation_fails_call_naming_field(workrun, write_workflow, mak
     ('{ entry = "main.py" }', "must differ"),
     ('{ entry = "/etc/passwd" }', "relative path"),
     ('{ entry = "missing.py" }', "does not exist"),
+    ('{ entry = "undo\\u0000.py" }', "NUL character"),  # hostile review: an internal error, exit 1
 ])
 def test_bad_compensation_entry_exit_2_before_anything_runs(workrun, write_workflow, make_project, comp, message):
     proj = make_project("bad", f"""

@@ -116,6 +116,8 @@ def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:
     path, symlink escape); return the real path of the file (a string: this runs on every call, issue 14)."""
     if not rel or os.path.isabs(rel) or ".." in Path(rel).parts:
         raise ConfigError(f"{rel!r} must be a relative path inside the project", file=file, field=field)
+    if "\0" in rel:  # no file has such a name (the OS refuses it: an internal error, hostile review)
+        raise ConfigError(f"{rel!r} is not a usable path: it holds a NUL character", file=file, field=field)
     target = real_path(os.path.join(project, rel))
     if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
         raise ConfigError(f"{rel!r} resolves outside the project (symlink escape)", file=file, field=field)
