@@ -61,6 +61,20 @@ def test_damaged_journal_is_refused_without_writes(workrun, isolated_env):
     assert path.read_bytes() == bytes(data)
 
 
+def test_an_emptied_journal_is_refused_not_started_again(workrun, isolated_env):
+    """Hostile review: a journal truncated to 0 bytes (a failed copy or restore) was taken for a new one: every
+    command started an empty journal over it, and the record of what must be undone was gone for good."""
+    assert workrun("resume").code == 0  # created, checked and closed cleanly (its size recorded)
+    path = isolated_env / "journal.sqlite3"
+    assert path.stat().st_size > 0 and (isolated_env / "journal.sqlite3.closed").is_file()
+    path.write_bytes(b"")
+    for args in (("compensations", "list"), ("resume",), ("runs", "list", "--json")):
+        res = workrun(*args)
+        assert res.code == 1, res
+        assert res.err.count("\n") == 1 and str(path) in res.err and "0 bytes" in res.err, res.err
+    assert path.stat().st_size == 0  # nothing written over it
+
+
 @pytest.mark.parametrize("table", ["runs", "compensations", "messages"])
 def test_a_damaged_table_page_is_refused_before_anything_runs(workrun, write_workflow, make_project, isolated_env,
                                                               tmp_path, table):

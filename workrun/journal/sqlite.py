@@ -194,6 +194,27 @@ def _record_clean_close(path: Path, checked_at: float) -> None:
         pass
 
 
+def _refuse_emptied(path: Path) -> None:
+    """Refuse a journal file of 0 bytes that was not empty when Workrun last closed it (a truncation, a failed
+    copy or restore): SQLite would take it for a new database and start an empty journal over the record of
+    what must be undone (hostile review). A 0-byte file with no such record (a first open that was killed) is
+    taken as new.
+
+    Raises:
+        JournalError: naming the file and the size it had.
+    """
+    try:
+        if os.stat(path).st_size != 0:
+            return
+    except OSError:
+        return
+    record = _read_marker(path)
+    was = record.get("stat") if record is not None else None
+    if isinstance(was, list) and len(was) > 2 and isinstance(was[2], int) and was[2] > 0:
+        raise JournalError(f"the journal is empty (0 bytes) but was {was[2]} bytes when Workrun last closed it; "
+                           "nothing was written. Restore a backup or move the file away", file=str(path))
+
+
 def _checkpoint(path: Path) -> None:
     """Copy the write-ahead log of the journal ``path`` into it, on a connection of this thread's own, without
     waiting for readers or writers (``PASSIVE``); any failure is left to the last close's own checkpoint."""
@@ -254,6 +275,7 @@ class SqliteJournal(SqlJournal):
         self._writing_back: threading.Thread | None = None  # write_back's checkpoint, joined by close
         self._read_only = read_only
         tunables = settings.current()
+        _refuse_emptied(self.path)
         try:
             if read_only:
                 self._db = _connect_read_only(self.path)
