@@ -164,6 +164,31 @@ def test_an_unavailable_environment_fails_the_call_before_it_starts(tmp_path):
     assert op["failure"] == Failure.ENVIRONMENT and op["error"] == "environment unavailable: uv sync failed"
 
 
+def test_a_call_directory_that_cannot_be_fenced_is_one_line_naming_it(tmp_path):
+    """Hostile review (a full disk before the first call): the fence of a call that could not start raised a
+    bare OSError, an internal error naming no file. It is one line naming the directory; the call stays
+    ``starting`` for resume to decide, and nothing of it ran."""
+    import errno
+
+    import pytest
+
+    from workrun.core.errors import WorkrunError
+
+    runner = FakeRunner({"main.py": lambda c: Exit(result={})})
+    runner.environment_error = "uv sync failed"
+
+    def full(call_dir):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    runner.fence = full
+    svc, run_id, engine = _process_run(tmp_path, runner)
+    with pytest.raises(WorkrunError) as err:
+        engine.execute(run_id)
+    (op,) = svc.journal.operations(run_id)
+    assert op["status"] == "starting" and runner.started == []
+    assert err.value.file == op["call_dir"] and "No space left on device" in err.value.detail
+
+
 # -- final failure ------------------------------------------------------------------
 
 

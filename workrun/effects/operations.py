@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from workrun.core import metrics, tracing
 from workrun.core.backoff import backoff_delay
-from workrun.core.errors import EnvironmentUnavailableError, StaleStatusError
+from workrun.core.errors import EnvironmentUnavailableError, StaleStatusError, WorkrunError
 from workrun.core.models import AppSpec
 from workrun.core.outcomes import Failure
 from workrun.core.paths import real_path, remove_tree
@@ -173,8 +173,17 @@ def process_call_dir(row: OperationRow | AttemptRow) -> Path:
 
 def _failed_before_start(svc: Context, op_id: str, call_dir: Path, error: str, failure: Failure) -> OperationRow:
     """Journal a call that failed before its process started (the directory is fenced first, so no
-    late start is possible); return the operation row."""
-    svc.runner.fence(call_dir)
+    late start is possible); return the operation row.
+
+    Raises:
+        WorkrunError: the directory cannot be fenced (a full disk): one line naming it; the call stays
+            ``starting``, and ``workrun resume`` fences and decides it (nothing of it ran).
+    """
+    try:
+        svc.runner.fence(call_dir)
+    except OSError as exc:  # hostile review: an internal error naming no file
+        raise WorkrunError(f"cannot write the call's directory: {exc.strerror or exc} (the call did not start; "
+                           "`workrun resume` decides it once that is fixed)", file=str(call_dir)) from None
     svc.journal.finish_operation(op_id, status="failed", failure=failure, error=error, at=svc.now())
     remove_tree(call_dir)
     return svc.journal.operation(op_id)
