@@ -479,6 +479,29 @@ def test_a_failed_compensation_holds_back_those_upstream(tmp_path):
     assert [e["context"]["node_key"] for _, e in runner.started] == ["b", "b"]  # 2 attempts, a never ran
 
 
+def test_an_operators_retry_that_fails_again_never_releases_the_held_back_one(tmp_path):
+    """SPEC §10 (conformance review): ``a`` is released only when ``b``'s retry succeeds; a retry that fails
+    again left a journaled ``pending`` for ``a`` in between. A retry that succeeds then releases and runs it."""
+    from workrun.repair.operator import retry
+
+    fail = {"b": True}
+
+    def undo(c: Call) -> Exit:
+        return Exit(code=1) if fail.get(c.envelope["context"]["node_key"]) else Exit(result={})
+
+    svc, run_id, runner = _failed_chain(tmp_path, undo)
+    comps = {c["node_key"]: c for c in compensate_run(svc, run_id)}
+    a, b = comps["a"]["compensation_id"], comps["b"]["compensation_id"]
+    said_before = len(svc.journal.messages(run_id))
+    assert retry(svc, b)["status"] == "failed"
+    assert svc.journal.compensation(a)["status"] == "blocked"
+    texts = [m["text"] for m in svc.journal.messages(run_id)[said_before:]]
+    assert not [t for t in texts if t.startswith(f"compensation {a}") and ": pending" in t], texts
+    fail["b"] = False
+    assert retry(svc, b)["status"] == "succeeded"
+    assert svc.journal.compensation(a)["status"] == "succeeded"  # released, then run
+
+
 def test_resolving_the_holder_releases_the_held_back_one(tmp_path):
     svc, run_id, _ = _failed_chain(tmp_path, lambda c: Exit(code=1) if c.envelope["context"]["node_key"] == "b"
                                    else Exit(result={}))

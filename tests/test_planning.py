@@ -91,6 +91,17 @@ def test_release_after_holder_resolved():
     assert p.release == ["c-a"] and p.hold == {}
 
 
+@pytest.mark.parametrize("retried", ["pending", "running"])
+def test_a_holder_being_retried_keeps_holding_until_it_succeeds(retried):
+    """SPEC §10: "when it succeeds, compensations held back only by it become pending" (conformance review:
+    an operator's retry released them at once, pending, and they were blocked again when it failed)."""
+    held = Item("a", "a", (), "c-a", "blocked", held_back=True, held_back_by=("c-b",))
+    p = plan([held, Item("b", "b", ("a",), "c-b", retried)])
+    assert p.hold == {"c-a": ["c-b"]} and p.release == [] and "c-a" not in p.ready
+    assert plan([held, Item("b", "b", ("a",), "c-b", "succeeded")]).release == ["c-a"]
+    assert plan([held, Item("b", "b", ("a",), "c-b", "failed")]).hold == {"c-a": ["c-b"]}
+
+
 def test_running_downstream_means_wait():
     items = [Item("a", "a", (), "c-a", "pending"), Item("b", "b", ("a",), "c-b", "running")]
     p = plan(items)

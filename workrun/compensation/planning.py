@@ -35,6 +35,7 @@ class Item:
         status: the compensation's status (None when there is none).
         held_back: True when ``blocked`` only because of holders downstream (the planner's own
             doing); False when blocked for its own reason (e.g. a code change).
+        held_back_by: the compensation ids that held it back when it was last blocked (``held_back``).
     """
 
     operation_id: str
@@ -43,6 +44,7 @@ class Item:
     compensation_id: str | None = None
     status: str | None = None
     held_back: bool = False
+    held_back_by: tuple[str, ...] = ()
 
 
 @struct
@@ -71,7 +73,8 @@ def plan(items: list[Item]) -> Plan:
     Returns:
         A :class:`Plan`. Holders named for X are the nearest downstream compensations that are
         ``failed``, ``unknown`` or blocked for their own reason, looking through held-back ones
-        and through operations without a compensation.
+        and through operations without a compensation; a held-back X keeps the holders it had while they
+        are being retried (``pending``, ``running``): it is released only once they succeed (SPEC §10).
     """
     by_id = {i.operation_id: i for i in items}
     downstream: dict[str, list[str]] = {i.operation_id: [] for i in items}
@@ -114,6 +117,7 @@ def plan(items: list[Item]) -> Plan:
         holders_memo[op] = found
         return found
 
+    status_of = {i.compensation_id: i.status for i in items if i.compensation_id is not None}
     result = Plan()
     for i in items:
         if i.compensation_id is None or i.status in DONE:
@@ -125,6 +129,8 @@ def plan(items: list[Item]) -> Plan:
                     below.append(h)
         if i.status == "blocked" and not i.held_back:
             continue  # blocked for its own reason: only an operator changes that
+        if i.status == "blocked" and i.held_back:  # a holder being retried holds it until it succeeds (SPEC §10)
+            below += [h for h in i.held_back_by if status_of.get(h) in ("pending", "running") and h not in below]
         if below:
             if i.status in ("pending", "blocked"):
                 result.hold[i.compensation_id] = below

@@ -62,7 +62,7 @@ def refresh_holds(svc: Context, run_id: str,
             status = "running"
         items.append(Item(op["operation_id"], op["node_key"] or "", tuple(op["depends_on"] or ()),
                           c["compensation_id"] if c else None, status,
-                          bool(c and c["held_back_by"] is not None)))
+                          bool(c and c["held_back_by"] is not None), tuple(c["held_back_by"] or ()) if c else ()))
     decision = plan(items)
     for cid, holders in decision.hold.items():
         c = by_id[cid]
@@ -116,6 +116,8 @@ def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -
                     svc.say(run_id, c["node_key"], "info", f"{_label(c)}: running")
                     running[pool.submit(for_compensation(c).run_attempt, svc, c, op, trigger)] = cid
             if not running:
+                if freed and not svc.stopping():  # released just now: pending from the next look on
+                    continue
                 if next_due is None or svc.stopping():
                     break
                 time.sleep(max(0.0, min(next_due - svc.now(), 0.2)))
