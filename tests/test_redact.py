@@ -6,7 +6,7 @@ import base64
 import json
 import urllib.parse
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from workrun.core.redact import redact, redact_value
@@ -65,3 +65,15 @@ def test_a_value_too_short_to_be_a_secret_is_not_redacted():
     otherwise rewrite every answer and break the templates that read it)."""
     assert redact('{"content-type": "t"}', {"T": "t"}) == '{"content-type": "t"}'
     assert redact("a tok1 b", {"T": "tok1"}) == "a {{ env.T }} b"
+
+
+@settings(max_examples=150, deadline=None)
+@given(SECRETS, AROUND, AROUND, st.booleans(), st.booleans())
+def test_a_secret_encoded_alone_in_base64_leaves_no_tail(secret, before, after, url, padded):
+    """Conformance review: ``b64=czNjci90Kz94fj4=`` came back as ``b64={{ env.SEC }}4=``: the characters that
+    hold padding bits were left. The whole encoding goes, with or without padding, standard or URL-safe."""
+    assume(secret not in before + after and not after.startswith("="))  # "=" after it would be its padding
+    form = (base64.urlsafe_b64encode if url else base64.b64encode)(secret.encode()).decode()
+    form = form if padded else form.rstrip("=")
+    got = redact(before + form + after, {"SEC": secret})
+    assert got == before + "{{ env.SEC }}" + after, (form, got)

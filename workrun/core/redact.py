@@ -10,8 +10,9 @@ template text ``{{ env.NAME }}`` wherever anything is stored or shown:
   escape (``\\/``, ``\\"``, ``\\\\``, ``\\n``…), mixed freely;
 - percent-encoded, upper- or lower-case hex (each character's UTF-8 bytes, also mixed
   with literal characters; ``+`` for a space);
-- base64, standard and URL-safe, at any of the three byte alignments inside a longer
-  encoded text (only the characters that depend on the secret alone; at least 4).
+- base64, standard and URL-safe: the secret encoded alone, whole (with or without its
+  padding), and at any of the three byte alignments inside a longer encoded text (only the
+  characters that depend on the secret alone; at least 4).
 
 Pure functions of their arguments; no I/O.
 """
@@ -78,10 +79,21 @@ def _b64_cores(secret: bytes) -> list[str]:
     return sorted(set(cores), key=len, reverse=True)
 
 
+def _b64_whole(secret: bytes) -> list[str]:
+    """The secret's own base64 encodings, standard and URL-safe, with and without padding: an echo of the secret
+    encoded alone ends in characters that also hold padding bits, which the cores leave out (a tail such as
+    ``4=`` stayed; conformance review). Longest first."""
+    text = base64.b64encode(secret).decode("ascii")
+    forms = {text, text.rstrip("=")}
+    forms |= {f.replace("+", "-").replace("/", "_") for f in forms}
+    return sorted(forms, key=len, reverse=True)
+
+
 @functools.lru_cache(maxsize=256)
 def _pattern(secret: str) -> re.Pattern[str]:
     chars = "".join(_char(c) for c in secret)
-    b64 = [re.escape(core) for core in _b64_cores(secret.encode("utf-8"))]
+    raw = secret.encode("utf-8")  # a whole encoding before the cores: at one position the first that matches wins
+    b64 = [re.escape(form) for form in [*_b64_whole(raw), *_b64_cores(raw)]]
     return re.compile("|".join([chars, *b64]))
 
 
