@@ -204,6 +204,8 @@ def test_escaped_daemon_is_ended_after_timeout(workrun, write_workflow, procs, l
     assert res.code == 1, res
     (op,) = res.json()["operations"]
     assert op["status"] == "failed" and op["error"].startswith("timed out after 3 s"), op
+    # ended by the SIGTERM: said as SPEC §17 says it for every signal (conformance review)
+    assert op["signal"] == 15 and op["exit_code"] is None and op["error"].endswith("killed by signal 15 (SIGTERM)")
     daemon = int(pids.read_text())
     assert not alive(daemon), f"escaped daemon {daemon} outlived its timed-out call"
 

@@ -48,17 +48,18 @@ __all__ = [
 
 
 def _describe_exit(outcome: Outcome, timeout: float) -> str:
-    if outcome.stopped:
-        return "stopped by the user"
-    if outcome.timed_out:
-        return f"timed out after {timeout:g} s (process group ended)"
+    """What ended the call, in words: a stop or a timeout first, then the signal that ended the App, if one did,
+    as SPEC §17 words it for every signal ("killed by signal 15 (SIGTERM)"; conformance review: a timeout or a
+    stop left it out), else its exit code."""
+    why = "stopped by the user" if outcome.stopped else (
+        f"timed out after {timeout:g} s (process group ended)" if outcome.timed_out else "")
     if outcome.signal:
         try:
-            name = _signal.Signals(outcome.signal).name
+            killed = f"killed by signal {outcome.signal} ({_signal.Signals(outcome.signal).name})"
         except ValueError:
-            return f"killed by signal {outcome.signal}"
-        return f"killed by signal {outcome.signal} ({name})"
-    return f"exited with code {outcome.exit_code}"
+            killed = f"killed by signal {outcome.signal}"
+        return f"{why}: {killed}" if why else killed
+    return why or f"exited with code {outcome.exit_code}"
 
 
 def _last_line(text: str) -> str:
