@@ -164,6 +164,9 @@ def test_code_change_blocks_compensation_naming_files_then_accept(workrun, write
     assert again.code == 1, again
     assert again.json()["status"] == "blocked" and again.json()["attempts"] == []
     assert [e["name"] for e in _log(log)] == ["side"]
+    said = workrun("compensations", "retry", a_cid, env={"TEST_LOG": str(log)})  # says how to go on (new-user review)
+    assert said.code == 1 and f"next: blocked: `workrun compensations retry {a_cid}` (`--accept-code-change`" in \
+        said.out.replace("\n", " "), said
 
     ok = workrun("compensations", "retry", a_cid, "--accept-code-change", "--json", env={"TEST_LOG": str(log)})
     assert ok.code == 0, ok
@@ -173,7 +176,7 @@ def test_code_change_blocks_compensation_naming_files_then_accept(workrun, write
     assert shown["accept_code_change"] is True
     assert [a["trigger"] for a in shown["attempts"]] == ["operator"]
     retries = [e for e in shown["events"] if e["action"] == "retry"]
-    assert [e["args"] for e in retries] == [{"accept_code_change": False}, {"accept_code_change": True}]
+    assert [e["args"] for e in retries] == [{"accept_code_change": False}] * 2 + [{"accept_code_change": True}]
     assert all(e["actor"] for e in retries)
     # the held-back upstream was released and ran in the same command (SPEC §10), after a
     after = workrun("runs", "show", view["run_id"], "--json").json()

@@ -49,6 +49,7 @@ def retry(compensation_id: str = IdArg,
           json_mode: bool = JsonOpt, wait: bool = WaitOpt) -> None:
     """Run a new attempt now (history kept); then run what it was holding back. Exit 0 if all succeeded."""
     from workrun.app.views import compensation_full as _full
+    from workrun.app.views import operator_commands
     from workrun.repair import operator
 
     with reading(json_mode) as ro:  # an unknown id or a refusal is exit 2 at once, even while another scheduler runs
@@ -69,6 +70,9 @@ def retry(compensation_id: str = IdArg,
             print_json(_full(svc.journal, c))
         else:
             print_compensations(handled)
+            todo = operator_commands(c["compensation_id"], c["status"], c["held_back_by"] or ())
+            if todo:  # e.g. blocked by a code change: how to go on (new-user review: nothing said it)
+                console.print(f"next: {escape(todo)}")
     raise typer.Exit(0 if ok else 1)
 
 
