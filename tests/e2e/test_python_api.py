@@ -191,7 +191,7 @@ on_failure = {{ fallback = "b" }}
     assert "unknown input 'nte'" in res.json()["errors"][0], res.json()
 
 
-def test_check_reports_every_template_top_level_and_input_error_at_once(write_workflow, workrun):
+def test_check_reports_every_template_top_level_and_input_error_at_once(write_workflow, workrun, tmp_path):
     """R-L1 (hostile review): a node's every bad template, the workflow's own keys beside its nodes' errors, and
     every unknown --input, in one pass."""
     steps = ROOT / "demo_apps" / "steps"
@@ -222,6 +222,11 @@ needs = ["ghost"]
     assert device.code == 2 and device.err == "error: /dev/null: not a regular file\n", device
     long = workrun("app", "new", "a" * 300)
     assert long.code == 2 and "at most 64 characters" in long.err, long
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for where in (afile, afile / "sub"):  # a file where the directory belongs (new-user review: internal error)
+        res = workrun("app", "new", "x", "--dir", str(where))
+        assert res.code == 2 and res.err.count("\n") == 1 and "--dir" in res.err and str(where) in res.err, res
     fine = write_workflow("fine", f'[nodes.a]\nproject = "{steps}"\napp = "step"\n')
     typos = workrun("check", fine, "--input", "typo1=1", "--input", "typo2=2")
     assert typos.code == 2 and typos.err == (f"error: {fine}: --input: unknown inputs 'typo1', 'typo2': this workflow "

@@ -62,12 +62,18 @@ def new(name: str = typer.Argument(..., metavar="NAME", help="App (and project) 
         raise UsageError("use letters, digits, '-' and '_', starting with a letter, at most 64 characters",
                          field="NAME")
     target = directory or Path(name)
+    field = "--dir" if directory is not None else "NAME"
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} is not a directory", field=field)
     if target.exists() and any(target.iterdir()):
         raise UsageError("directory exists and is not empty", file=str(target))
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "pyproject.toml").write_text(_PYPROJECT.format(name=name))
-    (target / "main.py").write_text(_MAIN)
-    (target / "compensate.py").write_text(_COMPENSATE)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "pyproject.toml").write_text(_PYPROJECT.format(name=name))
+        (target / "main.py").write_text(_MAIN)
+        (target / "compensate.py").write_text(_COMPENSATE)
+    except OSError as exc:  # e.g. a file where a parent directory belongs (new-user review: an internal error)
+        raise UsageError(f"cannot create the project in {target}: {exc.strerror or exc}", field=field) from None
     proc = subprocess.run([uv_bin(), "lock", "--quiet"], cwd=target, env=clean_env(), capture_output=True,
                           text=True)
     if proc.returncode != 0:
