@@ -266,6 +266,7 @@ def test_lock_of_dead_scheduler_is_taken_over(workrun, write_workflow, slow_proj
     proc.wait()
     res = workrun("resume", env=logs)
     assert res.code == 0, res
+    assert "compensated: 2 of 2" in res.out, res.out  # each run as `run` prints it, roll-up too (new-user review)
 
 
 def test_rerun_creates_new_run_and_keeps_old_record(workrun):

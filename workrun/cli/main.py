@@ -21,7 +21,7 @@ from workrun.cli import runs as runs_cli
 from workrun.cli import tickets as tickets_cli
 from workrun.cli import ui as ui_cli
 from workrun.cli.common import JsonOpt, LogFormatOpt, WaitOpt, reading, scheduling
-from workrun.cli.output import console, one_line, print_error, print_json, raise_broken_pipes, run_table, write_out
+from workrun.cli.output import console, one_line, print_error, print_json, raise_broken_pipes, write_out
 from workrun.cli.running import rerun_run, run_workflow
 from workrun.cli.session import print_run
 
@@ -152,8 +152,8 @@ def resume(json_mode: bool = JsonOpt, wait: bool = WaitOpt, log_format: str = Lo
     else:
         if done.note:
             console.print(done.note)
-        for v in done.data["runs"]:
-            console.print(run_table(v))
+        for v in done.data["runs"]:  # each as `run` prints it: the table, its roll-up, what is left to do
+            print_run(v, False)
     raise typer.Exit(done.code)
 
 
