@@ -495,3 +495,18 @@ def test_a_busy_metrics_port_names_what_the_person_gave() -> None:
         with pytest.raises(UsageError) as err:
             serve_metrics(busy.getsockname()[1])
     assert err.value.field == "--metrics-port" and err.value.exit_code == 2
+
+
+def test_an_environment_whose_project_is_gone_says_so_in_words(tmp_path):
+    """Hostile review: a retried compensation whose App project was deleted said "uv sync failed: [Errno 2] …
+    PosixPath('…')". It says the directory is gone, naming it (the compensation waits, pending, for resume)."""
+    import pytest
+
+    from workrun.core.errors import EnvironmentUnavailableError
+    from workrun.runner.env import EnvManager
+
+    gone = tmp_path / "deleted-project"
+    with pytest.raises(EnvironmentUnavailableError) as err:
+        EnvManager(tmp_path / "data")._sync(gone, offline=False)
+    assert err.value.detail.endswith(": the project directory is gone") and err.value.file == str(gone)
+    assert "Errno" not in err.value.detail and "PosixPath" not in err.value.detail

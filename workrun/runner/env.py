@@ -297,8 +297,12 @@ class EnvManager:
         try:
             proc = subprocess.run(argv, cwd=project, env=clean_env(), stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, errors="replace", timeout=900, umask=-1 if inside else user_umask())
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EnvironmentUnavailableError(f"uv sync failed: {exc}", file=str(project)) from None
+        except OSError as exc:
+            if not Path(project).is_dir():  # gone since the call (hostile review: its message named PosixPath)
+                raise EnvironmentUnavailableError("the project directory is gone", file=str(project)) from None
+            raise EnvironmentUnavailableError(f"uv sync failed: {exc.strerror or exc}", file=str(project)) from None
+        except subprocess.TimeoutExpired:
+            raise EnvironmentUnavailableError("uv sync took longer than 900 s", file=str(project)) from None
         if inside:
             _private_tree(Path(project) / ".venv")
         if proc.returncode != 0:
