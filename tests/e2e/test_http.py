@@ -141,6 +141,8 @@ on_failure = {{ retry = {{ attempts = 3, backoff = 0 }} }}
     assert op["status"] == "unknown" and op["compensation"] is None
     assert "no answer within 1 s" in op["error"]
     assert server.count("POST", "/api/orders") == 1  # never re-sent, even with a retry budget
+    shown = workrun("runs", "show", view["run_id"]).out  # R-R3: shown for an operator (hostile review)
+    assert f"outcome unknown: {op['operation_id']} (order): never re-sent, and not compensated" in shown, shown
 
 
 def test_idempotent_unknown_is_resent_with_the_same_idempotency_key(server, write_workflow, workrun):

@@ -15,7 +15,7 @@ from workrun.journal import Journal
 __all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "UNDONE_ON_REQUEST", "attempt_view", "compensation_detail",
            "compensation_full", "compensation_rollup", "compensation_view", "compensations_list", "iso",
            "not_undone_rollup", "operator_commands", "rollup_line", "uncompensated_calls", "unfinished_hint",
-           "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
+           "unknown_calls_line", "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
            "with_rollup"]
 
 
@@ -81,6 +81,17 @@ def operator_commands(compensation_id: str, status: str, held_back_by: list[str]
         return (f"{status}: {cmd} retry {compensation_id}` (`--accept-code-change` if its App's code changed) or "
                 f"{cmd} resolve {compensation_id}`")
     return ""
+
+
+def unknown_calls_line(view: dict[str, Any]) -> str:
+    """One line for a run view whose calls ended ``unknown`` (R-R3: shown for an operator), e.g. "outcome unknown:
+    op_1 (pay): never re-sent, and not compensated; verify outside whether it took effect"; empty when none."""
+    unknown = [f"{op['operation_id']} ({op['node_key'] or op['app']})" for op in view["operations"]
+               if op["status"] == "unknown"]
+    if not unknown:
+        return ""
+    return (f"outcome unknown: {', '.join(unknown)}: never re-sent, and not compensated; verify outside whether "
+            f"{'it' if len(unknown) == 1 else 'each'} took effect")
 
 
 def unfinished_hint(view: dict[str, Any]) -> str:

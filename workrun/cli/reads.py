@@ -60,7 +60,7 @@ def show_run(run_id: str, json_mode: bool) -> None:
     Raises:
         NotFoundError: no run matches ``run_id`` (exit 2).
     """
-    from workrun.app.views import rollup_line, run_detail, unfinished_hint
+    from workrun.app.views import rollup_line, run_detail, unfinished_hint, unknown_calls_line
 
     with viewing() as journal:
         view = run_detail(journal, run_id)
@@ -70,6 +70,8 @@ def show_run(run_id: str, json_mode: bool) -> None:
     console.print(run_table(view))
     if view["compensation"]:
         console.print(rollup_line(view))
+    if unknown_calls_line(view):
+        console.print(f"[yellow]{escape(unknown_calls_line(view))}[/]")
     for m in view["messages"]:
         console.print(f"[dim]{m['at']}[/] run: {escape(m['text'])}")
     for node in view["nodes"]:

@@ -74,6 +74,12 @@ def print_run(view: dict[str, Any], json_mode: bool) -> None:
         from workrun.app.views import rollup_line
 
         console.print(rollup_line(view))
+    from workrun.app.views import unknown_calls_line
+
+    if unknown_calls_line(view):  # R-R3: shown for an operator (hostile review: only a node message said it)
+        from workrun.cli.output import escape
+
+        console.print(f"[yellow]{escape(unknown_calls_line(view))}[/]")
     if view["unfinished_compensations"]:
         from workrun.app.views import unfinished_hint
         from workrun.cli.output import escape
