@@ -226,7 +226,7 @@ class CompensationSpec(_Strict):
         written = value.get("http")
         if isinstance(written, dict) and written.get("kind") in (None, "http"):  # as written, not as stored
             for kind in ("sms", "email", "update_data"):
-                if kind in written:  # the App schema's form (R-L4): one ACTION kind per compensation, not nested
+                if written.get(kind) is not None:  # the App schema's form (R-L4): one ACTION kind, not nested
                     raise ShapeError([{"type": "value_error", "loc": ("http", kind), "input": None,
                                        "msg": f"an {kind} action is written beside the attempt settings: "
                                               f"compensation = {{ {kind} = {{…}} }}, not inside http"}])
