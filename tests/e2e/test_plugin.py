@@ -121,6 +121,7 @@ def test_an_unknown_node_or_point_is_refused(workrun_api):
         with fail_after("nope"):
             workrun_api.run(TUTORIAL)
     assert err.value.exit_code == 2
+    assert err.value.message.startswith("fail_after: no node 'nope'")  # what the caller wrote, not a CLI option
     with pytest.raises(ValueError):
         crash_at("no.such.point")
 '''

@@ -151,7 +151,7 @@ def _check_fail_after(spec: Any, fail_after: str | None) -> None:
     """
     if fail_after is not None and fail_after not in spec.nodes:
         raise UsageError(f"no node {fail_after!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})",
-                         field="--node")
+                         field="fail_after")  # the API's argument or workrun.testing's (the CLI has no such option)
 
 
 def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: Home, fail_after: str | None,
