@@ -30,6 +30,9 @@ def test_sdk_outside_an_app_raises_clear_error(code):
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 1
     assert "NotInAppError" in proc.stderr and "only inside an App call started by Workrun" in proc.stderr
+    # how to get there: `app run` runs main.py, never a compensation (new-user review)
+    hint = "`workrun verify WORKFLOW`" if code.startswith("compensation") else "`workrun app run PROJECT APP`"
+    assert hint in proc.stderr, proc.stderr
 
 
 def test_sdk_never_imports_workrun():

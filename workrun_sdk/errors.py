@@ -16,9 +16,12 @@ class NotInAppError(SDKError):
     """Raised when an SDK function is called outside a process started by Workrun."""
 
     def __init__(self, function: str) -> None:
+        how = ("a compensation runs when a run that called the App finally fails: try it with "
+               "`workrun verify WORKFLOW`" if function.startswith("compensation.")
+               else "run the App with `workrun app run PROJECT APP`")
         super().__init__(
             f"workrun_sdk.{function}() works only inside an App call started by Workrun "
-            "(WORKRUN_CALL_DIR is not set); run the App with `workrun app run PROJECT APP`"
+            f"(WORKRUN_CALL_DIR is not set); {how}"
         )
 
 
