@@ -459,3 +459,34 @@ def test_note_attachment_and_audit_rows(workrun, write_workflow, ops, files, tmp
     assert "attempt 2 (operator): succeeded, exit 0" in human.out
     assert "attempts: 1 automatic of at most 1, 1 by an operator" in human.out
     assert [e["action"] for e in workrun("compensations", "show", a_id, "--json").json()["events"]] == ["note"]
+
+
+def test_what_a_compensation_printed_is_kept_with_its_attempt(workrun, write_workflow, make_project):
+    """New-user review: a compensate.py's print() went nowhere (only stderr was kept). Each attempt keeps the tail
+    of its stdout as of stderr: in --json, in `compensations show` and on the dashboard (the same view)."""
+    project = make_project("talk", """
+        [tool.workrun.apps.talk]
+        entry = "main.py"
+        compensation = { entry = "compensate.py", max_retries = 0 }
+    """, {"main.py": "from workrun_sdk import process\nprocess.result({'n': 1})\n",
+          "compensate.py": "import sys\nfrom workrun_sdk import compensation\ncompensation.context()\n"
+                           "print('deleted order 7', flush=True)\nprint('careful', file=sys.stderr)\n"})
+    wf = write_workflow("talk", f"""
+        [nodes.a]
+        project = "{project}"
+        app = "talk"
+        [nodes.boom]
+        project = "{project}"
+        app = "talk"
+        needs = ["a"]
+        input = {{ fail = true }}
+    """)
+    (project / "main.py").write_text("import sys\nfrom workrun_sdk import process\n"
+                                     "sys.exit(1) if process.input().get('fail') else process.result({'n': 1})\n")
+    res = workrun("run", wf, "--json")
+    assert res.code == 1, res
+    comp = next(o for o in res.json()["operations"] if o["node_key"] == "a")["compensation"]
+    (attempt,) = comp["attempts"]
+    assert attempt["stdout_tail"] == "deleted order 7\n" and attempt["stderr_tail"] == "careful\n", attempt
+    shown = workrun("compensations", "show", comp["compensation_id"]).out
+    assert "stdout: deleted order 7" in shown and "stderr: careful" in shown, shown

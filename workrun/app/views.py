@@ -27,11 +27,12 @@ def iso(ts: float | None) -> str | None:
 
 
 def attempt_view(a: AttemptRow, connector: str | None = None) -> dict[str, Any]:
-    """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, http_status, response_tail,
-    smtp_code, connector, trigger, status, error, result}`` (``http_status``/``response_tail`` for a reverse action,
-    R-H7; ``connector``: the connector its request went through, R-K1, else None)."""
+    """One attempt: ``{number, started_at, ended_at, exit_code, signal, stderr_tail, stdout_tail, http_status,
+    response_tail, smtp_code, connector, trigger, status, error, result}`` (``http_status``/``response_tail`` for
+    a reverse action, R-H7; ``connector``: the connector its request went through, R-K1, else None)."""
     return {"number": a["number"], "started_at": iso(a["started_at"]), "ended_at": iso(a["ended_at"]),
             "exit_code": a["exit_code"], "signal": a["signal"], "stderr_tail": a["stderr_tail"] or "",
+            "stdout_tail": a.get("stdout_tail") or "",
             "http_status": a.get("http_status"), "response_tail": a.get("response_tail"),
             "smtp_code": a.get("smtp_code"), "connector": connector,
             "trigger": a["trigger"], "status": a["status"], "error": a["error"], "result": a["result"]}

@@ -156,9 +156,9 @@ def show_compensation(compensation_id: str, json_mode: bool) -> None:
                 + (f", HTTP {a['http_status']}" if a.get("http_status") is not None else "")
                 + (f" — {escape(a['error'])}" if a["error"] else ""))
         timeline.append((a["started_at"], text))
-        tail = (a["stderr_tail"] or "").strip().splitlines()[-3:]
-        for line in tail:
-            timeline.append((a["started_at"], f"    stderr: {escape(line)}"))
+        for stream in ("stdout", "stderr"):  # what the script printed too (new-user review: stdout was not shown)
+            for line in (a.get(f"{stream}_tail") or "").strip().splitlines()[-3:]:
+                timeline.append((a["started_at"], f"    {stream}: {escape(line)}"))
         for line in (a.get("response_tail") or "").strip().splitlines()[:3]:  # a reverse action's answer (R-H7)
             timeline.append((a["started_at"], f"    response: {escape(line[:200])}"))
     for e in view["events"]:
