@@ -165,7 +165,7 @@ def test_code_change_blocks_compensation_naming_files_then_accept(workrun, write
     assert again.json()["status"] == "blocked" and again.json()["attempts"] == []
     assert [e["name"] for e in _log(log)] == ["side"]
     said = workrun("compensations", "retry", a_cid, env={"TEST_LOG": str(log)})  # says how to go on (new-user review)
-    assert said.code == 1 and f"next: blocked: `workrun compensations retry {a_cid}` (`--accept-code-change`" in \
+    assert said.code == 1 and f"next: {a_cid} blocked: `workrun compensations retry {a_cid}` (`--accept-code-change`" in \
         said.out.replace("\n", " "), said
 
     ok = workrun("compensations", "retry", a_cid, "--accept-code-change", "--json", env={"TEST_LOG": str(log)})

@@ -75,6 +75,29 @@ def test_an_emptied_journal_is_refused_not_started_again(workrun, isolated_env):
     assert path.stat().st_size == 0  # nothing written over it
 
 
+def test_a_journal_emptied_beside_its_write_ahead_log_is_refused(workrun, isolated_env):
+    """Hostile review: after a crash there is no clean-close record, but the write-ahead log holds what was
+    written since; a journal emptied then (a bad restore) was started again empty, and the log deleted."""
+    from pathlib import Path
+
+    assert workrun("resume").code == 0
+    path = isolated_env / "journal.sqlite3"
+    keep = sqlite3.connect(path)  # a connection left open keeps a log, as a killed runner leaves one
+    keep.execute("PRAGMA journal_mode = WAL")
+    keep.execute("INSERT INTO events (run_id, at, actor, action, args) VALUES ('run_x', 1.0, 'me', 'note', '{}')")
+    keep.commit()
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 0
+    path.write_bytes(b"")
+    (isolated_env / "journal.sqlite3.closed").unlink(missing_ok=True)
+    size = wal.stat().st_size
+    for args in (("runs", "list"), ("resume",)):
+        res = workrun(*args)
+        assert res.code == 1 and res.err.count("\n") == 1 and "write-ahead log" in res.err, res
+    assert path.stat().st_size == 0 and wal.stat().st_size == size  # nothing written, the log kept
+    keep.close()
+
+
 @pytest.mark.parametrize("table", ["runs", "compensations", "messages"])
 def test_a_damaged_table_page_is_refused_before_anything_runs(workrun, write_workflow, make_project, isolated_env,
                                                               tmp_path, table):

@@ -70,9 +70,10 @@ def retry(compensation_id: str = IdArg,
             print_json(_full(svc.journal, c))
         else:
             print_compensations(handled)
-            todo = operator_commands(c["compensation_id"], c["status"], c["held_back_by"] or ())
-            if todo:  # e.g. blocked by a code change: how to go on (new-user review: nothing said it)
-                console.print(f"next: {escape(todo)}")
+            for x in handled:  # what is still not done, and how to go on (new-user review: nothing said it)
+                todo = operator_commands(x["compensation_id"], x["status"], x["held_back_by"] or ())
+                if todo:
+                    console.print(f"next: {x['compensation_id']} {escape(todo)}")
     raise typer.Exit(0 if ok else 1)
 
 

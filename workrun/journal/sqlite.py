@@ -197,7 +197,8 @@ def _record_clean_close(path: Path, checked_at: float) -> None:
 def _refuse_emptied(path: Path) -> None:
     """Refuse a journal file of 0 bytes that was not empty when Workrun last closed it (a truncation, a failed
     copy or restore): SQLite would take it for a new database and start an empty journal over the record of
-    what must be undone (hostile review). A 0-byte file with no such record (a first open that was killed) is
+    what must be undone (hostile review), nor one beside a write-ahead log that is not empty (emptied after a
+    crash: the log holds what was written since). A 0-byte file with neither (a first open that was killed) is
     taken as new.
 
     Raises:
@@ -213,6 +214,13 @@ def _refuse_emptied(path: Path) -> None:
     if isinstance(was, list) and len(was) > 2 and isinstance(was[2], int) and was[2] > 0:
         raise JournalError(f"the journal is empty (0 bytes) but was {was[2]} bytes when Workrun last closed it; "
                            "nothing was written. Restore a backup or move the file away", file=str(path))
+    try:  # after a crash there is no such record, but a write-ahead log: no new database has one beside 0 bytes
+        wal = os.stat(f"{path}-wal").st_size
+    except OSError:
+        wal = 0
+    if wal > 0:
+        raise JournalError(f"the journal is empty (0 bytes) beside a write-ahead log of {wal} bytes; nothing was "
+                           "written. Restore a backup or move both files away", file=str(path))
 
 
 def _checkpoint(path: Path) -> None:
