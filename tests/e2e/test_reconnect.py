@@ -76,6 +76,20 @@ def test_a_journal_opened_while_the_database_is_away_waits_for_it(own_postgres_s
         later.join()
 
 
+def _outage_until_it_exits(proc, server, *, timeout):
+    """Stop the database server until ``proc`` exits (killed after ``timeout`` seconds); the server is started
+    again either way. Returns ``(stdout, stderr, seconds from the outage to the exit)``."""
+    server.pause()
+    began = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.resume()
+
+
 def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_postgres_server, tmp_path):
     """R-F1: the database stays away past WORKRUN_DB_RETRY: the worker exits 1 with one line naming it, without
     a second wait while it drains (break-it finding: it took 3x the setting and said it eight times)."""
@@ -85,17 +99,9 @@ def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_post
     env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2"}
     proc = subprocess.Popen([sys.executable, "-m", "workrun", "worker"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        assert "on the shared journal" in proc.stdout.readline()  # started
-        own_postgres_server.pause()
-        began = time.monotonic()
-        out, err = proc.communicate(timeout=60)
-        took = time.monotonic() - began
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        own_postgres_server.resume()
+    assert proc.stdout is not None
+    assert "on the shared journal" in proc.stdout.readline()  # started
+    out, err, took = _outage_until_it_exits(proc, own_postgres_server, timeout=60)
     assert proc.returncode == 1, (out, err)
     said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
     assert len(said) == 1 and said[0].startswith("error: postgresql://"), (out, err)
@@ -124,14 +130,10 @@ def test_a_worker_out_of_db_retry_does_not_wait_for_its_calls_in_hand(own_postgr
     started = tmp_path / "markers.log.started.c"
     try:
         wait_for(started.exists, 120, "c's compensation to have started")
-        own_postgres_server.pause()
-        began = time.monotonic()
-        out, err = proc.communicate(timeout=90)
-        took = time.monotonic() - began
+        out, err, took = _outage_until_it_exits(proc, own_postgres_server, timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
-        own_postgres_server.resume()
         try:
             os.kill(int(started.read_text()), 9)  # the compensation left running
         except (OSError, ValueError):

@@ -410,12 +410,11 @@ def test_a_scheduler_without_executors_says_why_the_run_waits(shared, tmp_path):
     assert shown.returncode == 0 and "waited" in shown.stdout, shown
 
 
-def test_gc_prunes_the_databases_snapshots_and_two_at_once_are_safe(shared, tmp_path, make_project, write_workflow):
-    """R-F3: `workrun gc` on PostgreSQL prunes the code snapshots stored in the database that no unfinished
-    compensation needs (and their files); a second gc at once waits for the first, both exit 0."""
-    journal = shared["journal"]
+def _failing_snapshot_workflow(name, make_project, write_workflow):
+    """A workflow whose node ``a`` calls the snapshot App and succeeds, then ``boom`` fails: ``a`` is compensated
+    from its snapshot."""
     project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
-    wf = write_workflow("snapgc", f"""
+    return write_workflow(name, f"""
         [nodes.a]
         project = "{project}"
         app = "snap"
@@ -426,6 +425,13 @@ def test_gc_prunes_the_databases_snapshots_and_two_at_once_are_safe(shared, tmp_
         needs = ["a"]
         input = {{ name = "boom", fail = true }}
     """)
+
+
+def test_gc_prunes_the_databases_snapshots_and_two_at_once_are_safe(shared, tmp_path, make_project, write_workflow):
+    """R-F3: `workrun gc` on PostgreSQL prunes the code snapshots stored in the database that no unfinished
+    compensation needs (and their files); a second gc at once waits for the first, both exit 0."""
+    journal = shared["journal"]
+    wf = _failing_snapshot_workflow("snapgc", make_project, write_workflow)
     ran = _cli("run", wf, "--json", env={"WORKRUN_HOME": str(tmp_path / "home")})
     assert ran.returncode == 1, ran.stderr
     assert journal._query("SELECT COUNT(*) AS n FROM snapshots")[0]["n"] == 1  # stored for other machines
@@ -447,18 +453,7 @@ def test_gc_keeps_a_snapshot_an_operation_journaled_after_it_read_what_is_needed
     from workrun.runner.snapshots import publish
 
     journal = shared["journal"]
-    project = make_project("snap", SNAP_APP, {"main.py": SNAP_MAIN, "compensate.py": SNAP_COMPENSATE})
-    wf = write_workflow("snapkeep", f"""
-        [nodes.a]
-        project = "{project}"
-        app = "snap"
-        input = {{ name = "a" }}
-        [nodes.boom]
-        project = "{project}"
-        app = "snap"
-        needs = ["a"]
-        input = {{ name = "boom", fail = true }}
-    """)
+    wf = _failing_snapshot_workflow("snapkeep", make_project, write_workflow)
     home = tmp_path / "home"
     ran = _cli("run", wf, "--json", env={"WORKRUN_HOME": str(home)})
     assert ran.returncode == 1, ran.stderr
