@@ -468,7 +468,8 @@ def test_what_a_compensation_printed_is_kept_with_its_attempt(workrun, write_wor
         [tool.workrun.apps.talk]
         entry = "main.py"
         compensation = { entry = "compensate.py", max_retries = 0 }
-    """, {"main.py": "from workrun_sdk import process\nprocess.result({'n': 1})\n",
+    """, {"main.py": "import sys\nfrom workrun_sdk import process\n"
+                     "sys.exit(1) if process.input().get('fail') else process.result({'n': 1})\n",
           "compensate.py": "import sys\nfrom workrun_sdk import compensation\ncompensation.context()\n"
                            "print('deleted order 7', flush=True)\nprint('careful', file=sys.stderr)\n"})
     wf = write_workflow("talk", f"""
@@ -481,8 +482,6 @@ def test_what_a_compensation_printed_is_kept_with_its_attempt(workrun, write_wor
         needs = ["a"]
         input = {{ fail = true }}
     """)
-    (project / "main.py").write_text("import sys\nfrom workrun_sdk import process\n"
-                                     "sys.exit(1) if process.input().get('fail') else process.result({'n': 1})\n")
     res = workrun("run", wf, "--json")
     assert res.code == 1, res
     comp = next(o for o in res.json()["operations"] if o["node_key"] == "a")["compensation"]
