@@ -397,10 +397,16 @@ def worker(
         "on the shared journal", concurrency=concurrency, executors=w.slots, lease=lease)
     try:
         code = w.run()
-    except DatabaseUnreachableError as exc:  # R-F1: out of WORKRUN_DB_RETRY. The calls in hand could store
-        for line in exc.lines():             # nothing: their threads are not waited for (an App may take its
-            print_error(line)                # whole timeout); their processes end on their own, as after a
-        for stream in (sys.stdout, sys.stderr):  # crash, and their claims pass on after their lease
+    except DatabaseUnreachableError as exc:
+        # R-F1: out of WORKRUN_DB_RETRY. The calls in hand could store nothing: their threads are not waited for
+        # (an App may take its whole timeout); their processes end on their own, as after a crash, and their
+        # claims pass on after their lease
+        import atexit
+
+        for line in exc.lines():
+            print_error(line)
+        atexit._run_exitfuncs()  # what exiting does besides joining threads: the traces' last export (bounded)
+        for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(exc.exit_code)
     executed = w.executors.executed if w.executors else 0

@@ -70,8 +70,9 @@ def show_run(run_id: str, json_mode: bool) -> None:
     console.print(run_table(view))
     if view["compensation"]:
         console.print(rollup_line(view))
-    if unknown_calls_line(view):
-        console.print(f"[yellow]{escape(unknown_calls_line(view))}[/]")
+    unknown = unknown_calls_line(view)
+    if unknown:  # R-R3: shown for an operator
+        console.print(f"[yellow]{escape(unknown)}[/]")
     for m in view["messages"]:
         console.print(f"[dim]{m['at']}[/] run: {escape(m['text'])}")
     for node in view["nodes"]:

@@ -75,14 +75,13 @@ def print_run(view: dict[str, Any], json_mode: bool) -> None:
 
         console.print(rollup_line(view))
     from workrun.app.views import unknown_calls_line
+    from workrun.cli.output import escape
 
-    if unknown_calls_line(view):  # R-R3: shown for an operator (hostile review: only a node message said it)
-        from workrun.cli.output import escape
-
-        console.print(f"[yellow]{escape(unknown_calls_line(view))}[/]")
+    unknown = unknown_calls_line(view)
+    if unknown:  # R-R3: shown for an operator (hostile review: only a node message said it)
+        console.print(f"[yellow]{escape(unknown)}[/]")
     if view["unfinished_compensations"]:
         from workrun.app.views import unfinished_hint
-        from workrun.cli.output import escape
 
         console.print(f"[yellow]{len(view['unfinished_compensations'])} compensation(s) not finished[/]: "
                       f"{escape(unfinished_hint(view))} (`workrun runs show {run_id}` shows each)")
