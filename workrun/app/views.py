@@ -12,10 +12,10 @@ from workrun.core.rows import AttemptRow, CompensationRow, RunRow, TicketRow
 from workrun.core.states import COMPENSATION_DONE, COMPENSATION_STATUSES, OPERATION_ENDED, TICKET_STATUSES
 from workrun.journal import Journal
 
-__all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "UNDONE_ON_REQUEST", "attempt_view", "compensation_detail",
-           "compensation_full", "compensation_rollup", "compensation_view", "compensations_list", "iso",
-           "not_undone_rollup", "operator_commands", "rollup_line", "uncompensated_calls", "unfinished_hint",
-           "unknown_calls_line", "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
+__all__ = ["COMPENSATION_STATUSES", "TICKET_STATUSES", "attempt_view", "compensation_detail", "compensation_full",
+           "compensation_rollup", "compensation_view", "compensations_list", "iso", "not_undone_rollup",
+           "operator_commands", "rollup_line", "uncompensated_calls", "unfinished_hint", "unknown_calls_line",
+           "run_detail", "run_summary", "run_view", "runs_list", "ticket_view", "tickets_list",
            "with_rollup"]
 
 
@@ -266,17 +266,11 @@ def rollup_line(rollup: dict[str, Any]) -> str:
     return "needs attention: " + ", ".join(f"{counts[s]} {s}" for s in _ATTENTION if counts[s])
 
 
-#: run statuses that are final without compensating: a stopped run (R-C9) and a terminated one (R-M5, "like
-#: stopped"); `workrun compensate RUN` undoes their calls on request, so what they left is said (R-L6)
-UNDONE_ON_REQUEST = frozenset({"stopped", "terminated"})
-
-
 def with_rollup(summary: dict[str, Any], counts: dict[str, int], journal: Journal | None = None) -> dict[str, Any]:
-    """``summary`` (a run summary or view) with the SPEC §16 roll-up keys added; a stopped or terminated run with
-    no compensation records whose succeeded calls have compensations says ``not_undone`` (R-L6; needs
-    ``journal``).
+    """``summary`` (a run summary or view) with the SPEC §16 roll-up keys added; a stopped run with no
+    compensation records whose succeeded calls have compensations says ``not_undone`` (R-L6; needs ``journal``).
     """
-    if journal is not None and summary.get("status") in UNDONE_ON_REQUEST and not any(counts.values()):
+    if journal is not None and summary.get("status") == "stopped" and not any(counts.values()):
         calls = uncompensated_calls(journal, summary["run_id"])
         if calls:
             return {**summary, **not_undone_rollup(calls)}
