@@ -7,6 +7,7 @@ With ``WORKRUN_SCREENSHOTS=DIR`` the tests save the README's screenshots there (
 
 from __future__ import annotations
 
+import re
 import os
 import subprocess
 import sys
@@ -151,10 +152,15 @@ def test_run_in_progress_updates_live(browser, ui_server, make_project, write_wo
         assert attr(browser, 'g.node[data-node="after"]') == "pending"
         assert browser.find_elements("css selector", "path.edge-template")  # `after` uses wait's result
         browser.execute_script("window.__sameDocument = 42;")
+        # R-D5: the focus stays on its button when a button before it (Stop) goes away at the run's end
+        assert browser.find_elements("css selector", "#stop")
+        browser.execute_script("document.querySelector('[data-zoom=\"1.25\"]').focus();")
         flag.write_text("go")
         until(lambda: attr(browser, 'g.node[data-node="wait"]') == "succeeded", "wait succeeded without reload")
         until(lambda: attr(browser, "#run-status") == "succeeded", "the run to succeed without reload")
+        until(lambda: not browser.find_elements("css selector", "#stop"), "the Stop button to go")
         assert browser.execute_script("return window.__sameDocument;") == 42  # never reloaded
+        assert browser.execute_script("return document.activeElement.getAttribute('data-zoom');") == "1.25"
         out, err = runner.communicate(timeout=WAIT)
         assert runner.returncode == 0, err
     finally:
@@ -397,3 +403,40 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
         assert off == [], off
     finally:
         browser.set_window_size(1280, 900)
+
+
+def test_lists_apps_and_error_pages_follow_the_journal(browser, ui_server, workrun) -> None:
+    """R-U3: the Runs, Compensations and Apps pages show a run started from the CLI without a reload, their
+    untouched filters notwithstanding; R-D5: an error page says "disconnected" when its server stops."""
+    from conftest import stop_server  # type: ignore[import-not-found]
+
+    first = workrun("run", TUTORIAL, "--json")
+    assert first.code == 1, first
+    server = ui_server()
+    browser.get(server.url)
+    until(lambda: first.json()["run_id"] in browser.find_element("css selector", "#live").text, "the first run")
+    browser.execute_script("window.__sameDocument = 7;")
+
+    def live_text() -> str:
+        return browser.execute_script("return document.getElementById('live').innerText;")
+
+    for page in ("/", "/compensations"):
+        if page != "/":
+            browser.get(server.url.replace("/?", f"{page}?"))
+            until(lambda: first.json()["run_id"] in live_text(), f"{page} to load")
+            browser.execute_script("window.__sameDocument = 7;")
+        assert browser.find_elements("css selector", "#live select"), "the page's filters are what is tested"
+        again = workrun("run", TUTORIAL, "--json")
+        assert again.code == 1, again
+        until(lambda: again.json()["run_id"] in live_text(), f"the new run on {page} without a reload")
+        assert browser.execute_script("return window.__sameDocument;") == 7
+    browser.get(server.url.replace("/?", "/apps?"))
+    calls = until(lambda: re.search(r"(\d+) calls", live_text()), "the Apps page")
+    browser.execute_script("window.__sameDocument = 8;")
+    assert workrun("run", TUTORIAL, "--json").code == 1
+    until(lambda: f"{int(calls.group(1)) + 1} calls" in live_text(), "the Apps page's call count, live")
+    assert browser.execute_script("return window.__sameDocument;") == 8
+    browser.get(server.url.replace("/?", "/runs/no-such-run?"))
+    until(lambda: browser.find_elements("css selector", ".error-line"), "the error page")
+    stop_server(server)
+    until(lambda: browser.find_elements("css selector", "#disconnected"), "disconnected on an error page", timeout=3.5)

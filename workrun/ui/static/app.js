@@ -6,15 +6,19 @@
 (function () {
   "use strict";
   var live = document.getElementById("live");
-  if (!live || live.getAttribute("data-poll") !== "1") { return; }
+  var mode = live ? live.getAttribute("data-poll") : null;  // "1": the page and its counts; "nav": the counts
+  if (mode !== "1" && mode !== "nav") { return; }
   var busy = false;
   var last = null;
   function changed(field) {
     if (field.type === "hidden") { return false; }
     if (field.type === "checkbox" || field.type === "radio") { return field.checked !== field.defaultChecked; }
-    if (field.tagName === "SELECT") {
-      for (var i = 0; i < field.options.length; i += 1) {
-        if (field.options[i].selected !== field.options[i].defaultSelected) { return true; }
+    if (field.tagName === "SELECT") {  // untouched: as rendered (an option marked selected, else the first)
+      var marked = false;
+      for (var i = 0; i < field.options.length; i += 1) { marked = marked || field.options[i].defaultSelected; }
+      for (var j = 0; j < field.options.length; j += 1) {
+        var rendered = marked ? field.options[j].defaultSelected : (j === 0 && !field.multiple);
+        if (field.options[j].selected !== rendered) { return true; }
       }
       return false;
     }
@@ -29,14 +33,30 @@
     for (var i = 0; i < fields.length; i += 1) { if (changed(fields[i])) { return true; } }
     return false;
   }
-  function focused() {  // the focused element of the changing part as [tag, its place among those tags]
+  function key(el, text) {  // what says which button, link or summary an element is, whatever moved around it
+    var form = el.form || (el.closest && el.closest("form"));
+    var details = el.tagName === "SUMMARY" && el.parentElement ? el.parentElement.id : "";
+    return [el.tagName, el.id, details, el.getAttribute("href"), el.getAttribute("name"), el.getAttribute("value"),
+            el.getAttribute("data-zoom"), el.getAttribute("data-node"), form ? form.getAttribute("action") : "",
+            text ? (el.textContent || "").trim() : ""].join("\u0000");
+  }
+  function alike(where, text) {
+    return Array.prototype.filter.call(live.getElementsByTagName(where.tag), function (el) {
+      return key(el, text) === (text ? where.full : where.bare);
+    });
+  }
+  function focused() {  // the focused element of the changing part: its key and its place among those alike
     var a = document.activeElement;
     if (!a || a === live || !live.contains(a)) { return null; }
-    return [a.tagName, Array.prototype.indexOf.call(live.getElementsByTagName(a.tagName), a)];
+    var where = { tag: a.tagName, full: key(a, true), bare: key(a, false) };
+    where.at = alike(where, true).indexOf(a);
+    where.atBare = alike(where, false).indexOf(a);
+    return where;
   }
-  function refocus(where) {
+  function refocus(where) {  // the same element again (its text may have changed); never another one
     if (!where) { return; }
-    var same = live.getElementsByTagName(where[0])[where[1]];
+    var named = where.bare.replace(/\u0000/g, "") !== where.tag;  // the bare key alone says which one
+    var same = alike(where, true)[where.at] || (named ? alike(where, false)[where.atBare] : null);
     if (same && same.focus) { same.focus({ preventScroll: true }); }
   }
   function graphState() {
@@ -57,8 +77,11 @@
   }
   var ticks = 0;
   function attention() {  // R-D2: the navigation's counts follow the journal too
-    fetch("/api/attention", { credentials: "same-origin", cache: "no-store" })
-      .then(function (r) { return r.ok ? r.json() : null; })
+    var ctrl = window.AbortController ? new AbortController() : null;
+    var timer = window.setTimeout(function () { if (ctrl) { ctrl.abort(); } }, 2000);
+    return fetch("/api/attention", { credentials: "same-origin", cache: "no-store",
+                                     signal: ctrl ? ctrl.signal : undefined })
+      .then(function (r) { if (mode === "nav") { connected(r.ok || r.status < 500); } return r.ok ? r.json() : null; })
       .then(function (a) {
         if (!a) { return; }
         var c = a.compensations || {};
@@ -72,12 +95,17 @@
           }
         });
       })
-      .catch(function () { return null; });
+      .catch(function () { if (mode === "nav") { connected(false); } return null; })
+      .then(function () { window.clearTimeout(timer); });
   }
   function tick() {
     if (busy || document.hidden) { return; }
     busy = true;
     ticks += 1;
+    if (mode === "nav") {  // a page with nothing of the journal's to follow (an error): counts and connection
+      attention().then(function () { busy = false; });
+      return;
+    }
     if (ticks % 2 === 0) { attention(); }
     var url = new URL(window.location.href);
     url.searchParams.set("fragment", "1");
