@@ -381,6 +381,9 @@ def test_find_runs_attention_and_a_read_only_dashboard(ui_server, workrun, write
     csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0] if 'name="csrf"' in page else "x"
     denied = ro.post(f"/actions/runs/{ids[0]}/rerun", data={"csrf": csrf}, headers={"Origin": read_only.base})
     assert denied.status_code == 403
+    for who in ({}, {"Authorization": f"Bearer {read_only.token}"}):  # no credentials at all; a token holder
+        anyone = httpx.post(f"{read_only.base}/actions/runs/{ids[0]}/stop", data={"reason": "x"}, headers=who)
+        assert anyone.status_code == 403, anyone.text
 
 
 def test_queue_pages_find_by_status_run_and_workflow_and_read_only_shows_no_action(ui_server, workrun,

@@ -93,6 +93,9 @@ class Guard:
         if method not in ("GET", "HEAD", "POST"):
             await _plain(send_with_headers, scope, 405, "method not allowed")
             return
+        if method == "POST" and self.read_only:  # R-D7: every POST, with or without credentials
+            await _plain(send_with_headers, scope, 403, "forbidden: this dashboard is read-only (workrun ui --read-only)")
+            return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = (query.get("token") or [""])[-1]
         has_session = any(_same(v, self.session) for v in _cookies(headers.get("cookie", ""),
@@ -117,10 +120,6 @@ class Guard:
             await send_with_headers({"type": "http.response.body", "body": b"see other"})
             return
         if method == "POST":
-            if self.read_only:
-                await _plain(send_with_headers, scope, 403,
-                             "forbidden: this dashboard is read-only (workrun ui --read-only)")
-                return
             api_client = has_bearer and "origin" not in headers  # a program holding the token, not a browser (R-D7)
             if not api_client and headers.get("origin", "") not in self.origins:
                 await _plain(send_with_headers, scope, 403, "forbidden: state changes need a same-origin Origin header")
