@@ -94,7 +94,8 @@ class Guard:
             await _plain(send_with_headers, scope, 405, "method not allowed")
             return
         if method == "POST" and self.read_only:  # R-D7: every POST, with or without credentials
-            await _plain(send_with_headers, scope, 403, "forbidden: this dashboard is read-only (workrun ui --read-only)")
+            await _plain(send_with_headers, scope, 403,
+                         "forbidden: this dashboard is read-only (workrun ui --read-only)")
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = (query.get("token") or [""])[-1]
