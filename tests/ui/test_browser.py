@@ -294,8 +294,25 @@ def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) ->
         widths = browser.execute_script(
             "var svg = document.querySelector('svg.graph'); var w0 = Number(svg.getAttribute('width'));"
             "document.querySelector('[data-zoom=\"1.25\"]').click(); var w1 = Number(svg.getAttribute('width'));"
-            "document.querySelector('[data-zoom=\"0\"]').click(); return [w0, w1, Number(svg.getAttribute('width'))];")
-        assert widths[1] > widths[0] == widths[2], widths
+            "document.querySelector('[data-zoom=\"0\"]').click(); var wrap = document.querySelector('.graph-wrap');"
+            "return [w0, w1, Number(svg.getAttribute('width')), wrap.clientWidth, wrap.scrollWidth];")
+        # "fit": the whole graph in its frame (here narrower than the graph), so nothing to pan sideways
+        assert widths[1] > widths[0] > widths[2] and widths[2] <= widths[3] and widths[4] <= widths[3], widths
+        # R-D6 by keyboard: Tab reaches a node, and Enter opens its section
+        browser.execute_script("document.querySelector('#rerun').focus();")
+        from selenium.webdriver.common.keys import Keys
+
+        for _ in range(20):
+            browser.switch_to.active_element.send_keys(Keys.TAB)
+            if browser.execute_script("return !!document.activeElement.closest('svg.graph g.node');"):
+                break
+        node = browser.execute_script("return document.activeElement.getAttribute('data-node');")
+        assert node, "no graph node is reachable with Tab"
+        opened = ("return Array.from(document.querySelectorAll('details.node-detail[open] summary strong'))"
+                  ".map(s => s.textContent);")
+        browser.execute_script("document.querySelectorAll('details.node-detail').forEach(d => { d.open = false; });")
+        browser.switch_to.active_element.send_keys(Keys.ENTER)
+        assert node in browser.execute_script(opened)
         light = browser.execute_script("return getComputedStyle(document.body).backgroundColor;")
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
                                 {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})

@@ -155,32 +155,49 @@ document.addEventListener("submit", function (event) {
   if (question && !window.confirm(question)) { event.preventDefault(); }
 }, true);
 
-// R-D6: zoom the run's graph with its buttons; a click on a node goes to its section.
-document.addEventListener("click", function (event) {
+// R-D6: zoom the run's graph with its buttons ("fit": the whole graph in its frame, never above its natural size);
+// a click on a node, or Enter on a node reached with Tab, goes to its section.
+(function () {
   "use strict";
-  var target = event.target;
-  var zoom = target && target.getAttribute && target.getAttribute("data-zoom");
-  var svg = document.querySelector("svg.graph");
-  if (zoom !== null && zoom !== undefined && svg) {
+  function zoomBy(zoom, svg) {
     var base = Number(svg.getAttribute("data-width") || svg.getAttribute("width"));
     if (!svg.getAttribute("data-width")) { svg.setAttribute("data-width", String(base)); }
     var now = Number(svg.getAttribute("width"));
-    var next = Number(zoom) === 0 ? base : Math.max(base * 0.25, Math.min(base * 4, now * Number(zoom)));
     var ratio = Number(svg.getAttribute("height")) / now;
+    var next;
+    if (Number(zoom) === 0) {
+      var wrap = svg.closest(".graph-wrap");
+      var wide = wrap ? wrap.clientWidth - 4 : base;
+      var high = Math.max(200, window.innerHeight * 0.8 - (wrap ? svg.getBoundingClientRect().top -
+                                                                 wrap.getBoundingClientRect().top : 0) - 8);
+      next = Math.max(1, Math.min(base, wide, high / ratio));
+    } else {
+      next = Math.max(base * 0.25, Math.min(base * 4, now * Number(zoom)));
+    }
     svg.setAttribute("width", String(Math.round(next)));
     svg.setAttribute("height", String(Math.round(next * ratio)));
-    return;
   }
-  var node = target && target.closest && target.closest("svg.graph g.node");
-  if (node) {
+  function open(node) {
     var sections = document.querySelectorAll("details.node-detail summary strong");
     for (var i = 0; i < sections.length; i += 1) {
       if (sections[i].textContent === node.getAttribute("data-node")) {
         var details = sections[i].closest("details");
         details.open = true;
         details.scrollIntoView({ block: "start" });
-        break;
+        return;
       }
     }
   }
-});
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    var zoom = target && target.getAttribute && target.getAttribute("data-zoom");
+    var svg = document.querySelector("svg.graph");
+    if (zoom !== null && zoom !== undefined && svg) { zoomBy(zoom, svg); return; }
+    var node = target && target.closest && target.closest("svg.graph g.node");
+    if (node) { open(node); }
+  });
+  document.addEventListener("keydown", function (event) {
+    var node = event.target && event.target.closest && event.target.closest("svg.graph g.node");
+    if (node && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); open(node); }
+  });
+})();
