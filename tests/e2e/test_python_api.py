@@ -222,6 +222,10 @@ needs = ["ghost"]
     assert device.code == 2 and device.err == "error: /dev/null: not a regular file\n", device
     long = workrun("app", "new", "a" * 300)
     assert long.code == 2 and "at most 64 characters" in long.err, long
+    too_long = tmp_path / "long-key.toml"  # a valid name but too long: the line says the limit
+    too_long.write_text(f'[nodes.{"a" * 65}]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n')
+    key = workrun("check", too_long)
+    assert key.code == 2 and "node keys are 1 to 64 letters, digits, '_' and '-'" in key.err, key
     afile = tmp_path / "afile"
     afile.write_text("")
     for where in (afile, afile / "sub"):  # a file where the directory belongs (new-user review: internal error)

@@ -380,9 +380,10 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
     from _kit.ops_apps import write_project
 
     ops = write_project(tmp_path / "ops")
-    wf = write_workflow("pay", f'[nodes.order]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "order" }}\n'
+    long = "order_with_a_long_name_that_has_no_place_to_break_" + "x" * 14  # R-D8: wrapped at 390 px, not overflowing
+    wf = write_workflow("pay", f'[nodes.{long}]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "order" }}\n'
                         f'[nodes.charge]\nproject = "{ops}"\napp = "step"\ninput = {{ name = "c", fail = true }}\n'
-                        'needs = ["order"]\non_failure = "notify"\n')
+                        f'needs = ["{long}"]\non_failure = "notify"\n')
     first = workrun("run", wf, "--json")
     assert first.code == 4, first
     server = ui_server()
@@ -418,6 +419,11 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
         until(lambda: browser.find_elements("css selector", "table.tickets"), "the tickets page")
         off = offscreen(browser, "main button, .filters select, .filters input")
         assert off == [], off
+        browser.get(server.url.replace("/?", f"/runs/{first.json()['run_id']}?"))
+        until(lambda: browser.find_elements("css selector", "#stop"), "the run page at 390 px")
+        wide = browser.execute_script("return [document.documentElement.scrollWidth, "
+                                      "document.documentElement.clientWidth];")
+        assert wide[0] <= wide[1], wide  # nothing makes the page scroll sideways
     finally:
         browser.set_window_size(1280, 900)
 

@@ -354,7 +354,7 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
     """
     prefix = f"nodes.{key}"
     if not _KEY.match(key):
-        raise ConfigError("node keys use letters, digits, '_' and '-'", file=file, field=prefix)
+        raise ConfigError("node keys are 1 to 64 letters, digits, '_' and '-'", file=file, field=prefix)
     if not isinstance(table, dict):
         raise ConfigError("must be a table", file=file, field=prefix)
     table = dict(table)
