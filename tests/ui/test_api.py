@@ -55,6 +55,9 @@ def test_runs_page_filters_and_pages(ui_server, isolated_env: Path) -> None:
     assert "run_000000000009" not in first and "page 1 of 2" in first
     second = client.get("/?page=2").text
     assert second.count('class="run-row"') == 10 and "run_000000000000" in second
+    # R-D1: a page is reached by its number, the filters kept
+    jump = client.get("/?q=run_0").text.split('class="inline jump"', 1)[1].split("</form>", 1)[0]
+    assert '<input type="hidden" name="q" value="run_0">' in jump and 'name="page" min="1" max="2"' in jump, jump
     odd = client.get("/?workflow=odd").text
     assert odd.count('class="run-row"') == 30 and "run_000000000058" not in odd
     assert client.get("/?status=failed").text.count('class="run-row"') == 0
