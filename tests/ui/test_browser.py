@@ -463,3 +463,35 @@ def test_lists_apps_and_error_pages_follow_the_journal(browser, ui_server, workr
     until(lambda: browser.find_elements("css selector", ".error-line"), "the error page")
     stop_server(server)
     until(lambda: browser.find_elements("css selector", "#disconnected"), "disconnected on an error page", timeout=3.5)
+
+
+def test_focus_on_a_link_that_goes_away_moves_to_no_other(browser, ui_server, make_project, marker_project,
+                                                          write_workflow, workrun) -> None:
+    """R-D5: the roll-up's link to the failed compensation has the focus when an operator resolves it from the
+    CLI: the link goes away, and the focus does not land on another link to the same place (the compensation
+    order's)."""
+    fragile = make_project("fragile", FRAGILE_APP, {"main.py": FRAGILE_MAIN, "compensate.py": FRAGILE_BROKEN})
+    wf = write_workflow("resolve", f"""
+        [nodes.book]
+        project = "{fragile}"
+        app = "fragile"
+        input = {{ after = "x" }}
+        [nodes.charge]
+        project = "{marker_project}"
+        app = "mark"
+        needs = ["book"]
+        input = {{ fail = true }}
+    """)
+    r = workrun("run", wf, "--json")
+    assert r.code == 1, r
+    book = next(op["compensation"]["compensation_id"] for op in r.json()["operations"] if op["compensation"])
+    server = ui_server()
+    browser.get(server.url.replace("/?", f"/runs/{r.json()['run_id']}?"))
+    until(lambda: browser.find_elements("css selector", "#rollup a"), "the roll-up's link")
+    assert len(browser.find_elements("css selector", f'#live a[href="#c-{book}"]')) >= 2  # the case in question
+    browser.execute_script("document.querySelector('#rollup a').focus();")
+    assert workrun("compensations", "resolve", book, "--note", "done by hand").code == 0
+    until(lambda: not browser.find_elements("css selector", "#rollup a"), "the roll-up without its link")
+    time.sleep(1.0)  # two more updates
+    focused = browser.execute_script("var a = document.activeElement; return [a.tagName, a.getAttribute('href')];")
+    assert focused == ["BODY", None], focused

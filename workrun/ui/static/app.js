@@ -35,9 +35,9 @@
   }
   function key(el, text) {  // what says which button, link or summary an element is, whatever moved around it
     var form = el.form || (el.closest && el.closest("form"));
-    var details = el.tagName === "SUMMARY" && el.parentElement ? el.parentElement.id : "";
-    return [el.tagName, el.id, details, el.getAttribute("href"), el.getAttribute("name"), el.getAttribute("value"),
-            el.getAttribute("data-zoom"), el.getAttribute("data-node"), form ? form.getAttribute("action") : "",
+    var within = el.parentElement && el.parentElement.closest ? el.parentElement.closest("[id]") : null;
+    return [el.tagName, el.id, within && live.contains(within) ? within.id : "", el.getAttribute("href"),
+            el.getAttribute("name"), el.getAttribute("value"), el.getAttribute("data-zoom"), el.getAttribute("data-node"), form ? form.getAttribute("action") : "",
             text ? (el.textContent || "").trim() : ""].join("\u0000");
   }
   function alike(where, text) {
@@ -50,13 +50,16 @@
     if (!a || a === live || !live.contains(a)) { return null; }
     var where = { tag: a.tagName, full: key(a, true), bare: key(a, false) };
     where.at = alike(where, true).indexOf(a);
-    where.atBare = alike(where, false).indexOf(a);
+    where.unique = alike(where, false).length === 1;  // without its text, still the only one of its kind
     return where;
   }
   function refocus(where) {  // the same element again (its text may have changed); never another one
     if (!where) { return; }
-    var named = where.bare.replace(/\u0000/g, "") !== where.tag;  // the bare key alone says which one
-    var same = alike(where, true)[where.at] || (named ? alike(where, false)[where.atBare] : null);
+    var same = alike(where, true)[where.at];
+    if (!same && where.unique) {
+      var bare = alike(where, false);
+      same = bare.length === 1 ? bare[0] : null;
+    }
     if (same && same.focus) { same.focus({ preventScroll: true }); }
   }
   function graphState() {
