@@ -55,6 +55,12 @@ def test_runs_page_filters_and_pages(ui_server, isolated_env: Path) -> None:
     assert "run_000000000009" not in first and "page 1 of 2" in first
     second = client.get("/?page=2").text
     assert second.count('class="run-row"') == 10 and "run_000000000000" in second
+    # R-D1: a date given loosely is shown as the day it was read as, which the page's date field can hold (else
+    # the field stays empty, unlike its default, and the page takes it for one being filled in: no live updates)
+    loose = client.get("/?since=2026-1-5&until=%202026-12-31T23:59").text
+    assert 'name="since" value="2026-01-05"' in loose and 'name="until" value="2026-12-31"' in loose
+    past = client.get("/?page=99999&workflow=even").text  # past the end: a way back, not a dead end
+    assert "no runs on this page" in past and '<a href="/?page=1&amp;workflow=even">last page</a>' in past, past
     # R-D1: a page is reached by its number, the filters kept
     jump = client.get("/?q=run_0").text.split('class="inline jump"', 1)[1].split("</form>", 1)[0]
     assert '<input type="hidden" name="q" value="run_0">' in jump and 'name="page" min="1" max="2"' in jump, jump

@@ -170,6 +170,14 @@ def _day(value: str | None, *, end: bool = False) -> float | None:
     return day.timestamp() + (86400 if end else 0)
 
 
+def _day_text(at: float | None, *, end: bool = False) -> str:
+    """The ``YYYY-MM-DD`` a date field shows for :func:`_day`'s epoch seconds ("" for None): a date given as
+    ``2026-1-5`` or with a time is shown as the day it was read as, which a date field can hold (R-D1)."""
+    if at is None:
+        return ""
+    return datetime.fromtimestamp(at - (86400 if end else 0), tz=UTC).date().isoformat()
+
+
 _TEXT_MAX = 500  # characters of a find parameter: longer than any id or workflow name
 
 
@@ -226,7 +234,7 @@ def runs_page(request: Request) -> Response:
     return d.render(request, "runs.html", nav="runs", rows=rows, total=total, page=page, pages=pages,
                     status=found["status"], workflow=found["workflow"], statuses=RUN_STATUSES,
                     workflows=d.journal.workflow_names(), filtered=filtered, keep=keep, text=q.get("q") or "",
-                    since=q.get("since") or "", until=q.get("until") or "", sort=found["sort"],
+                    since=_day_text(found["since"]), until=_day_text(found["until"], end=True), sort=found["sort"],
                     order="desc" if found["descending"] else "asc")
 
 
