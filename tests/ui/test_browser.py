@@ -399,10 +399,12 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
         "return [document.activeElement.id, document.querySelector('form[action$=\"/stop\"] input[name=reason]')"
         ".value, document.getElementById('live').getAttribute('data-updated')];")
     assert state == ["stop", "because R6", before], state
+    assert browser.find_element("css selector", "#paused").text.startswith("newer data waits")  # and it says so
     browser.execute_script("document.activeElement.blur();"
                            "document.querySelector('form[action$=\"/stop\"] input[name=reason]').value = '';")
     until(lambda: browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
           != before, "updates to go on once nothing is being typed")
+    until(lambda: not browser.find_elements("css selector", "#paused"), "the notice to go")
     # a click leaves the focus on a button (here the graph's zoom): updates go on, the focus and the zoom stay
     browser.find_element("css selector", '[data-zoom="1.25"]').click()
     zoomed = browser.execute_script("return document.querySelector('svg.graph').getAttribute('width');")

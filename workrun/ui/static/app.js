@@ -118,7 +118,9 @@
     fetch(url.toString(), { credentials: "same-origin", cache: "no-store", signal: ctrl ? ctrl.signal : undefined })
       .then(function (r) { connected(r.ok || r.status < 500); return r.ok ? r.text() : null; })
       .then(function (html) {
-        if (html === null || html === last || editing()) { return; }
+        if (html === null || html === last) { paused(false); return; }
+        if (editing()) { paused(true); return; }
+        paused(false);
         var open = [];
         live.querySelectorAll("details[id]").forEach(function (d) { open.push([d.id, d.open]); });
         var graph = graphState();
@@ -132,6 +134,19 @@
       })
       .catch(function () { connected(false); })
       .then(function () { window.clearTimeout(timer); busy = false; });
+  }
+  // R-D5: while a form being filled in holds a newer page back, say so in a corner (nothing above it moves)
+  var hold = null;
+  function paused(on) {
+    if (!on && hold) { hold.remove(); hold = null; }
+    if (on && !hold) {
+      hold = document.createElement("p");
+      hold.id = "paused";
+      hold.className = "paused";
+      hold.setAttribute("role", "status");
+      hold.textContent = "newer data waits while you fill in a form on this page";
+      document.body.appendChild(hold);
+    }
   }
   // R-D5: say "disconnected" when the server stops answering (a poll fails or takes over 2 s), and take it
   // back when it answers again; the page's content and any form being filled in stay as they are.
