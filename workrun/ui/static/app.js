@@ -37,7 +37,8 @@
     var form = el.form || (el.closest && el.closest("form"));
     var within = el.parentElement && el.parentElement.closest ? el.parentElement.closest("[id]") : null;
     return [el.tagName, el.id, within && live.contains(within) ? within.id : "", el.getAttribute("href"),
-            el.getAttribute("name"), el.getAttribute("value"), el.getAttribute("data-zoom"), el.getAttribute("data-node"), form ? form.getAttribute("action") : "",
+            el.getAttribute("name"), el.getAttribute("value"), el.getAttribute("data-zoom"),
+            el.getAttribute("data-node"), form ? form.getAttribute("action") : "",
             text ? (el.textContent || "").trim() : ""].join("\u0000");
   }
   function alike(where, text) {
