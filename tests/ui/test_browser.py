@@ -300,10 +300,11 @@ def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) ->
         assert widths[1] > widths[0] > widths[2] and widths[2] <= widths[3] and widths[4] <= widths[3], widths
         # R-D6 by keyboard: Tab reaches a node, and Enter opens its section
         browser.execute_script("document.querySelector('#rerun').focus();")
+        from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.keys import Keys
 
-        for _ in range(20):
-            browser.switch_to.active_element.send_keys(Keys.TAB)
+        for _ in range(20):  # keys to the page, whichever element has the focus (a live update may swap it)
+            ActionChains(browser).send_keys(Keys.TAB).perform()
             if browser.execute_script("return !!document.activeElement.closest('svg.graph g.node');"):
                 break
         node = browser.execute_script("return document.activeElement.getAttribute('data-node');")
@@ -311,7 +312,7 @@ def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) ->
         opened = ("return Array.from(document.querySelectorAll('details.node-detail[open] summary strong'))"
                   ".map(s => s.textContent);")
         browser.execute_script("document.querySelectorAll('details.node-detail').forEach(d => { d.open = false; });")
-        browser.switch_to.active_element.send_keys(Keys.ENTER)
+        ActionChains(browser).send_keys(Keys.ENTER).perform()
         assert node in browser.execute_script(opened)
         light = browser.execute_script("return getComputedStyle(document.body).backgroundColor;")
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia",
@@ -390,8 +391,14 @@ def test_live_updates_never_move_focus_or_drop_what_was_typed(browser, ui_server
     browser.get(server.url.replace("/?", f"/runs/{first.json()['run_id']}?"))
     until(lambda: browser.find_elements("css selector", "#stop"), "the Stop button")
     assert browser.find_element("css selector", "#count-tickets").text == "1"
-    field = browser.find_element("css selector", 'form[action$="/stop"] input[name="reason"]')
-    field.send_keys("because R6")
+
+    def type_reason() -> bool:  # a live update may swap the field between finding and typing: until() tries again
+        field = browser.find_element("css selector", 'form[action$="/stop"] input[name="reason"]')
+        field.clear()
+        field.send_keys("because R6")
+        return field.get_attribute("value") == "because R6"
+
+    until(type_reason, "the reason typed")
     browser.execute_script("document.getElementById('stop').focus();")
     before = browser.execute_script("return document.getElementById('live').getAttribute('data-updated');")
     time.sleep(2.0)  # four updates' worth
