@@ -448,6 +448,8 @@ def test_lists_apps_and_error_pages_follow_the_journal(browser, ui_server, workr
     browser.get(server.url)
     until(lambda: first.json()["run_id"] in browser.find_element("css selector", "#live").text, "the first run")
     browser.execute_script("window.__sameDocument = 7;")
+    time.sleep(1.5)  # three updates' worth: the journal did not change, so the page was not swapped (a click
+    assert attr(browser, "#live", "data-updated") is None  # made then is never lost to a swap)
 
     def live_text() -> str:
         return browser.execute_script("return document.getElementById('live').innerText;")

@@ -13,6 +13,7 @@ and the scheduler never blocks a reader (R-U8).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import re
 import secrets
@@ -122,15 +123,25 @@ class Dashboard:
         return key
 
     def render(self, request: Request, name: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
+        """The page ``name`` with ``ctx``, or with ``?fragment=1`` its changing part alone (R-U3). Both carry the
+        changing part's digest (the page on ``#live`` as ``data-digest``, the fragment as the
+        ``X-Workrun-Digest`` header), so the page swaps in an update only when it differs from what it shows."""
         fragment = request.query_params.get("fragment") == "1"
         flash = self.flashes.get(request.query_params.get("flash", ""))
         try:
             needs = attention(self.journal)
         except WorkrunError:
             needs = None
-        html = self.env.get_template(name).render(fragment=fragment, csrf=self.csrf, flash=flash,
-                                                  path=request.url.path, attention=needs,
-                                                  read_only=self.read_only, **ctx)
+        template = self.env.get_template(name)
+        values = {"csrf": self.csrf, "flash": flash, "path": request.url.path, "attention": needs,
+                  "read_only": self.read_only, **ctx}
+        # the changing part's digest: on a page, so its first update does not swap in what it already shows; on
+        # a fragment, as a header the page compares (R-U3)
+        live = template.render(fragment=True, **values)  # the page's changing part alone (fragment.html)
+        digest = hashlib.sha256(live.encode()).hexdigest()[:32]
+        if fragment:
+            return HTMLResponse(live, status_code=http_status, headers={"X-Workrun-Digest": digest})
+        html = template.render(fragment=False, digest=digest, **values)
         return HTMLResponse(html, status_code=http_status)
 
     def close(self) -> None:

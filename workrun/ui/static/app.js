@@ -9,7 +9,8 @@
   var mode = live ? live.getAttribute("data-poll") : null;  // "1": the page and its counts; "nav": the counts
   if (mode !== "1" && mode !== "nav") { return; }
   var busy = false;
-  var last = null;
+  var last = live.getAttribute("data-digest");  // the digest of what the page shows (its first update is a swap
+                                                // only when the journal changed since the page was served)
   function changed(field) {
     if (field.type === "hidden") { return false; }
     if (field.type === "checkbox" || field.type === "radio") { return field.checked !== field.defaultChecked; }
@@ -116,10 +117,16 @@
     url.hash = "";
     var ctrl = window.AbortController ? new AbortController() : null;
     var timer = window.setTimeout(function () { if (ctrl) { ctrl.abort(); } }, 2000);
+    var digest = null;
     fetch(url.toString(), { credentials: "same-origin", cache: "no-store", signal: ctrl ? ctrl.signal : undefined })
-      .then(function (r) { connected(r.ok || r.status < 500); return r.ok ? r.text() : null; })
+      .then(function (r) {
+        connected(r.ok || r.status < 500);
+        digest = r.headers.get("X-Workrun-Digest");
+        return r.ok ? r.text() : null;
+      })
       .then(function (html) {
-        if (html === null || html === last) { paused(false); return; }
+        digest = digest || html;  // no digest given: the content itself
+        if (html === null || digest === last) { paused(false); return; }
         if (editing()) { paused(true); return; }
         paused(false);
         var open = [];
@@ -130,7 +137,7 @@
         open.forEach(function (p) { var d = document.getElementById(p[0]); if (d) { d.open = p[1]; } });
         keepGraph(graph);
         refocus(where);
-        last = html;
+        last = digest;
         live.setAttribute("data-updated", String(Date.now()));
       })
       .catch(function () { connected(false); })
