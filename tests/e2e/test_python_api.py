@@ -218,6 +218,24 @@ needs = ["ghost"]
         ["nodes.a.input.z", "{{ nodes.b.result.nofield }}: App 'step' declares no output field 'nofield'"],
         ["nodes.b.needs", "unknown node 'ghost'"],
     ], res.json()
+    # a wrong value the node can do without (its timeout) does not hide its templates' errors; an email action's
+    # every bad field is said, its body's too (conformance review)
+    both = write_workflow("both", """
+[smtp]
+host = "127.0.0.1"
+from = "shop@example.com"
+[nodes.a]
+kind = "http"
+method = "POST"
+url = "http://127.0.0.1:9/x"
+timeout = "x"
+body = { a = "{{ inputs.nope }}" }
+compensation = { email = { to = ["ops@example.com"], cc = ["{{ inputs.cc }}"], body = "x {{ inputs.nope2 }}" } }
+""")
+    res = workrun("check", both, "--json")
+    assert res.code == 2, res
+    assert [line.split(": ", 2)[1] for line in res.json()["errors"]] == [
+        "nodes.a.timeout", "nodes.a.compensation.email.cc", "nodes.a.compensation.email.body", "nodes.a.body.a"], res
     device = workrun("check", "/dev/null")  # there, but no file: said so (hostile review)
     assert device.code == 2 and device.err == "error: /dev/null: not a regular file\n", device
     long = workrun("app", "new", "a" * 300)

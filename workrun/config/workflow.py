@@ -380,12 +380,13 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         node: NodeSpec = NODE_MODELS[kind].model_validate({**table, "key": key})  # type: ignore[assignment]
     except ShapeError as exc:
         error = shape_error(exc, file, prefix)
-        unknown = {e["loc"][0] for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1}
-        if not unknown or any(e["type"] != "extra_forbidden" or len(e["loc"]) != 1 for e in exc.errors()):
+        wrong = {e["loc"][0] for e in exc.errors() if e["loc"]}
+        if not wrong or any(not e["loc"] for e in exc.errors()) or "key" in wrong:
             raise _with_earlier(problems, error) from None
-        try:  # only unknown keys: reported, and the node is checked further without them (its App, its needs)
+        try:  # unknown keys, or wrong values of keys the node can do without (a timeout): reported, and the
+            # node is checked further without them (its App, its needs, its templates; R-L1: all errors at once)
             node = NODE_MODELS[kind].model_validate(  # type: ignore[assignment]
-                {**{k: v for k, v in table.items() if k not in unknown}, "key": key})
+                {**{k: v for k, v in table.items() if k not in wrong}, "key": key})
         except ShapeError:
             raise _with_earlier(problems, error) from None
         problems.append(error)
@@ -395,6 +396,11 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
     except ConfigError as exc:  # its App (or request) is wrong: reported, and its needs and templates are checked
         problems.append(exc)  # all the same; its output contract and reverse actions are unknown
+        if isinstance(node, HttpNode) and node.compensation is not None:  # its own reverse action against the
+            try:  # inputs as well (the kind's check knows none): every error at once (R-L1; a line said twice
+                _check_reverse_actions(node, inputs, file, prefix, connectors)  # is said once)
+            except ConfigError as again:
+                problems.append(again)
         return node, None, [], problems
     policy = node.on_failure
     if policy.action is not None:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from workrun.core import settings
-from workrun.core.errors import ConfigError
+from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.outcomes import Failure
 from workrun.core.redact import redact_value
 from workrun.core.structs import field, struct
@@ -461,51 +461,85 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
             ``Idempotency-Key`` — R-H1); a header value whose text holds a line break, NUL or a character
             that is not ASCII.
     """
+    problems: list[ConfigError] = []  # every error of the request, not just its first (R-L1)
+
+    def checked(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            problems.append(exc)
+            return None
+
+    def done(url: UrlTemplate | None) -> UrlTemplate:
+        if problems:
+            raise ConfigErrors.of(problems)
+        assert url is not None
+        return url
+
     if getattr(spec, "kind", "http") == "update_data":  # R-K4: templates in its values only
-        check_templates(spec.update_data.values, file=file, field=f"{field}.update_data.values", allow_env=False,
-                        check_ref=check_ref)
-        unknown = sorted(set(spec.update_data.values) - set(spec.update_data.fields))
-        if unknown:
-            raise ConfigError(f"{unknown[0]!r} is not one of its fields", file=file,
-                              field=f"{field}.update_data.values.{unknown[0]}")
-        return UrlTemplate.reference("")
+        checked(check_templates, spec.update_data.values, file=file, field=f"{field}.update_data.values",
+                allow_env=False, check_ref=check_ref)
+        for name in sorted(set(spec.update_data.values) - set(spec.update_data.fields)):
+            problems.append(ConfigError(f"{name!r} is not one of its fields", file=file,
+                                        field=f"{field}.update_data.values.{name}"))
+        return done(UrlTemplate.reference(""))
     if getattr(spec, "kind", "http") == "email":  # an email action (R-K2): literal addresses, a body template
         email = spec.email
         for i, address in enumerate([*email.to, *email.cc]):
             if "{{" in address or "@" not in address or any(c in address for c in "<>,") \
                     or any(ord(c) < 32 or ord(c) == 127 for c in address):
-                raise ConfigError(f"{address!r} is not one literal email address", file=file,
-                                  field=f"{field}.email.{'to' if i < len(email.to) else 'cc'}")
-        check_templates(email.body, file=file, field=f"{field}.email.body", allow_env=False, check_ref=check_ref)
-        return UrlTemplate.reference("")
+                problems.append(ConfigError(f"{address!r} is not one literal email address", file=file,
+                                            field=f"{field}.email.{'to' if i < len(email.to) else 'cc'}"))
+        checked(check_templates, email.body, file=file, field=f"{field}.email.body", allow_env=False,
+                check_ref=check_ref)
+        return done(UrlTemplate.reference(""))
     name_of = getattr(spec, "connector", None)
-    connector = connector_of(connectors, name_of, file=file, field=f"{field}.connector") if name_of else None
+    connector = checked(connector_of, connectors, name_of, file=file, field=f"{field}.connector") \
+        if name_of else None
     ref = whole_reference(spec.url)
+    url: UrlTemplate | None = None
     if ref is not None:  # a URL reference, resolved against the original request's or connector's origin (R-K6)
-        check_templates(spec.url, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+        checked(check_templates, spec.url, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
         url = UrlTemplate.reference(spec.url)
-    elif connector is not None:
-        check_relative(spec.url, file=file, field=f"{field}.url")
-        url = connector.url(spec.url)
-        check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+    elif name_of is not None:
+        if connector is not None:  # (an unknown connector is reported above)
+            try:
+                check_relative(spec.url, file=file, field=f"{field}.url")
+                url = connector.url(spec.url)
+            except ConfigError as exc:
+                problems.append(exc)
+            else:
+                checked(check_templates, url.rest, file=file, field=f"{field}.url", allow_env=False,
+                        check_ref=check_ref)
     else:
-        url = parse_url(spec.url, file=file, field=f"{field}.url")
-        check_templates(url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
+        url = checked(parse_url, spec.url, file=file, field=f"{field}.url")
+        if url is not None:
+            checked(check_templates, url.rest, file=file, field=f"{field}.url", allow_env=False, check_ref=check_ref)
     for name, value in spec.headers.items():
-        where = f"{field}.headers.{name}"
-        if not _HEADER_NAME.match(name):
-            raise ConfigError("is not a valid header name", file=file, field=where)
-        if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "idempotency-key"):
-            raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
-        if any(c in part for _, part in strings(value, where) for c in "\r\n\x00"):
-            raise ConfigError("holds a line break or NUL: a header value is one line", file=file, field=where)
-        if not all(part.isascii() for _, part in strings(value, where)):
-            raise ConfigError("holds a character that is not ASCII: header values are ASCII (send such text in "
-                              "the body)", file=file, field=where)
-        check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
+        checked(_check_header, name, value, file=file, where=f"{field}.headers.{name}", check_ref=check_ref,
+                check_env=check_env)
     if spec.body is not None:
-        check_templates(spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
-    return url
+        checked(check_templates, spec.body, file=file, field=f"{field}.body", allow_env=False, check_ref=check_ref)
+    return done(url)
+
+
+def _check_header(name: str, value: Any, *, file: str | None, where: str, check_ref: Callable[[str, str], None],
+                  check_env: bool) -> None:
+    """One header of a request as written (see :func:`check_request`).
+
+    Raises:
+        ConfigError: naming ``where``.
+    """
+    if not _HEADER_NAME.match(name):
+        raise ConfigError("is not a valid header name", file=file, field=where)
+    if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "idempotency-key"):
+        raise ConfigError(f"{name} is set by Workrun, not by the file", file=file, field=where)
+    if any(c in part for _, part in strings(value, where) for c in "\r\n\x00"):
+        raise ConfigError("holds a line break or NUL: a header value is one line", file=file, field=where)
+    if not all(part.isascii() for _, part in strings(value, where)):
+        raise ConfigError("holds a character that is not ASCII: header values are ASCII (send such text in "
+                          "the body)", file=file, field=where)
+    check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
 
 
 def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = True,
