@@ -192,8 +192,9 @@ compensation.result({"cancelled": ctx.original_result["booked"]})
 """
 
 
-def test_retry_with_fixed_code_releases_held_back(browser, ui_server, make_project, marker_project,
-                                                    write_workflow, workrun) -> None:
+def _failed_booking(make_project, marker_project, write_workflow, workrun) -> tuple[Path, Any]:
+    """A run of reserve -> book -> charge where charge fails, book's compensation fails (its code has a bug) and
+    reserve's is held back by it: the fragile project's path and the run's ``--json`` result."""
     fragile = make_project("fragile", FRAGILE_APP, {"main.py": FRAGILE_MAIN, "compensate.py": FRAGILE_BROKEN})
     wf = write_workflow("booking", f"""
         name = "booking"
@@ -213,6 +214,12 @@ def test_retry_with_fixed_code_releases_held_back(browser, ui_server, make_proje
     """)
     r = workrun("run", wf, "--json")
     assert r.code == 1, r
+    return fragile, r
+
+
+def test_retry_with_fixed_code_releases_held_back(browser, ui_server, make_project, marker_project,
+                                                    write_workflow, workrun) -> None:
+    fragile, r = _failed_booking(make_project, marker_project, write_workflow, workrun)
     run_id = r.json()["run_id"]
     comps = {op["node_key"]: op["compensation"] for op in r.json()["operations"] if op["compensation"]}
     assert comps["book"]["status"] == "failed" and comps["reserve"]["status"] == "blocked", comps
@@ -481,21 +488,8 @@ def test_focus_on_a_link_that_goes_away_moves_to_no_other(browser, ui_server, ma
     """R-D5: the roll-up's link to the failed compensation has the focus when an operator resolves it from the
     CLI: the link goes away, and the focus does not land on another link to the same place (the compensation
     order's)."""
-    fragile = make_project("fragile", FRAGILE_APP, {"main.py": FRAGILE_MAIN, "compensate.py": FRAGILE_BROKEN})
-    wf = write_workflow("resolve", f"""
-        [nodes.book]
-        project = "{fragile}"
-        app = "fragile"
-        input = {{ after = "x" }}
-        [nodes.charge]
-        project = "{marker_project}"
-        app = "mark"
-        needs = ["book"]
-        input = {{ fail = true }}
-    """)
-    r = workrun("run", wf, "--json")
-    assert r.code == 1, r
-    book = next(op["compensation"]["compensation_id"] for op in r.json()["operations"] if op["compensation"])
+    _, r = _failed_booking(make_project, marker_project, write_workflow, workrun)
+    book = next(op["compensation"]["compensation_id"] for op in r.json()["operations"] if op["node_key"] == "book")
     server = ui_server()
     browser.get(server.url.replace("/?", f"/runs/{r.json()['run_id']}?"))
     until(lambda: browser.find_elements("css selector", "#rollup a"), "the roll-up's link")
