@@ -5,6 +5,7 @@ raises ``workrun.api.WorkrunError`` where the CLI exits 2 or 3. ``check`` (R-L1)
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -310,6 +311,13 @@ url = "{server.url}/orders/{{{{ nodes.order.result.body.id }}}}"
     assert by_key["order"]["compensation_places"] == [1] and "compensation_places" not in by_key["boom"]
     assert "succeeded" in workrun("graph", rid).out and "failed" in workrun("graph", rid, "--format", "dot").out
     assert workrun("graph", wf, "--format", "png").code == 2
+    # a graph sends nothing: a header's secret need not be set to draw it (check and run still need it)
+    wf.write_text(text + '[nodes.look.headers]\nAuthorization = "Bearer {{ env.WORKRUN_TEST_UNSET_TOKEN }}"\n')
+    assert "WORKRUN_TEST_UNSET_TOKEN" not in os.environ
+    drawn = workrun("graph", wf, "--format", "json")
+    assert drawn.code == 0 and len(drawn.json()["nodes"]) == 3, drawn
+    refused = workrun("check", wf)
+    assert refused.code == 2 and "environment variable WORKRUN_TEST_UNSET_TOKEN is not set" in refused.err, refused
 
 
 def test_bad_arguments_raise_workrun_error_exit_2(write_workflow, server):

@@ -32,7 +32,8 @@ def _model(spec: Any) -> dict[str, Any]:
 
 
 def graph(target: str | Path, *, fmt: str = "mermaid", home: Path | str | None = None) -> Finished:
-    """The graph of a workflow file, or of a run (by id or unique prefix) when ``target`` is not a file.
+    """The graph of a workflow file, or of a run (by id or unique prefix) when ``target`` is not a file. The file
+    is checked as ``check`` checks it, except that its ``{{ env.NAME }}`` variables need not be set (R-L2).
 
     Returns:
         :class:`Finished` whose ``data`` is the JSON model (``{"nodes": [{"key", "kind", "status"?,
@@ -47,12 +48,14 @@ def graph(target: str | Path, *, fmt: str = "mermaid", home: Path | str | None =
     from workrun.config.workflow import load_workflow
     from workrun.core.models import WorkflowSpec
     from workrun.nodes import default_checkers
+    from workrun.outbound.http import env_not_needed
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})", field="--format")
     path = Path(target)
     if path.is_file() or path.suffix == ".toml":
-        spec, _ = load_workflow(path, {}, default_checkers(), known_inputs_only=False)
+        with env_not_needed():  # a graph sends nothing: its secrets need not be set here
+            spec, _ = load_workflow(path, {}, default_checkers(), known_inputs_only=False)
         model = _model(spec)
     else:
         with reading(home=home) as svc:

@@ -24,6 +24,8 @@ forms of all of these.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ipaddress
 import json
 import os
@@ -70,6 +72,8 @@ __all__ = [
     "check_templates",
     "connector_of",
     "env_names",
+    "env_needed",
+    "env_not_needed",
     "fill_text",
     "fill_value",
     "from_queued",
@@ -404,6 +408,25 @@ def _gate(limits: ConnectorLimits | None) -> _Gate | None:
         return gate
 
 
+_ENV_NEEDED: contextvars.ContextVar[bool] = contextvars.ContextVar("workrun_env_needed", default=True)
+
+
+@contextlib.contextmanager
+def env_not_needed() -> Iterator[None]:
+    """Within it, a workflow loads without its ``{{ env.NAME }}`` variables being set: for a command that sends
+    nothing (``workrun graph``, R-L2). Every other check is made as usual."""
+    token = _ENV_NEEDED.set(False)
+    try:
+        yield
+    finally:
+        _ENV_NEEDED.reset(token)
+
+
+def env_needed() -> bool:
+    """False within :func:`env_not_needed`: an unset ``{{ env.NAME }}`` is then not a config error."""
+    return _ENV_NEEDED.get()
+
+
 def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool,
                     check_ref: Callable[[str, str], None], check_env: bool = True) -> None:
     """Check every template in ``value`` (a string, table or list) before anything runs.
@@ -429,7 +452,7 @@ def check_templates(value: Any, *, file: str | None, field: str, allow_env: bool
                 if not allow_env:
                     raise ConfigError(f"{{{{ {ref} }}}}: environment variables are allowed only in header values "
                                       "(R-H5), so a secret never lands in a URL or body", file=file, field=where)
-                if check_env and env.group(1) not in os.environ:
+                if check_env and env_needed() and env.group(1) not in os.environ:
                     raise ConfigError(f"environment variable {env.group(1)} is not set", file=file, field=where)
                 continue
             if ref.startswith("env.") or ref == "env":

@@ -33,6 +33,7 @@ from workrun.outbound.http import (
     RequestError,
     SendResult,
     check_address,
+    env_needed,
     fill_text,
     resolve_host,
 )
@@ -74,7 +75,7 @@ def check_smtp(smtp: Any, *, file: str | None, check_env: bool = True) -> None:
         if "{{" in value and env is None:
             raise ConfigError("only {{ env.NAME }} (the whole value) is allowed here", file=file,
                               field=f"smtp.{name}")
-        if env is not None and check_env and env.group(1) not in os.environ:
+        if env is not None and check_env and env_needed() and env.group(1) not in os.environ:
             raise ConfigError(f"environment variable {env.group(1)} is not set", file=file, field=f"smtp.{name}")
     if smtp.starttls and smtp.tls:
         raise ConfigError("give starttls or tls, not both", file=file, field="smtp.tls")
