@@ -393,14 +393,16 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
     try:
         node = _with_connector_timeouts(node, connectors)
         contract = executors[kind].check(node, Where(file, prefix, connectors))
-        actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
     except ConfigError as exc:  # its App (or request) is wrong: reported, and its needs and templates are checked
         problems.append(exc)  # all the same; its output contract and reverse actions are unknown
-        if isinstance(node, HttpNode) and node.compensation is not None:  # its own reverse action against the
-            try:  # inputs as well (the kind's check knows none): every error at once (R-L1; a line said twice
-                _check_reverse_actions(node, inputs, file, prefix, connectors)  # is said once)
-            except ConfigError as again:
-                problems.append(again)
+        contract = None
+    if contract is not None or isinstance(node, HttpNode):  # an App that did not load has no action to check;
+        try:  # an http node's own reverse action is checked whatever its request (R-L1: every error at once)
+            actions = _check_reverse_actions(node, inputs, file, prefix, connectors)
+        except ConfigError as exc:
+            problems.append(exc)
+            contract = None
+    if contract is None:
         return node, None, [], problems
     policy = node.on_failure
     if policy.action is not None:

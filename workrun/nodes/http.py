@@ -40,7 +40,6 @@ from workrun.outbound.http import (
     UnsafeRequestError,
     UrlTemplate,
     allow_from_env,
-    check_action,
     check_request,
     connector_of,
     parse_allow,
@@ -135,8 +134,9 @@ class HttpExecutor:
     kind: ClassVar[str] = KIND
 
     def check(self, node: NodeSpec, where: Where) -> dict[str, OutputField]:
-        """The request and its reverse action as written: literal scheme/host/port, templates only where allowed,
-        ``{{ env.NAME }}`` only in header values and set now (R-H3, R-H5, R-H6).
+        """The request as written: literal scheme/host/port, templates only where allowed, ``{{ env.NAME }}`` only
+        in header values and set now (R-H3, R-H5). Its reverse action is checked with the workflow's inputs by
+        the loader (R-H6), as every node's is.
 
         Returns:
             The result's fields (``status``, ``headers``, ``body``) for template checks downstream.
@@ -150,9 +150,6 @@ class HttpExecutor:
                               "value is resolved against, R-K6)", file=where.file, field=where.at("url"))
         check_request(node, file=where.file, field=where.field, check_ref=lambda field, ref: None,
                       connectors=where.connectors)
-        if node.compensation is not None:
-            check_action(node.compensation, file=where.file, field=where.at("compensation"),
-                         connectors=where.connectors)
         return dict(RESULT_FIELDS)
 
     def run(self, job: NodeJob) -> NodeOutcome:
