@@ -128,10 +128,12 @@ class Dashboard:
         ``X-Workrun-Digest`` header), so the page swaps in an update only when it differs from what it shows."""
         fragment = request.query_params.get("fragment") == "1"
         flash = self.flashes.get(request.query_params.get("flash", ""))
-        try:
-            needs = attention(self.journal)
-        except WorkrunError:
-            needs = None
+        needs = None  # the navigation's counts: a page's, not its fragment's (the page polls /api/attention)
+        if not fragment:
+            try:
+                needs = attention(self.journal)
+            except WorkrunError:
+                pass
         template = self.env.get_template(name)
         values = {"csrf": self.csrf, "flash": flash, "path": request.url.path, "attention": needs,
                   "read_only": self.read_only, **ctx}
@@ -141,7 +143,7 @@ class Dashboard:
         digest = hashlib.sha256(live.encode()).hexdigest()[:32]
         if fragment:
             return HTMLResponse(live, status_code=http_status, headers={"X-Workrun-Digest": digest})
-        html = template.render(fragment=False, digest=digest, **values)
+        html = template.render(fragment=False, digest=digest, live_html=live, **values)  # rendered once
         return HTMLResponse(html, status_code=http_status)
 
     def close(self) -> None:
