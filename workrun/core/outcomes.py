@@ -38,6 +38,9 @@ class Failure(StrEnum):
         BAD_RESPONSE: an HTTP answer broke a bound: body over 1 MiB or headers over 64 KiB (R-H4).
         UNSAFE_REQUEST: not sent because a filled value would aim it elsewhere than the file wrote: an empty or
             ``null`` value in the URL (R-X3), a dot segment; final, never retried.
+        MISSING_VALUE: not sent because a template of a reverse action names a value that is not there (a field
+            the compensated call's journaled input or result lacks, an input the run was not given): those values
+            never change, so the same request could never be filled; final, never retried.
         MAIL_REJECTED: the SMTP server answered the message (after DATA) with 5xx: final, never retried (R-K2).
         MAIL_DEFERRED: the SMTP server answered the message with 4xx: failed, retried within the attempts.
     """
@@ -55,14 +58,15 @@ class Failure(StrEnum):
     HTTP_STATUS = "http_status"
     BAD_RESPONSE = "bad_response"
     UNSAFE_REQUEST = "unsafe_request"
+    MISSING_VALUE = "missing_value"
     MAIL_REJECTED = "mail_rejected"
     MAIL_DEFERRED = "mail_deferred"
 
     @property
     def final(self) -> bool:
-        """True when trying again cannot help: the same values would fill the same request (R-X3), or the mail
-        server refused the message for good (a 5xx answer after DATA, R-K2)."""
-        return self in (Failure.UNSAFE_REQUEST, Failure.MAIL_REJECTED)
+        """True when trying again cannot help: the same values would fill the same request (R-X3) or could never
+        fill it, or the mail server refused the message for good (a 5xx answer after DATA, R-K2)."""
+        return self in (Failure.UNSAFE_REQUEST, Failure.MISSING_VALUE, Failure.MAIL_REJECTED)
 
     @property
     def counts(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import cast
 
 from workrun.core.models import HttpRequestSpec
+from workrun.core.outcomes import Failure
 from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.core.templates import missing_value
 from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent, recover_http_attempt
@@ -40,7 +41,7 @@ class DataUpdate(ActionOnly):
         try:
             updates = {f: fill_value(spec.values[f], lookup) if f in spec.values else None for f in spec.fields}
         except KeyError as exc:
-            return not_sent(svc, comp, attempt, missing_value(exc))
+            return not_sent(svc, comp, attempt, missing_value(exc), Failure.MISSING_VALUE)
         merged = {**run_data(svc.journal.run(comp["run_id"])), **updates}
         got = SendResult(True, body={"data": updates})
         after = finish_http_attempt(svc, comp, attempt, got, run_data=(comp["run_id"], merged))

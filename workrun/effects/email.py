@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from workrun.core.models import HttpRequestSpec, SmtpSpec
+from workrun.core.outcomes import Failure
 from workrun.core.rows import AttemptRow, CompensationRow, OperationRow
 from workrun.core.templates import missing_value
 from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent, recover_http_attempt
@@ -56,7 +57,7 @@ class Email(ActionOnly):
         try:
             mail, smtp, allow = message_of(svc, comp, op)
         except KeyError as exc:
-            return not_sent(svc, comp, attempt, missing_value(exc))
+            return not_sent(svc, comp, attempt, missing_value(exc), Failure.MISSING_VALUE)
         except RequestError as exc:
             return not_sent(svc, comp, attempt, f"not sent: {exc}")
 

@@ -198,7 +198,7 @@ def run_http_attempt(svc: Context, comp: CompensationRow, op: OperationRow, trig
         parse_allow(spec_allow) + allow_from_env()  # a bad WORKRUN_HTTP_ALLOW: not sent
         request = _prepare_action(svc, action, comp, op, run["spec"] or {})
     except KeyError as exc:
-        return not_sent(svc, comp, attempt, missing_value(exc))
+        return not_sent(svc, comp, attempt, missing_value(exc), Failure.MISSING_VALUE)
     except UnsafeRequestError as exc:  # R-X3: final, a dead letter at once
         return not_sent(svc, comp, attempt, f"not sent: {exc}", Failure.UNSAFE_REQUEST)
     except (RequestError, ConfigError) as exc:
