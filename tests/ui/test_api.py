@@ -457,3 +457,26 @@ def test_queue_pages_find_by_status_run_and_workflow_and_read_only_shows_no_acti
     for where in ("/", f"/runs/{tutorial[0]}", f"/runs/{pay_id}", "/compensations", "/tickets", "/apps"):
         page = ro.get(where)
         assert page.status_code == 200 and 'method="post"' not in page.text, where
+
+
+def test_verify_runs_are_left_out_of_the_api_and_the_runs_page_unless_all(ui_server, workrun) -> None:
+    """R-V1, R-U7: ``/api/runs`` is ``runs list --json``, which leaves ``workrun verify``'s runs out unless ``--all``
+    (``all=1``); the Runs page does the same, says what it left out, and keeps ``all`` across pages."""
+    scenario = workrun("verify", TUTORIAL, "--json")
+    assert scenario.code == 0, scenario
+    verify_runs = scenario.json()[0]["runs"]
+    client = ui_server().client()
+    assert client.get("/api/runs").json() == workrun("runs", "list", "--json").json() == []
+    every = client.get("/api/runs?all=1").json()
+    assert every == workrun("runs", "list", "--all", "--json").json() and {r["run_id"] for r in every} == set(verify_runs)
+    page = client.get("/").text
+    assert not any(r in page for r in verify_runs)
+    assert "no runs yet (1 verify run left out" in page, page
+    shown = client.get("/?all=1").text
+    assert all(r in shown for r in verify_runs) and ">verify</span>" in shown
+    assert 'name="all" value="1" checked' in shown
+    assert client.get("/api/runs?all=yes").status_code == 400
+    ordinary = workrun("run", TUTORIAL, "--json").json()["run_id"]
+    page = client.get("/").text
+    assert ordinary in page and not any(r in page for r in verify_runs) and "verify run left out" not in page
+    assert [r["run_id"] for r in client.get("/api/runs").json()] == [ordinary]

@@ -207,11 +207,12 @@ def _bounded(q: Any, *names: str) -> None:
 
 def _run_filters(q: Any) -> dict[str, Any]:
     """The Runs page's find (R-D1): ``q`` (a run-id prefix or a workflow-name substring), ``status``,
-    ``workflow``, ``since``/``until`` (ISO dates, UTC, both inclusive), ``sort`` (``started``|``duration``) and
-    ``order`` (``desc``|``asc``).
+    ``workflow``, ``since``/``until`` (ISO dates, UTC, both inclusive), ``sort`` (``started``|``duration``),
+    ``order`` (``desc``|``asc``) and ``all`` (``1``: ``workrun verify``'s runs too, as ``runs list --all``; without
+    it they are left out, as ``runs list`` leaves them out, R-V1).
 
     Raises:
-        ValueError: a date that is not ``YYYY-MM-DD``, an unknown status, sort or order.
+        ValueError: a date that is not ``YYYY-MM-DD``, an unknown status, sort or order, ``all`` other than 1.
     """
     _bounded(q, "q", "workflow")
     status = q.get("status") or None
@@ -221,12 +222,15 @@ def _run_filters(q: Any) -> dict[str, Any]:
     order = q.get("order") or "desc"
     if sort not in ("started", "duration") or order not in ("desc", "asc"):
         raise ValueError("sort is started or duration; order is desc or asc")
+    if (q.get("all") or "0") not in ("0", "1"):
+        raise ValueError("all is 1 (verify runs too) or 0")
     try:
         since, until = _day(q.get("since")), _day(q.get("until"), end=True)
     except ValueError:
         raise ValueError("since and until are dates: YYYY-MM-DD") from None
     return {"status": status, "workflow": q.get("workflow") or None, "text": (q.get("q") or "").strip() or None,
-            "since": since, "until": until, "sort": sort, "descending": order == "desc"}
+            "since": since, "until": until, "sort": sort, "descending": order == "desc",
+            "verify": None if q.get("all") == "1" else False}
 
 
 def runs_page(request: Request) -> Response:
@@ -240,15 +244,18 @@ def runs_page(request: Request) -> Response:
         return _bad(d, request, str(exc), "/")
     page = _int(q.get("page"), 1)
     rows = views.runs_list(d.journal, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, **found)
-    total = d.journal.count_runs(**{k: found[k] for k in ("status", "workflow", "text", "since", "until")})
+    total = d.journal.count_runs(**{k: found[k] for k in ("status", "workflow", "text", "since", "until", "verify")})
     pages = max(1, -(-total // PAGE_SIZE))
     filtered = any(q.get(k) for k in ("q", "status", "workflow", "since", "until"))
-    keep = {k: q.get(k) for k in ("q", "status", "workflow", "since", "until", "sort", "order") if q.get(k)}
+    # a page empty only because verify runs are left out says so (R-V1): never "no runs yet" over them
+    hidden = d.journal.count_runs(verify=True) if not total and found["verify"] is False else 0
+    keep = {k: q.get(k) for k in ("q", "status", "workflow", "since", "until", "sort", "order", "all") if q.get(k)}
     return d.render(request, "runs.html", nav="runs", rows=rows, total=total, page=page, pages=pages,
                     status=found["status"], workflow=found["workflow"], statuses=RUN_STATUSES,
                     workflows=d.journal.workflow_names(), filtered=filtered, keep=keep, text=q.get("q") or "",
                     since=_day_text(found["since"]), until=_day_text(found["until"], end=True), sort=found["sort"],
-                    order="desc" if found["descending"] else "asc")
+                    order="desc" if found["descending"] else "asc", all_runs=found["verify"] is None,
+                    hidden=hidden)
 
 
 def run_page(request: Request) -> Response:
@@ -433,9 +440,9 @@ def _api_error(exc: WorkrunError) -> JSONResponse:
 
 
 def api_runs(request: Request) -> Response:
-    """``workrun runs list --json``, found as the Runs page finds (R-D1: ``q``, ``status``, ``workflow``,
-    ``since``, ``until``, ``sort``, ``order``; ``page`` with ``limit``, default 50 when either is given;
-    ``offset`` too)."""
+    """``workrun runs list --json`` (``all=1``: ``--all``, R-V1), found as the Runs page finds (R-D1: ``q``,
+    ``status``, ``workflow``, ``since``, ``until``, ``sort``, ``order``; ``page`` with ``limit``, default 50 when
+    either is given; ``offset`` too)."""
     q = request.query_params
     try:
         found = _run_filters(q)
