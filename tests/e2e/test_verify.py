@@ -146,6 +146,29 @@ def test_a_three_node_chain_holds_and_a_forgotten_file_is_caught(workrun, make_p
                 assert "left behind" in by_node[node]["failures"][0]
 
 
+RESOURCE_MAKE = """
+import os
+from workrun_sdk import process
+path = os.path.join(os.environ["CHECK_DIR"], "booked.txt")
+open(path, "w").write("x")
+process.resource("file", path)
+process.result({"booked": True})
+"""
+
+
+def test_the_demo_check_app_sees_a_file_recorded_as_a_resource(workrun, make_project, write_workflow, tmp_path):
+    """New-user review: a compensation that undoes nothing passed when the call's file was a resource, not a
+    ``file_path`` in its result: the demo check App reads ``resources`` of kind ``file`` too."""
+    lazy = make_project("lazy", FORGETFUL_APP, {"main.py": RESOURCE_MAKE, "undo.py": "print('pretend')\n"})
+    wf = write_workflow("lazy", f'[nodes.book]\nproject = "{lazy}"\napp = "make"\n')
+    res = workrun("verify", wf, "--check", f"{ROOT / 'demo_apps' / 'leftovers_check'}:leftovers", "--json",
+                  env={"CHECK_DIR": str(tmp_path)})
+    assert res.code == 1, res
+    [scenario] = res.json()
+    assert scenario["status"] == "failed" and "left behind" in scenario["failures"][0], scenario
+    assert str(tmp_path / "booked.txt") in scenario["failures"][0]
+
+
 def test_a_node_that_never_succeeds_is_not_verified(workrun, marker_project, write_workflow, tmp_path):
     """A scenario injects its failure right after its node succeeds: a node that fails by itself gives nothing
     to verify, and its scenario says so instead of ``ok`` (new-user review)."""
