@@ -397,3 +397,15 @@ def test_home_this_user_cannot_write(workrun, make_project, write_workflow, tmp_
         assert json.loads(shown.stdout)["status"] == "succeeded"
     finally:
         os.chmod(home, 0o700)
+
+
+def test_a_project_path_to_a_file_says_so(refused, make_project, write_workflow, tmp_path):
+    """New-user review: ``project = "../booker/main.py"`` said "not found" of a path that is there."""
+    project = make_project("booker", APP.format(extra="", comp="", out=""), {"main.py": "", "compensate.py": "", "tool.py": ""})
+    wf = write_workflow("to-file", f'[nodes.a]\nproject = "{project / "main.py"}"\napp = "t"\n')
+    said = refused(["run", str(wf)], wf, "nodes.a.project")
+    assert said.endswith(f"{project / 'main.py'} is a file, not an App project directory"), said
+    gone = write_workflow("gone", f'[nodes.a]\nproject = "{project / "nope"}"\napp = "t"\n')
+    assert refused(["run", str(gone)], gone, "nodes.a.project").endswith("not found")
+    assert refused(["app", "run", str(project / "main.py"), "t"], project / "main.py", None).endswith(
+        ": a file, not an App project directory")

@@ -9,7 +9,7 @@ from typing import ClassVar
 from workrun.core.errors import ConfigError
 from workrun.core.models import NodeSpec, OutputField, ProcessNode
 from workrun.nodes.base import Where
-from workrun.runner.apps import load_app
+from workrun.runner.apps import load_app, project_not_found
 
 __all__ = ["ProcessChecker"]
 
@@ -32,7 +32,7 @@ class ProcessChecker:
                 raise ConfigError("is required for a process node", file=where.file, field=where.at(field))
         project, app_name = str(node.project), str(node.app)
         if not Path(project).is_dir():
-            raise ConfigError(f"App project directory {project} not found", file=where.file,
+            raise ConfigError(project_not_found(project), file=where.file,
                               field=where.at("project"))
         app = load_app(Path(project), app_name, file=where.file, field=where.at("app"))
         if app.kind != "process":

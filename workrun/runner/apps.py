@@ -36,6 +36,7 @@ __all__ = [
     "load_project",
     "one_reading",
     "parse_toml",
+    "project_not_found",
     "shape_error",
 ]
 
@@ -95,10 +96,20 @@ def shape_error(exc: ShapeError, file: str, prefix: str) -> ConfigError:
     return ConfigErrors.of(found)
 
 
+def project_not_found(project: str | Path, *, named: bool = True) -> str:
+    """What is said of an App project path that is not a directory: ``App project directory P not found``, or
+    ``P is a file, not an App project directory`` when something else is there (new-user review: a path to
+    ``main.py`` read as missing). ``named=False``: without the path (the error names it as its file)."""
+    where = f" {project}" if named else ""
+    if os.path.lexists(project):
+        return f"{project} is a file, not an App project directory" if named else "a file, not an App project directory"
+    return f"App project directory{where} not found"
+
+
 def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
     pyproject = project / "pyproject.toml"
     if not project.is_dir():
-        raise ConfigError("App project directory not found", file=str(project))
+        raise ConfigError(project_not_found(project, named=False), file=str(project))
     for required in (pyproject, project / "uv.lock"):
         if required.is_dir():
             raise ConfigError(f"{required.name} is a directory, not a file (R-A1)", file=str(required))
@@ -195,7 +206,7 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     """
     project = Path(project)
     if not project.is_dir():  # checked before the cache: a removed project is never served from it
-        raise ConfigError("App project directory not found", file=str(project))
+        raise ConfigError(project_not_found(project, named=False), file=str(project))
     pyproject = project / "pyproject.toml"
     file, declared = _PARSED.get(os.path.abspath(project), [pyproject, project / "uv.lock"],
                                  lambda: _parse_apps(project))

@@ -10,7 +10,7 @@ from workrun.core.models import AgentNode, NodeSpec, OutputField
 from workrun.core.outcomes import NodeOutcome
 from workrun.nodes.agent.loop import run_agent_node
 from workrun.nodes.base import NodeJob, Where
-from workrun.runner.apps import load_app
+from workrun.runner.apps import load_app, project_not_found
 from workrun.runner.context import Context
 
 __all__ = ["AgentExecutor"]
@@ -34,7 +34,7 @@ class AgentExecutor:
             raise ConfigError("an agent node needs at least one Tool App", file=where.file, field=where.at("tools"))
         for i, ref in enumerate(node.tools):
             if not Path(ref.project).is_dir():
-                raise ConfigError(f"App project directory {ref.project} not found", file=where.file,
+                raise ConfigError(project_not_found(ref.project), file=where.file,
                                   field=where.at(f"tools[{i}].project"))
             spec = load_app(Path(ref.project), ref.app, file=where.file, field=where.at(f"tools[{i}].app"))
             if spec.kind != "tool":
