@@ -253,3 +253,11 @@ def test_every_error_of_a_table_is_reported_not_only_its_first(tmp_path):
         load_workflow(wf, {}, default_checkers())
     assert [line.split(": ", 2)[1] for line in caught.value.lines()] == [
         "nodes.b.method", "nodes.b.timeout", "nodes.b.colour"]
+
+
+def test_an_unknown_key_close_to_a_missing_one_says_what_was_meant_once():
+    """New-user review: ``entyr = …`` said "entry: is required" first and "entyr: unknown key" after; now one line
+    at the typo says what was meant, and a key far from every field gets no guess."""
+    assert errors_of(Outer, {"nmae": "ab"}) == [("nmae", "unknown key (did you mean 'name'?)")]
+    assert errors_of(Outer, {"name": "ab", "flga": True, "zz": 1}) == [
+        ("flga", "unknown key (did you mean 'flag'?)"), ("zz", "unknown key")]

@@ -29,7 +29,7 @@ from workrun.core.models import (
     SmtpSpec,
     WorkflowSpec,
 )
-from workrun.core.shape import ShapeError, jsonable, toml_type
+from workrun.core.shape import ShapeError, jsonable, toml_type, typo_hints
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeChecker, Where
 from workrun.outbound.http import (
@@ -209,8 +209,12 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     data = parse_toml(text, file)
     errors: list[ConfigError] = []  # every error found (R-L1: all are reported, the first of each field)
-    unknown = set(data) - {"name", "inputs", "nodes", "description", "http_allow", "notify", "connectors", "smtp"}
-    errors += [ConfigError("unknown key", file=file, field=key) for key in sorted(unknown)]
+    known = ("name", "inputs", "nodes", "description", "http_allow", "notify", "connectors", "smtp")
+    unknown = sorted(set(data) - set(known))
+    if unknown:  # with the key each is most likely a typo of (``node`` → ``nodes``)
+        typos = typo_hints(unknown, [k for k in known if k not in data])
+        errors += [ConfigError("unknown key" + (f" (did you mean {typos[key]!r}?)" if key in typos else ""),
+                               file=file, field=key) for key in unknown]
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name:  # reported; the nodes are checked all the same
         errors.append(ConfigError("must be a non-empty string", file=file, field="name"))

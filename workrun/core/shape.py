@@ -25,7 +25,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union
 
-__all__ = ["Field", "Shape", "ShapeError", "jsonable", "toml_type"]
+__all__ = ["Field", "Shape", "ShapeError", "jsonable", "toml_type", "typo_hints"]
 
 _MISSING: Any = object()
 _S = TypeVar("_S", bound="Shape")
@@ -112,6 +112,20 @@ def Field(default: Any = _MISSING, *, default_factory: Callable[[], Any] | None 
 def _err(errors: list[dict[str, Any]], kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> Any:
     errors.append({"type": kind, "loc": loc, "msg": msg, "input": value})
     return _BAD
+
+
+def typo_hints(unknown: list[str], keys: list[str]) -> dict[str, str]:
+    """``{unknown key: the key it is most likely a typo of}`` among ``keys`` (the table's keys not written), for
+    the unknown keys that are close to one (``needz`` → ``needs``); each key is suggested once at most (R-L1: an
+    error says what to write instead where it can)."""
+    import difflib  # only when a table has an unknown key
+
+    hints: dict[str, str] = {}
+    for key in unknown:
+        close = difflib.get_close_matches(key, [k for k in keys if k not in hints.values()], n=1, cutoff=0.75)
+        if close:
+            hints[key] = close[0]
+    return hints
 
 
 _Check = Callable[[Any, tuple[Any, ...], list[dict[str, Any]]], Any]
@@ -364,21 +378,27 @@ class Shape:
         start = len(errors)
         values: dict[str, Any] = {}
         given: set[str] = set()
-        used: set[str] = set()
+        keys = {name: field.key() if field.alias and field.alias in value else name
+                for name, field in cls.model_fields.items()}
+        used = {key for key in keys.values() if key in value}
+        # a field written under its alias and its name too: the name is the unknown key
+        unknown = [key for key in value if key not in used]
+        hints = typo_hints(unknown, [f.key() for n, f in cls.model_fields.items() if keys[n] not in value]) \
+            if unknown else {}
         for name, field in cls.model_fields.items():
-            key = field.key() if field.alias and field.alias in value else name
+            key = keys[name]
             if key in value:
-                used.add(key)
                 raw = value[key]
                 values[name] = raw if field.check is None else field.check(raw, (*loc, key), errors)
                 given.add(name)
             elif field.required:
-                _err(errors, "missing", (*loc, field.key()), "is required", value)
+                if field.key() not in hints.values():  # a required key an unknown one is a typo of: said at the typo
+                    _err(errors, "missing", (*loc, field.key()), "is required", value)
             else:
                 values[name] = field.make_default()
-        for key in value:  # a field written under its alias and its name too: the name is the unknown key
-            if key not in used:
-                _err(errors, "extra_forbidden", (*loc, key), "unknown key", value[key])
+        for key in unknown:
+            hint = f" (did you mean {hints[key]!r}?)" if key in hints else ""
+            _err(errors, "extra_forbidden", (*loc, key), "unknown key" + hint, value[key])
         if len(errors) > start:
             return _BAD
         made = cls._made(values, given)
