@@ -283,3 +283,33 @@ on_failure = {{ compensate = {{ method = "POST", url = "{server.url}/refund", ma
     assert shown["updated_at"] > shown["created_at"], shown
     dead = [r.json()["m"] for r in server.requests("POST", "/hook") if "its action failed" in r.json()["m"]]
     assert len(dead) == 1 and dead[0].count("attempt(s)") == 1, dead
+
+
+@pytest.mark.parametrize("token", ["", "abc ", "a\x01b"])
+def test_a_header_value_http_refuses_is_failed_not_sent_never_unknown(server, write_workflow, workrun, token):
+    """Adversarial review (R-H2): an empty ``{{ env.SHOP_TOKEN }}`` made ``Bearer `` (a trailing space), which the
+    HTTP client refuses as it starts to send: it was journaled ``unknown`` ("connection lost after the request was
+    sent") though nothing left. Such a value is found before sending: the call and the reverse action are
+    ``failed``, not sent."""
+    server.route("POST", "/orders", status=201, body="{}")
+    server.route("POST", "/boom", status=500, body="no")
+    wf = write_workflow("hdr", _head(server) + f"""
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+compensation = {{ method = "DELETE", url = "{server.url}/orders/1", headers = {{ Authorization = "Bearer {{{{ env.SHOP_TOKEN }}}}" }}, max_retries = 0 }}
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+needs = ["order"]
+headers = {{ Authorization = "Bearer {{{{ env.SHOP_TOKEN }}}}" }}
+""")
+    res = workrun("run", wf, "--json", env={"SHOP_TOKEN": token})
+    assert res.code == 1, res
+    ops = {o["node_key"]: o for o in res.json()["operations"]}
+    assert ops["pay"]["status"] == "failed" and "the filled value" in ops["pay"]["error"], ops["pay"]
+    assert ops["order"]["compensation"]["status"] == "failed", ops["order"]["compensation"]
+    assert "the filled value" in ops["order"]["compensation"]["attempts"][0]["error"]
+    assert len(server.requests("POST")) == 1 and server.requests("DELETE") == []  # only the order was sent

@@ -76,6 +76,7 @@ __all__ = [
     "env_not_needed",
     "fill_text",
     "fill_value",
+    "header_value_problem",
     "from_queued",
     "parse_allow",
     "parse_url",
@@ -765,16 +766,36 @@ def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = Non
                 value.append(part)
                 text.append(part)
         sent[name] = "".join(value)
-        if any(c in sent[name] for c in "\r\n\0"):
-            raise RequestError(f"header {name}: the filled value holds a line break or NUL")
-        if not sent[name].isascii():
-            raise RequestError(f"header {name}: the filled value holds a character that is not ASCII")
+        problem = header_value_problem(sent[name])
+        if problem:
+            raise RequestError(f"header {name}: the filled value {problem}")
         shown[name] = "".join(text)
     body = data["body"].encode("utf-8") if data["body"] is not None else None
     return PreparedRequest(data["method"], parse_url(data["url"]), data["target"], sent, shown, body,
                            data["shown_body"], float(data["timeout"]), {k: v for k, v in secrets.items() if v},
                            {k: [list(p) for p in v] for k, v in data["headers"].items()},
                            ConnectorLimits.from_data(data.get("connector")))
+
+
+_CONTROL = frozenset(chr(c) for c in (*range(0x20), 0x7F)) - {"\t"}
+
+
+def header_value_problem(value: str, *, ends: bool = True) -> str | None:
+    """What keeps a filled header value from being sent as it is, as words after "the filled value" (None when
+    nothing does): a line break or NUL, another control character, a character that is not ASCII, or a space
+    or tab at either end (HTTP has no such value: the client refuses it as it starts to send, which read as a
+    request sent and lost: an empty ``{{ env.TOKEN }}`` after ``Bearer``, adversarial review). Checked before
+    anything is sent, so such a request is ``failed``, not sent (R-H2). ``ends=False``: the ends are not checked
+    (a value prepared with :class:`EnvLater`, whose ``{{ env.NAME }}`` reads as empty until it is sent)."""
+    if any(c in value for c in "\r\n\0"):
+        return "holds a line break or NUL"
+    if not value.isascii():
+        return "holds a character that is not ASCII"
+    if any(c in _CONTROL for c in value):
+        return "holds a control character"
+    if ends and value != value.strip(" \t"):
+        return "begins or ends with a space or tab (an empty value filled in?)"
+    return None
 
 
 class RequestError(ValueError):
@@ -868,10 +889,9 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
     parts: dict[str, list[list[str]]] = {}
     for name, template in headers.items():
         value = _fill(template, with_env, encode=False)
-        if any(c in value for c in "\r\n\0"):
-            raise RequestError(f"header {name}: the filled value holds a line break or NUL")
-        if not value.isascii():
-            raise RequestError(f"header {name}: the filled value holds a character that is not ASCII")
+        problem = header_value_problem(value, ends=not isinstance(environ, EnvLater))
+        if problem:
+            raise RequestError(f"header {name}: the filled value {problem}")
         sent[name] = value
         shown[name] = _fill(template, without_env, encode=False)
         parts[name] = _parts(template, lookup)
