@@ -439,3 +439,14 @@ def test_a_date_in_the_apps_table_is_refused_and_in_another_tools_table_is_not(r
     wf = write_workflow("bad", f'[nodes.a]\nproject = "{bad}"\napp = "t"\n')
     said = refused(["check", str(wf)], bad / "pyproject.toml", "tool.workrun.apps.t.timeout")
     assert "a TOML date or time" in said, said
+
+
+@pytest.mark.parametrize("name", ["a\\u0000/../b", "x\\u001b[31m", "\\u202eevil", " "])
+def test_an_app_name_with_control_characters_is_refused(refused, make_project, write_workflow, name):
+    """Adversarial review: an App named with a NUL was accepted and run, and the dashboard wrote the raw byte
+    into its pages; App names are printable text (the CLI shows the bad one escaped)."""
+    project = make_project("names", f'[tool.workrun.apps."{name}"]\nkind = "process"\nentry = "main.py"\n',
+                           {"main.py": ""})
+    wf = write_workflow("names", f'[nodes.a]\nproject = "{project}"\napp = "{name}"\n')
+    said = refused(["check", str(wf)], project / "pyproject.toml", None)
+    assert "an App name is printable text" in said, said

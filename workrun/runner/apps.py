@@ -178,6 +178,10 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
         if not isinstance(table, dict):
             errors.append(ConfigError("must be a table", file=file, field=prefix))
             continue
+        if not name.strip() or not name.isprintable():  # a NUL or an escape reached the dashboard's HTML
+            errors.append(ConfigError("an App name is printable text: no control or format characters, not blank",
+                                      file=file, field=prefix))
+            continue
         try:
             apps[name] = AppSpec.model_validate({**table, "name": name})
         except ShapeError as exc:
