@@ -24,6 +24,7 @@ import sys
 from workrun_sdk import process
 data = process.input()
 sys.stderr.write("<img src=x onerror=alert(2)>\\n")
+sys.stderr.write("nul\\x00esc\\x1b[31mred\\u202eltr\\n")
 if data.get("fail"):
     raise SystemExit(3)
 process.result({"note": "<script>alert(1)</script>", "name": "</pre><b>bold</b>"})
@@ -214,6 +215,9 @@ def test_hostile_journal_renders_as_text(ui_server, hostile_home) -> None:
     assert "<img src=x" not in run and "&lt;img src=x onerror=alert(2)&gt;" in run
     assert "</pre><b>bold</b>" not in run and "&lt;/pre&gt;&lt;b&gt;bold&lt;/b&gt;" in run
     assert "<script>alert('stderr')</script>" not in run
+    # control and bidi-override characters are shown as the CLI shows them, never written raw (adversarial review)
+    assert "\x00" not in run and "\x1b" not in run and "\u202e" not in run
+    assert "nul\\x00esc\\x1b[31mred\\u202eltr" in run
     quotes = client.get("/runs/run_quotes00001").text
     assert "<i>quoted</i>" not in quotes and "&lt;i&gt;quoted&lt;/i&gt;" in quotes
     assert 'data-node="a&#34;b&#39;&lt;i&gt;quoted&lt;/i&gt;"' in quotes  # attribute stays one attribute

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -77,8 +78,22 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
 
 
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(value: Any) -> Any:
+    """What a template writes for ``value``: a text's control and bidi-override characters (a NUL or an escape in an
+    App's output, a name) as ``\\xNN``/``\\uNNNN``, as the CLI shows them; tab, line feed and carriage return
+    stay. Markup (the dashboard's own HTML) and other values are left as they are; everything is escaped after.
+    """
+    if isinstance(value, str) and not isinstance(value, Markup) and _INVISIBLE.search(value):
+        return _INVISIBLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                              else f"\\u{ord(m.group()):04x}", value)
+    return value
+
+
 def _templates() -> Environment:
-    env = Environment(loader=PackageLoader("workrun.ui", "templates"),
+    env = Environment(loader=PackageLoader("workrun.ui", "templates"), finalize=visible,
                       autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters.update(pretty=pretty, short_time=short_time)
     env.globals.update(duration=duration, rollup_line=views.rollup_line)
