@@ -195,6 +195,14 @@ def test_hostile_numbers_and_nul_characters_are_answered_never_a_500(ui_server, 
         answer = client.get(f"/api/runs?{query}")
         assert answer.status_code == 400 and answer.json()["error"].startswith(f"{name}: must be a whole number"), \
             (query, answer.text)
+    # a NUL in a find parameter matched every run; a date with junk after it was read as the date (adversarial
+    # review): both answered 400, naming the parameter
+    for query, name in (("q=%00", "q"), ("workflow=a%00", "workflow"), ("since=2026-12-04T99", "since"),
+                        ("until=2026-12-04xyz", "since and until")):
+        answer = client.get(f"/api/runs?{query}")
+        assert answer.status_code == 400 and answer.json()["error"].startswith(name), (query, answer.text)
+    assert client.get("/compensations?run=%00").status_code == 400
+    assert len(client.get("/api/runs?since=2026-01-01T08:00").json()) == len(client.get("/api/runs").json())
     page = client.get(f"/runs/{hostile_home['run_id']}").text
     csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
     before = _events(isolated_env)

@@ -194,7 +194,12 @@ def _day(value: str | None, *, end: bool = False) -> float | None:
     """
     if not value:
         return None
-    day = datetime.strptime(value.strip()[:10], "%Y-%m-%d").replace(tzinfo=UTC)
+    text = value.strip()
+    try:  # a date, or a date and a valid time (its day is taken as written); never a date with junk after it
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        when = datetime.strptime(text, "%Y-%m-%d")  # written loosely: 2026-1-5
+    day = datetime(when.year, when.month, when.day, tzinfo=UTC)
     return day.timestamp() + (86400 if end else 0)
 
 
@@ -210,7 +215,7 @@ _TEXT_MAX = 500  # characters of a find parameter: longer than any id or workflo
 
 
 def _bounded(q: Any, *names: str) -> None:
-    """Refuse a find parameter longer than any id or name could be.
+    """Refuse a find parameter longer than any id or name could be, or holding a NUL.
 
     Raises:
         ValueError: naming the parameter (the page or the API answers 400).
@@ -218,6 +223,8 @@ def _bounded(q: Any, *names: str) -> None:
     for name in names:
         if len(q.get(name) or "") > _TEXT_MAX:
             raise ValueError(f"{name}: at most {_TEXT_MAX} characters")
+        if "\0" in (q.get(name) or ""):  # no id or name holds one (a NUL once matched every run)
+            raise ValueError(f"{name}: holds a NUL character")
 
 
 def _run_filters(q: Any) -> dict[str, Any]:
