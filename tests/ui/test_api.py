@@ -480,3 +480,21 @@ def test_verify_runs_are_left_out_of_the_api_and_the_runs_page_unless_all(ui_ser
     page = client.get("/").text
     assert ordinary in page and not any(r in page for r in verify_runs) and "verify run left out" not in page
     assert [r["run_id"] for r in client.get("/api/runs").json()] == [ordinary]
+
+
+def test_the_compensations_and_tickets_api_page_as_the_runs_api_does(ui_server, workrun) -> None:
+    """Adversarial review: ``/api/compensations`` ignored ``page`` while its page paged (R-D1); now ``page``,
+    ``limit`` and ``offset`` take a part of ``compensations list --json`` as ``/api/runs`` does."""
+    for _ in range(3):
+        assert workrun("run", TUTORIAL, "--json").code == 1
+    client = ui_server().client()
+    every = client.get("/api/compensations").json()
+    assert every == workrun("compensations", "list", "--json").json() and len(every) == 3
+    assert client.get("/api/compensations?limit=2").json() == every[:2]
+    assert client.get("/api/compensations?page=2&limit=2").json() == every[2:]
+    assert client.get("/api/compensations?offset=1").json() == every[1:]
+    assert client.get("/api/compensations?page=9").json() == []
+    for query in ("limit=0", "page=x", "offset=-1"):
+        assert client.get(f"/api/compensations?{query}").status_code == 400, query
+        assert client.get(f"/api/tickets?{query}").status_code == 400, query
+    assert client.get("/api/tickets?limit=1").json() == []

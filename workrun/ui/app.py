@@ -521,16 +521,23 @@ def api_run(request: Request) -> Response:
 
 
 def api_compensations(request: Request) -> Response:
-    """``workrun compensations list [--status S] [--run RUN] [--workflow W] --json``."""
+    """``workrun compensations list [--status S] [--run RUN] [--workflow W] --json``, a part of it with ``page``,
+    ``limit`` or ``offset`` (as ``/api/runs``)."""
     q = request.query_params
     status = q.get("status") or None
     if status is not None and status not in views.COMPENSATION_STATUSES:
         return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
     try:
-        return JSONResponse(views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None,
-                                                     workflow=q.get("workflow") or None))
+        window = _window(q)
+        _bounded(q, "run", "workflow")
+    except ValueError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    try:
+        rows = views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None,
+                                        workflow=q.get("workflow") or None)
     except WorkrunError as exc:
         return _api_error(exc)
+    return JSONResponse(rows if window is None else rows[window])
 
 
 def api_compensation(request: Request) -> Response:
@@ -543,7 +550,7 @@ def api_compensation(request: Request) -> Response:
 
 def api_tickets(request: Request) -> Response:
     """``workrun tickets list [--status S] [--run RUN] [--workflow W] --json`` (404 when this version has no
-    tickets)."""
+    tickets), a part of it with ``page``, ``limit`` or ``offset`` (as ``/api/runs``)."""
     builder = _tickets_view()
     if builder is None:
         return JSONResponse({"error": "tickets are not part of this version"}, status_code=404)
@@ -552,10 +559,33 @@ def api_tickets(request: Request) -> Response:
     if status is not None and status not in views.TICKET_STATUSES:  # refused as `tickets list --status` is
         return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
     try:
-        return JSONResponse(builder(_dash(request).journal, status=status, run=q.get("run") or None,
-                                    workflow=q.get("workflow") or None))
+        window = _window(q)
+        _bounded(q, "run", "workflow")
+    except ValueError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    try:
+        rows = builder(_dash(request).journal, status=status, run=q.get("run") or None,
+                       workflow=q.get("workflow") or None)
     except WorkrunError as exc:
         return _api_error(exc)
+    return JSONResponse(rows if window is None else rows[window])
+
+
+def _window(q: Any) -> slice | None:
+    """The part of a list the API's ``page`` (with ``limit``, default 50), ``limit`` and ``offset`` ask for, as
+    ``/api/runs`` reads them (R-D1: the Compensations and Tickets pages page too); None when none is given.
+
+    Raises:
+        ValueError: a parameter that is not a whole number of at least its least value (400, naming it).
+    """
+    limit, offset, page = _whole(q, "limit", 1), _whole(q, "offset", 0), _whole(q, "page", 1)
+    if limit is None and offset is None and page is None:
+        return None
+    if page is not None:
+        limit = limit or PAGE_SIZE
+        offset = (page - 1) * limit
+    start = offset or 0
+    return slice(start, None if limit is None else start + limit)
 
 
 def api_ticket(request: Request) -> Response:
