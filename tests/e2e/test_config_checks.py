@@ -411,36 +411,6 @@ def test_a_project_path_to_a_file_says_so(refused, make_project, write_workflow,
         ": a file, not an App project directory")
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ('[nodes.a]\nproject = "{p}"\napp = "t"\ninput = {{ v = 1979-05-27T07:32:00Z }}\n', "nodes.a.input.v"),
-    ('[inputs]\nd = 07:32:00\n[nodes.a]\nproject = "{p}"\napp = "t"\ninput = {{ v = "{{{{ inputs.d }}}}" }}\n',
-     "inputs.d"),
-    ('[nodes.a]\nproject = "{p}"\napp = "t"\ninput = {{ v = [1, {{ w = 1979-05-27 }}] }}\n', "nodes.a.input.v[1].w"),
-])
-def test_a_toml_date_is_refused_before_anything_runs(refused, make_project, write_workflow, text, field):
-    """Adversarial review: a TOML date in a node's input passed ``check`` and failed ``run`` inside (an internal
-    error after the run had started, the run left ``running``); it is no JSON value: exit 2, nothing created."""
-    project = make_project("dates", APP.format(extra="", comp="", out=""),
-                           {"main.py": "", "compensate.py": "", "tool.py": ""})
-    wf = write_workflow("dates", text.format(p=project))
-    for command in ("check", "run"):
-        said = refused([command, str(wf)], wf, field)
-        assert "a TOML date or time" in said and "write it as a string" in said, said
-
-
-def test_a_date_in_the_apps_table_is_refused_and_in_another_tools_table_is_not(refused, cli, make_project,
-                                                                               write_workflow):
-    extra = "[tool.other]\nreleased = 2024-01-01\n"
-    fine = make_project("other", APP.format(extra="", comp="", out="") + extra,
-                        {"main.py": "", "compensate.py": "", "tool.py": ""})
-    assert cli("check", str(write_workflow("fine", f'[nodes.a]\nproject = "{fine}"\napp = "t"\n'))).code == 0
-    bad = make_project("mine", APP.format(extra="timeout = 1979-05-27", comp="", out=""),
-                       {"main.py": "", "compensate.py": "", "tool.py": ""})
-    wf = write_workflow("bad", f'[nodes.a]\nproject = "{bad}"\napp = "t"\n')
-    said = refused(["check", str(wf)], bad / "pyproject.toml", "tool.workrun.apps.t.timeout")
-    assert "a TOML date or time" in said, said
-
-
 @pytest.mark.parametrize("name", ["a\\u0000/../b", "x\\u001b[31m", "\\u202eevil", " "])
 def test_an_app_name_with_control_characters_is_refused(refused, make_project, write_workflow, name):
     """Adversarial review: an App named with a NUL was accepted and run, and the dashboard wrote the raw byte

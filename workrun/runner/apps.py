@@ -7,7 +7,6 @@ entry), R-J2 (code fingerprint).
 
 from __future__ import annotations
 
-import datetime
 import os
 import threading
 import time
@@ -57,14 +56,11 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def parse_toml(text: str, file: str, *, within: str = "") -> dict[str, Any]:
+def parse_toml(text: str, file: str) -> dict[str, Any]:
     """Parse a config file's TOML text (a workflow or an App's ``pyproject.toml``).
 
-    TOML's ``nan`` and ``inf`` floats and its dates and times are refused: they are no JSON value, and every
-    value of a config may end up in the journal, an App's input, a request body or a ``--json`` document (SPEC
-    §9; a date in a node's input once failed the run inside, after it had started). ``within``: only the values
-    under this dotted key are Workrun's to check (``tool.workrun`` of a pyproject; another tool's table may hold
-    what it likes).
+    TOML's ``nan`` and ``inf`` floats are refused: they are no JSON number, and every value of a config may
+    end up in the journal, an App's input, a request body or a ``--json`` document (SPEC §9).
 
     A parse of the same text kept by ``run``'s first look at the workflow (:mod:`workrun.core.tomlfile`) is
     taken instead of parsing again (issue 33); it is checked all the same.
@@ -82,13 +78,8 @@ def parse_toml(text: str, file: str, *, within: str = "") -> dict[str, Any]:
     todo: list[tuple[str, Any]] = [("", data)]
     while todo:
         where, value = todo.pop()
-        if within and not (where in ("", within) or where.startswith(within + ".") or within.startswith(where + ".")):
-            continue  # outside Workrun's part (``where`` on the way to it is walked)
         if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
             raise ConfigError(f"{value} is not a JSON number (no nan or inf)", file=file, field=where)
-        if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
-            raise ConfigError(f"a TOML date or time ({value.isoformat()}) is no JSON value: write it as a string, "
-                              "in quotes", file=file, field=where)
         if isinstance(value, dict):
             todo.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
         elif isinstance(value, list):
@@ -128,7 +119,7 @@ def _read_pyproject(project: Path) -> tuple[Path, dict[str, Any]]:
         text = pyproject.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=str(pyproject)) from None
-    return pyproject, parse_toml(text, str(pyproject), within="tool.workrun")
+    return pyproject, parse_toml(text, str(pyproject))
 
 
 def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:
