@@ -420,3 +420,31 @@ def test_an_app_name_with_control_characters_is_refused(refused, make_project, w
     wf = write_workflow("names", f'[nodes.a]\nproject = "{project}"\napp = "{name}"\n')
     said = refused(["check", str(wf)], project / "pyproject.toml", None)
     assert "an App name is printable text" in said, said
+
+
+ECHO_APP = """
+[tool.workrun.apps.echo]
+kind = "process"
+entry = "main.py"
+"""
+
+
+def test_a_toml_date_in_a_nodes_input_reaches_the_app_as_its_iso_string(workrun, make_project, write_workflow):
+    """Adversarial review: a TOML date in a node's ``input`` (not in ``[inputs]``) passed ``check`` and failed
+    ``run`` inside, an internal error after the run had started, the run left ``running``. As the docs say, it
+    is its ISO 8601 string once loaded, at any depth."""
+    project = make_project("echo", ECHO_APP, {
+        "main.py": "from workrun_sdk import process\nprocess.result({'got': process.input()})\n"})
+    wf = write_workflow("dates", f"""
+[inputs]
+d = 07:32:00
+[nodes.a]
+project = "{project}"
+app = "echo"
+input = {{ v = 1979-05-27T07:32:00Z, w = [1, {{ x = 1979-05-27 }}], d = "{{{{ inputs.d }}}}" }}
+""")
+    assert workrun("check", wf).code == 0
+    res = workrun("run", wf, "--json")
+    assert res.code == 0, res
+    assert res.json()["operations"][0]["result"] == {
+        "got": {"v": "1979-05-27T07:32:00Z", "w": [1, {"x": "1979-05-27"}], "d": "07:32:00"}}

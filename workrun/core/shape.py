@@ -240,10 +240,18 @@ def _tagged(shapes: list[type[Shape]]) -> _Check:
     return check
 
 
+def _json_value(value: Any, loc: tuple[Any, ...], errors: list[dict[str, Any]]) -> Any:
+    """The check of ``Any`` (a free-form table: a node's ``input``, a request ``body``): every value is kept, a
+    TOML date or time as its ISO 8601 string (:func:`jsonable`), so what is loaded is JSON wherever it is used
+    first (a date in a node's input once failed the run inside, at its first journal write: adversarial review).
+    """
+    return jsonable(value)
+
+
 def _compile(tp: Any) -> _Check | None:
-    """The check of a type (None for ``Any``: every value is kept)."""
+    """The check of a type (for ``Any``: every value kept, dates as ISO strings)."""
     if tp is Any:
-        return None
+        return _json_value
     if tp in (str, int, float, bool):
         return _scalar(tp)
     if isinstance(tp, type) and issubclass(tp, Shape):
