@@ -448,3 +448,21 @@ input = {{ v = 1979-05-27T07:32:00Z, w = [1, {{ x = 1979-05-27 }}], d = "{{{{ in
     assert res.code == 0, res
     assert res.json()["operations"][0]["result"] == {
         "got": {"v": "1979-05-27T07:32:00Z", "w": [1, {"x": "1979-05-27"}], "d": "07:32:00"}}
+
+
+@pytest.mark.parametrize(("notify", "field", "says"), [
+    ('http = { update_data = { fields = ["x"], values = { x = "{{ message }}" } } }', "notify.http.update_data",
+     "a notification cannot update the run's data"),
+    ('update_data = { fields = ["x"] }', "notify.update_data", "a notification cannot update the run's data"),
+    ('http = { email = { to = ["ops@example.com"], body = "{{ message }}" } }', "notify.http.email",
+     "write it as [notify] email = {…}, not inside http"),
+])
+def test_notify_takes_no_action_kind_inside_http(refused, write_workflow, notify, field, says):
+    """Adversarial review (R-K5): ``[notify] http = { update_data = … }`` passed ``check``; the first run then
+    left a notification that no transition could send, and every later ``run`` and ``resume`` of the data
+    directory exited 1. Refused before anything runs, as ``update_data`` beside ``http`` is."""
+    wf = write_workflow("notify", 'http_allow = ["127.0.0.1"]\n[nodes.a]\nkind = "http"\nmethod = "POST"\n'
+                                  f'url = "http://127.0.0.1:9/a"\non_failure = "notify"\n[notify]\n{notify}\n')
+    for command in ("check", "run"):
+        said = refused([command, str(wf)], wf, field)
+        assert f"{field}: {says}" in said, said

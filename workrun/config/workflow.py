@@ -556,6 +556,9 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
         return None
     if not isinstance(value, dict):
         raise ConfigError("must be a table: [notify] http = { url = … }", file=file, field="notify")
+    if "update_data" in value:  # R-K5: a notification tells people; it never writes the run's data
+        raise ConfigError("a notification cannot update the run's data (update_data is an action of a node)",
+                          file=file, field="notify.update_data")
     unknown = sorted(set(value) - {"http", "sms", "email"})
     if unknown:
         raise ConfigError("unknown key (http, sms or email)", file=file, field=f"notify.{unknown[0]}")
@@ -565,6 +568,14 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
     kind = kinds[0]
     if not isinstance(value[kind], dict):
         raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=f"notify.{kind}")
+    if kind == "http":  # a request, not another kind of action inside it (it passed check and wedged every run
+        for inner in ("update_data", "sms", "email", "http"):  # after, adversarial review)
+            if inner in value["http"]:
+                said = ("a notification cannot update the run's data (update_data is an action of a node)"
+                        if inner == "update_data" else
+                        f"write it as [notify] {inner} = {{…}}, not inside http" if inner != "http" else
+                        "[notify] http is the request itself: { method, url, headers, body }")
+                raise ConfigError(said, file=file, field=f"notify.http.{inner}")
     try:
         action = HttpAction.model_validate(value["http"] if kind == "http" else {kind: value[kind]})
     except ShapeError as exc:  # an sms or email table's errors are placed under their own key already
