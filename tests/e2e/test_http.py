@@ -517,3 +517,38 @@ timeout = 60
         assert view["status"] == "failed" and len(ops) == 1 and ops[0]["compensation"] is None, first
         assert server.count("POST", "/api/orders") == 1
     assert second.code == 0
+
+
+def test_error_in_a_reverse_action_is_the_runs_failure_not_an_earlier_handled_one(server, write_workflow, workrun):
+    """Adversarial review (SPEC §19: ``{{ error }}`` in a reverse action is the run's failure line): a node whose
+    failure a ``fallback_action`` handled failed earlier; its error was paired with the node that failed the run."""
+    server.route("POST", "/api/orders", status=201, json={"id": 7})
+    server.route("POST", "/api/payments", status=402, json={"error": "declined"})
+    server.route("POST", "/api/shipments", status=500, json={"error": "no truck"})
+    server.route("POST", "/api/orders/7/cancel", status=200, body="ok")
+    wf = write_workflow("why", f"""
+http_allow = ["127.0.0.1:{server.port}"]
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/orders"
+compensation = {{ method = "POST", url = "{server.url}/api/orders/{{{{ original.result.body.id }}}}/cancel", \
+body = {{ why = "{{{{ error }}}}" }} }}
+[nodes.pay]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/payments"
+needs = ["order"]
+on_failure = {{ fallback_action = {{ update_data = {{ fields = ["declined"], values = {{ declined = true }} }} }} }}
+[nodes.ship]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/shipments"
+needs = ["pay"]
+""")
+    res = workrun("run", wf, "--json")
+    assert res.code == 1, res
+    assert res.json()["reason"] == "node 'ship' failed", res.json()["reason"]
+    [cancel] = server.requests("POST", "/api/orders/7/cancel")
+    why = cancel.json()["why"]
+    assert why.startswith("node 'ship' failed: HTTP 500") and "no truck" in why and "declined" not in why, why

@@ -47,8 +47,11 @@ def action_lookup(svc: Context, comp: CompensationRow, op: OperationRow) -> Call
 
     def error_line() -> str:
         reason = run["reason"] or f"run {run['status']}"
-        failed = [n["node_key"] for n in svc.journal.nodes(run["run_id"]) if n["status"] == "failed"]
-        for key in failed:
+        # the node that failed the run first: one whose failure no policy handled (a handled one, e.g. by a
+        # fallback_action, did not fail the run: adversarial review), earliest first; then the handled ones
+        nodes = sorted((n for n in svc.journal.nodes(run["run_id"]) if n["status"] == "failed"),
+                       key=lambda n: (bool(n["handled"]), n["ended_at"] or 0.0, n["position"]))
+        for key in [n["node_key"] for n in nodes]:
             errs = [o["error"] for o in svc.journal.operations(run["run_id"], key) if o["error"]]
             if errs:
                 return f"{reason}: {errs[-1]}"
