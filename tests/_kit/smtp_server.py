@@ -7,6 +7,8 @@ It records every message it accepted (envelope and parsed headers) and can be to
 
 from __future__ import annotations
 
+import asyncio
+
 import socket
 import time
 from email import message_from_bytes, policy
@@ -45,6 +47,9 @@ class _Handler:
             return "451 4.3.0 try again later"
         if mode == "reject":
             return "554 5.7.1 rejected"
+        if mode == "hang":  # no answer to the message for a long while (the client's timeout ends the wait)
+            await asyncio.sleep(20)
+            return "250 too late"
         if mode == "drop":
             session.transport = getattr(srv, "transport", None)
             if srv.transport is not None:

@@ -5,6 +5,7 @@ it, and a connection dropped after the message (unknown, never re-sent)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
@@ -89,6 +90,19 @@ def test_4xx_after_data_is_retried_and_5xx_is_a_dead_letter_at_once(smtp, shop, 
     rejected = _comp(workrun("run", write_workflow("reject", _reverse(smtp, shop, retries=3)), "--json").json())
     assert rejected["status"] == "failed" and [a["smtp_code"] for a in rejected["attempts"]] == [554]
     assert smtp.datas == before + 1  # never retried: a dead letter at once
+
+
+def test_an_email_actions_own_timeout_bounds_its_wait(smtp, shop, write_workflow, workrun):
+    """Adversarial review: an email action's ``timeout`` (beside the kind key, as every action's attempt setting)
+    was ignored for ``[smtp]``'s (5 s here; 30 s by default). An answer that never comes after the message ends
+    the attempt after the action's 1 s: sent, not answered, ``unknown``."""
+    smtp.mode = "hang"
+    wf = write_workflow("hang", _reverse(smtp, shop, retries=0).replace("backoff = 0.05,", "backoff = 0.05, timeout = 1,"))
+    comp = _comp(workrun("run", wf, "--json").json())
+    assert comp["status"] == "unknown" and smtp.datas == 1, comp
+    [attempt] = comp["attempts"]
+    took = (datetime.fromisoformat(attempt["ended_at"]) - datetime.fromisoformat(attempt["started_at"])).total_seconds()
+    assert took < 4, took
 
 
 def test_a_connection_dropped_after_the_message_is_unknown_and_never_resent(smtp, shop, write_workflow, workrun):

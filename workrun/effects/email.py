@@ -61,12 +61,14 @@ class Email(ActionOnly):
         except RequestError as exc:
             return not_sent(svc, comp, attempt, f"not sent: {exc}")
 
+        timeout = min(float(smtp.timeout), float(comp["timeout"] or smtp.timeout))  # the action's, or [smtp]'s
+
         def about_to_send() -> None:
-            svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + smtp.timeout)
+            svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + timeout)
 
         svc.say(comp["run_id"], comp["node_key"], "info",
                 f"compensation {cid} of {comp['node_key']}: attempt {number}: email to {', '.join(mail['to'])}")
-        got = send_mail(mail, smtp, allow, before_send=about_to_send)
+        got = send_mail(mail, smtp, allow, before_send=about_to_send, timeout=timeout)
         return Attempted(finish_http_attempt(svc, comp, attempt, got), got.failure)
 
     def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,

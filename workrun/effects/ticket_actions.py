@@ -63,7 +63,8 @@ def send_request(svc: Context, run_id: str, request: dict[str, Any], *, timeout:
         if not spec.get("smtp"):
             return SendResult(False, failure=Failure.NOT_SENT, error="not sent: the workflow has no [smtp]")
         allow = parse_allow(list(spec.get("http_allow") or [])) + allow_from_env()
-        return send_mail(stored, SmtpSpec.model_validate(spec["smtp"]), allow, before_send=before_send)
+        return send_mail(stored, SmtpSpec.model_validate(spec["smtp"]), allow, before_send=before_send,
+                         timeout=timeout)
     if not stored:  # a journal written before requests were stored prepared: it cannot be sent safely now
         return SendResult(False, failure=Failure.NOT_SENT, error="not sent: the stored request predates prepared "
                           "requests; register the action again")
