@@ -90,6 +90,10 @@ def test_crash_at_every_compensation_point_then_resume(workrun, tmp_path):
     create = next(o for o in shown["operations"] if o["node_key"] == "create")
     assert create["compensation"]["status"] == "succeeded"
     assert [a["status"] for a in create["compensation"]["attempts"]].count("succeeded") == 1
+    # the text keeps R-V1's scenario line exactly (``N  ok``: conformance review); the kill points are in the summary
+    text = workrun("verify", TUTORIAL, "--crash").out.splitlines()
+    assert text[0] == "create  ok" and len(text) == 2, text
+    assert text[1].startswith(f"verify: 1 of 1 scenario(s) hold (each run killed at {scenario['killed_at'][0]}"), text
 
 
 @pytest.mark.parametrize("args, field", [(["--node", "nope"], "--node"), (["--check", "nocolon"], "--check")])

@@ -150,10 +150,13 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
         checker = (Path(project).absolute(), app_name)
         load_app(checker[0], app_name, field="--check")
     results = [_scenario(path, values, key, check=checker, crash=crash, home=home, wait=wait) for key in chosen]
-    lines = [(f"{r['node']}  ok" if r["status"] == "ok" else f"{r['node']}  FAILED: {'; '.join(r['failures'])}")
-             + (f" (killed at {', '.join(r['killed_at'])}, resumed)" if r.get("killed_at") else "")
+    # one line per scenario exactly as R-V1 writes it (``N  ok``); where --crash killed the runs, in the summary
+    lines = [f"{r['node']}  ok" if r["status"] == "ok" else f"{r['node']}  FAILED: {'; '.join(r['failures'])}"
              for r in results]
     ok = sum(1 for r in results if r["status"] == "ok")
+    points = sorted({p for r in results for p in r.get("killed_at") or []}, key=lambda p: min(
+        r["killed_at"].index(p) for r in results if p in (r.get("killed_at") or [])))
     lines.append(f"verify: {ok} of {len(results)} scenario(s) hold" + ("" if results else
-                                                                       " (no node has a compensable call)"))
+                                                                       " (no node has a compensable call)")
+                 + (f" (each run killed at {', '.join(points)} in turn, then resumed)" if points else ""))
     return Finished(results, 0 if ok == len(results) else 1, "\n".join(lines))
