@@ -50,7 +50,12 @@ def test_good_values(env, attr, value):
     ("WORKRUN_JOURNAL", "postgresql://127.0.0.1:70000/db", "'sqlite' or a postgresql:// URL"),
     ("WORKRUN_JOURNAL", "postgresql://127.0.0.1/db?sslmode=bogus", "'sqlite' or a postgresql:// URL"),
     ("WORKRUN_JOURNAL", "postgresql://ho st/db", "'sqlite' or a postgresql:// URL"),
-    ("WORKRUN_LEASE", "inf", "a number of seconds, at least 1"),
+    ("WORKRUN_LEASE", "inf", "a number of seconds from 1 to 86400"),
+    # conformance review: a lease PostgreSQL cannot take as a timeout passed, then failed every connection; and
+    # the lease was read as no other number of seconds is (1_0, full-width digits)
+    ("WORKRUN_LEASE", "3e6", "a number of seconds from 1 to 86400"),
+    ("WORKRUN_LEASE", "1_0", "a number of seconds from 1 to 86400"),
+    ("WORKRUN_LEASE", "\uff11\uff10", "a number of seconds from 1 to 86400"),
 ])
 def test_bad_values_name_the_variable_and_what_it_accepts(name, raw, accepts):
     with pytest.raises(ConfigError) as err:
