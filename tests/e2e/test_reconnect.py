@@ -142,3 +142,34 @@ def test_a_worker_out_of_db_retry_does_not_wait_for_its_calls_in_hand(own_postgr
     said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
     assert len(said) == 1, (out, err)
     assert took < 20, took
+
+
+def test_run_out_of_db_retry_exits_at_once_while_it_waits_for_a_call(own_postgres_server, tmp_path):
+    """R-F1 (conformance review): ``workrun run`` (no ``--submit``) on a shared journal, waiting for a call that
+    takes 60 s when the database goes away past WORKRUN_DB_RETRY, exited 1 only once the call had ended; it exits
+    at once, as a worker does, with one line naming the setting. The call is left to end on its own."""
+    import os
+
+    url = own_postgres_server.new_database()
+    log = tmp_path / "markers.log"
+    env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2",
+           "TEST_LOG": str(log)}
+    project = fleet.make_project(tmp_path)
+    wf = fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"c": 60})
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    started = tmp_path / "markers.log.started.c"
+    try:
+        wait_for(started.exists, 120, "c's compensation to have started")
+        out, err, took = _outage_until_it_exits(proc, own_postgres_server, timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.kill(int(started.read_text()), 9)  # the compensation left running
+        except (OSError, ValueError):
+            pass
+    assert proc.returncode == 1, (out, err)
+    said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
+    assert len(said) == 1 and said[0].startswith("error: postgresql://"), (out, err)
+    assert took < 20, took

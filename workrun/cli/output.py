@@ -235,6 +235,22 @@ class CliReporter:
         self.quiet = quiet
         self.with_run = with_run  # a worker drives several runs at once: each line names its run
 
+    def database_unreachable(self, exc: Exception) -> None:
+        """``WORKRUN_DB_RETRY`` ran out while a command that schedules a run itself waited for a call (R-F1): exit
+        now, as a worker does, with the error's line(s) and its exit code (1). The calls in hand end on their own;
+        the run's claim passes on after its lease. Called from the heartbeat's thread; never returns."""
+        import atexit
+
+        lines = exc.lines() if hasattr(exc, "lines") else [str(exc)]
+        try:
+            for line in lines:
+                print_error(line)
+            atexit._run_exitfuncs()  # what exiting does besides joining threads: the traces' last export (bounded)
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        finally:
+            os._exit(getattr(exc, "exit_code", 1))
+
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
         """Print one progress line: time, node, text."""
         if self.quiet:

@@ -114,9 +114,12 @@ class Heartbeat:
         lease: seconds a claim stays valid without renewal.
         on_lost: called with the run ids this worker lost (default: say so on stderr; the run's scheduler
             stops at its first write, refused by the claim's epoch, R-F2).
+        on_unreachable: called (from the heartbeat's thread) when ``WORKRUN_DB_RETRY`` ran out (R-F1); None: the
+            process's main thread finds out at its own next use of the database.
     """
 
-    def __init__(self, data_dir: Path, lease: float, on_lost: Callable[[set[str]], None] | None = None) -> None:
+    def __init__(self, data_dir: Path, lease: float, on_lost: Callable[[set[str]], None] | None = None,
+                 on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None) -> None:
         self.worker_id = new_id("wkr")
         self.host = socket.gethostname()
         self.lease = lease
@@ -129,6 +132,7 @@ class Heartbeat:
         self._journal: SharedJournal | None = None  # the heartbeat's own connection (RunClaims, CallClaims)
         self._thread: threading.Thread | None = None
         self.on_lost = on_lost or self._say_lost
+        self.on_unreachable = on_unreachable
 
     def start(self) -> Heartbeat:
         """Register the worker and start renewing."""
@@ -148,7 +152,9 @@ class Heartbeat:
                 assert self._journal is not None
                 renewed = self._journal.heartbeat(self.worker_id, now, self.lease, held)
                 kept = self._journal.renew_calls(self.worker_id, now, self.lease, calls) if calls else {}
-            except DatabaseUnreachableError:  # the process is ending (its main thread says so, once)
+            except DatabaseUnreachableError as exc:  # the process is ending (its main thread says so, once)
+                if self.on_unreachable is not None:  # a command waiting for a call would find out only after it
+                    self.on_unreachable(exc)
                 continue
             except Exception as exc:  # a database hiccup: try again next beat; the lease has slack
                 logs.say("heartbeat_failed", "warning", f"heartbeat failed: {exc}",
@@ -263,7 +269,10 @@ def holding(svc: Services, run_id: str, *, wait: bool) -> Iterator[RunClaimRow]:
     Raises:
         SchedulerBusyError: a live worker holds the run and ``wait`` is False (exit 3).
     """
-    beat = Heartbeat(svc.data_dir, lease_seconds()).start()
+    # R-F1: out of WORKRUN_DB_RETRY while the command waits for a call (it writes nothing meanwhile): the surface
+    # says what then, e.g. the CLI exits 1 at once, as a worker does (conformance review: it waited for the App)
+    beat = Heartbeat(svc.data_dir, lease_seconds(),
+                     on_unreachable=getattr(svc.reporter, "database_unreachable", None)).start()
     asked_stop = False
     executors: Executors | None = None
     try:
