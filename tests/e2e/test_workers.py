@@ -212,7 +212,7 @@ def test_submit_needs_a_shared_journal(tmp_path, make_project, write_workflow, m
 
 
 @pytest.mark.parametrize("value, message", [("mysql://x", "must be 'sqlite' or a postgresql:// URL"),
-                                            ("0", "must be a number of seconds, at least 1")])
+                                            ("0", "must be a number of seconds from 1 to 86400")])
 def test_bad_journal_or_lease_is_exit_2(tmp_path, monkeypatch, value, message):
     var = "WORKRUN_JOURNAL" if "://" in value else "WORKRUN_LEASE"
     if var == "WORKRUN_LEASE":
