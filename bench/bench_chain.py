@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark (issues 2, 14.4 a/b, 33): a chain of N small Process Apps (value -> value + 1) through ``workrun run``.
 
-Measured in the same run, repetitions interleaved (median of ``--repeat``):
+Measured in the same run, repetitions interleaved; each figure is paired within a repetition (a ratio of two
+runs made one after the other, a slope of two runs made one after the other), then the median over ``--repeat``
+repetitions, with the spread:
 
 (a) ``workrun run --json`` of an N-step chain, whole process (CLI start-up
     included), against a loop that spawns the App's venv python directly N
@@ -18,7 +20,7 @@ of workrun and of the minimal loop: on a machine with few cores, work off a call
 with the path for a core. Target: <= 2x the minimal loop's. The spawn launcher's steady state per step against the
 bare spawn loop's: target <= 1.2x.
 
-    python bench/bench_chain.py [--nodes 50] [--repeat 3]
+    python bench/bench_chain.py [--nodes 50] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def workrun(wf: Path, home: Path, launch: str, n: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=50)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n = args.nodes
     compile_bytecode()
@@ -190,33 +192,55 @@ def main() -> None:
             for launch in ("fork", "spawn"):
                 t[f"{launch}_n"].append(workrun(wf_n, home, launch, n))
                 t[f"{launch}_2n"].append(workrun(wf_2n, home, launch, 2 * n))
+        # Paired per repetition (the runs of one repetition are adjacent in time, so a slow spell of the machine
+        # moves both sides of a ratio or a slope alike), then the median over repetitions; the spread is printed.
+        reps = range(args.repeat)
         m = {k: statistics.median(v) for k, v in t.items()}
         bare = m["bare"]
-        min_slope = (m["min_2n"] - m["min_n"]) / n * 1000
-        print(f"chain of {n} Process Apps (value -> value + 1), median of {args.repeat}, interleaved")
+
+        cpu_t = {f"{k}_{size}": CPU[f"{k}_{count}"] for k in ("min", "fork", "spawn")
+                 for size, count in (("n", n), ("2n", 2 * n))}
+
+        def slope(key: str, i: int, table: dict[str, list[float]] = t) -> float:
+            """Repetition ``i``'s slope from n to 2n steps of ``table[key_*]`` (seconds), in ms per step."""
+            return (table[f"{key}_2n"][i] - table[f"{key}_n"][i]) / n * 1000
+
+        def spread(values: list[float], fmt: str, unit: str) -> str:
+            """``MEDIAN UNIT (repetitions LOW to HIGH)``."""
+            return (f"{format(statistics.median(values), fmt)}{unit} (repetitions {format(min(values), fmt)} to "
+                    f"{format(max(values), fmt)})")
+
+        min_slopes = [slope("min", i) for i in reps]
+        min_slope = statistics.median(min_slopes)
+        print(f"chain of {n} Process Apps (value -> value + 1), {args.repeat} repetitions, interleaved; "
+              "each figure paired within a repetition, then the median")
         print(f"  bare spawn loop (venv python, App does its own JSON): {bare:.3f} s = {bare / n * 1000:.1f} ms/step")
         print(f"  minimal fork loop (supervisor + App fork, no journal): {m['min_n']:.3f} s; "
               f"slope {n}->{2 * n}: {min_slope:.2f} ms/step")
         for launch in ("fork", "spawn"):
-            w, w2 = m[f"{launch}_n"], m[f"{launch}_2n"]
-            slope = (w2 - w) / n * 1000
+            ratios = [t[f"{launch}_n"][i] / t["bare"][i] for i in reps]
+            slopes = [slope(launch, i) for i in reps]
+            over = [slopes[i] - min_slopes[i] for i in reps]
+            intercepts = [t[f"{launch}_n"][i] - slopes[i] * n / 1000 for i in reps]
             print(f"  workrun run --json, WORKRUN_LAUNCH={launch}:")
-            print(f"    (a) whole process {w:.3f} s = {w / bare:.2f}x the bare spawn loop"
+            print(f"    (a) whole process {m[f'{launch}_n']:.3f} s; to the bare spawn loop {spread(ratios, '.2f', 'x')}"
                   + (" (target <= 0.35x)" if launch == "fork" else ""))
-            print(f"    (b) slope {n}->{2 * n}: {slope:.2f} ms/step = {slope - min_slope:+.2f} ms/step over the "
-                  f"minimal fork loop" + (" (target <= +3)" if launch == "fork" else "")
-                  + f"; start-up (intercept) {w - slope * n / 1000:.3f} s" + (" (target <= 0.2)" if launch == "fork"
-                                                                               else ""))
+            print(f"    (b) slope {n}->{2 * n}: {statistics.median(slopes):.2f} ms/step; over the minimal fork loop "
+                  f"{spread(over, '+.2f', ' ms/step')}" + (" (target <= +3)" if launch == "fork" else "")
+                  + f"; start-up (intercept) {spread(intercepts, '.3f', ' s')}"
+                  + (" (target <= 0.2)" if launch == "fork" else ""))
             if launch == "spawn":
-                print(f"    steady state {slope:.2f} ms/step = {slope / (bare / n * 1000):.2f}x the bare spawn loop's "
-                      f"{bare / n * 1000:.2f} ms/step (target <= 1.2x)")
-        c = {k: statistics.median(v) for k, v in CPU.items()}
-        cpu_min = (c[f"min_{2 * n}"] - c[f"min_{n}"]) / n * 1000
-        cpu = {launch: (c[f"{launch}_{2 * n}"] - c[f"{launch}_{n}"]) / n * 1000 for launch in ("fork", "spawn")}
+                steady = [slopes[i] / (t["bare"][i] / n * 1000) for i in reps]
+                print(f"    steady state to the bare spawn loop's per step: {spread(steady, '.2f', 'x')} "
+                      "(target <= 1.2x)")
+        cpu_min = [slope("min", i, cpu_t) for i in reps]
+        cpu = {launch: [slope(launch, i, cpu_t) for i in reps] for launch in ("fork", "spawn")}
         print(f"  CPU per step (user + sys of every process, slope {n}->{2 * n}; on this machine's "
               f"{os.cpu_count()} cores):")
-        print(f"    minimal fork loop {cpu_min:.2f} ms/step; workrun fork {cpu['fork']:.2f} ms/step = "
-              f"{cpu['fork'] / cpu_min:.2f}x (target <= 2x); workrun spawn {cpu['spawn']:.2f} ms/step")
+        print(f"    minimal fork loop {statistics.median(cpu_min):.2f} ms/step; workrun fork "
+              f"{statistics.median(cpu['fork']):.2f} ms/step; to the minimal loop "
+              f"{spread([cpu['fork'][i] / cpu_min[i] for i in reps], '.2f', 'x')} (target <= 2x); workrun spawn "
+              f"{statistics.median(cpu['spawn']):.2f} ms/step")
 
 
 if __name__ == "__main__":
