@@ -109,59 +109,32 @@ def test_a_worker_gives_up_after_workrun_db_retry_at_once_with_one_line(own_post
     assert took < 12, took
 
 
-def test_a_worker_out_of_db_retry_does_not_wait_for_its_calls_in_hand(own_postgres_server, tmp_path):
-    """R-F1 (hostile review): out of WORKRUN_DB_RETRY with a compensation running (one that takes 60 s), the
-    worker exits 1 at once with one line; it waited for the call first (no outcome could be stored anyway).
-    The call's process is left to end on its own, as after a crash: its claim passes on after its lease."""
+def _out_of_retry_during_a_long_compensation(server, tmp_path, command: list[str]) -> tuple[str, str, float]:
+    """Start ``workrun COMMAND`` on a fresh database with WORKRUN_DB_RETRY=2 over a chain whose node c takes 60 s
+    to compensate (``run`` runs it; for ``worker`` it is submitted first); once c's compensation has started, stop
+    the database until the command exits. The compensation is killed after. Returns ``(stdout, stderr, seconds
+    from the outage to the exit)``; the exit code must be 1 with one line naming the setting."""
     import os
 
-    url = own_postgres_server.new_database()
-    log = tmp_path / "markers.log"
+    url = server.new_database()
     env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2",
-           "TEST_LOG": str(log)}
-    project = fleet.make_project(tmp_path)
-    os.environ["WORKRUN_JOURNAL"] = url
-    try:
-        fleet.submit({"chain": fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"c": 60})}, 1)
-    finally:
-        del os.environ["WORKRUN_JOURNAL"]
-    proc = subprocess.Popen([sys.executable, "-m", "workrun", "worker"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    started = tmp_path / "markers.log.started.c"
-    try:
-        wait_for(started.exists, 120, "c's compensation to have started")
-        out, err, took = _outage_until_it_exits(proc, own_postgres_server, timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        try:
-            os.kill(int(started.read_text()), 9)  # the compensation left running
-        except (OSError, ValueError):
-            pass
-    assert proc.returncode == 1, (out, err)
-    said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
-    assert len(said) == 1, (out, err)
-    assert took < 20, took
-
-
-def test_run_out_of_db_retry_exits_at_once_while_it_waits_for_a_call(own_postgres_server, tmp_path):
-    """R-F1 (conformance review): ``workrun run`` (no ``--submit``) on a shared journal, waiting for a call that
-    takes 60 s when the database goes away past WORKRUN_DB_RETRY, exited 1 only once the call had ended; it exits
-    at once, as a worker does, with one line naming the setting. The call is left to end on its own."""
-    import os
-
-    url = own_postgres_server.new_database()
-    log = tmp_path / "markers.log"
-    env = {**os.environ, "WORKRUN_JOURNAL": url, "WORKRUN_HOME": str(tmp_path / "home"), "WORKRUN_DB_RETRY": "2",
-           "TEST_LOG": str(log)}
+           "TEST_LOG": str(tmp_path / "markers.log")}
     project = fleet.make_project(tmp_path)
     wf = fleet.write_workflow(tmp_path, "chain", project, comp_sleep={"c": 60})
-    proc = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], env=env, stdout=subprocess.PIPE,
+    if command == ["worker"]:
+        os.environ["WORKRUN_JOURNAL"] = url
+        try:
+            fleet.submit({"chain": wf}, 1)
+        finally:
+            del os.environ["WORKRUN_JOURNAL"]
+    else:
+        command = [*command, str(wf)]
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", *command], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     started = tmp_path / "markers.log.started.c"
     try:
         wait_for(started.exists, 120, "c's compensation to have started")
-        out, err, took = _outage_until_it_exits(proc, own_postgres_server, timeout=90)
+        out, err, took = _outage_until_it_exits(proc, server, timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -172,4 +145,20 @@ def test_run_out_of_db_retry_exits_at_once_while_it_waits_for_a_call(own_postgre
     assert proc.returncode == 1, (out, err)
     said = [line for line in (out + err).splitlines() if "WORKRUN_DB_RETRY" in line]
     assert len(said) == 1 and said[0].startswith("error: postgresql://"), (out, err)
+    return out, err, took
+
+
+def test_a_worker_out_of_db_retry_does_not_wait_for_its_calls_in_hand(own_postgres_server, tmp_path):
+    """R-F1 (hostile review): out of WORKRUN_DB_RETRY with a compensation running (one that takes 60 s), the
+    worker exits 1 at once with one line; it waited for the call first (no outcome could be stored anyway).
+    The call's process is left to end on its own, as after a crash: its claim passes on after its lease."""
+    _, _, took = _out_of_retry_during_a_long_compensation(own_postgres_server, tmp_path, ["worker"])
+    assert took < 20, took
+
+
+def test_run_out_of_db_retry_exits_at_once_while_it_waits_for_a_call(own_postgres_server, tmp_path):
+    """R-F1 (conformance review): ``workrun run`` (no ``--submit``) on a shared journal, waiting for a call that
+    takes 60 s when the database goes away past WORKRUN_DB_RETRY, exited 1 only once the call had ended; it exits
+    at once, as a worker does, with one line naming the setting. The call is left to end on its own."""
+    _, _, took = _out_of_retry_during_a_long_compensation(own_postgres_server, tmp_path, ["run"])
     assert took < 20, took
