@@ -65,6 +65,7 @@ BAD = {
     "ftp url": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "ftp://127.0.0.1/x"\n',
     "connector base_url not http": '[connectors.s]\nbase_url = "/api"\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
                                    'url = "http://127.0.0.1:9/"\n',
+    "node key of 65 characters": f'[nodes.{"a" * 65}]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
     "smtp with tls and starttls": '[smtp]\nhost = "127.0.0.1"\nfrom = "a@b.c"\ntls = true\nstarttls = true\n'
                                   '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
 }
@@ -165,6 +166,11 @@ def test_an_apps_compensation_of_every_action_kind_schema_and_model_agree(comp, 
 @pytest.mark.parametrize("text", [
     "[tool.workrun.apps]\n", '[tool.workrun.apps.a]\nentry = "main.py"\n[tool.workrun.other]\nx = 1\n',
     '[tool.workrun.apps.a]\nentry = "/etc/passwd"\n', '[tool.workrun.apps.a]\nentry = "../x.py"\n',
+    # conformance review: the compensation script's path as the entry's; warm only on a Tool App
+    '[tool.workrun.apps.a]\nentry = "main.py"\ncompensation = { entry = "../compensate.py" }\n',
+    '[tool.workrun.apps.a]\nentry = "main.py"\ncompensation = { entry = "/tmp/compensate.py" }\n',
+    '[tool.workrun.apps.a]\nentry = "main.py"\nwarm = true\n',
+    '[tool.workrun.apps.a]\nkind = "process"\nentry = "main.py"\nwarm = true\n',
 ])
 def test_what_the_app_schema_refuses_the_loader_refuses(text, tmp_path):
     """R-L4: an App project's table: no Apps, a key beside ``apps``, an entry outside the project."""

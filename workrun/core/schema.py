@@ -153,7 +153,7 @@ def workflow_schema() -> dict[str, Any]:
             "smtp": {"$ref": "#/$defs/Smtp"},
             "connectors": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
                            "additionalProperties": {"$ref": "#/$defs/Connector"}},
-            "nodes": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
+            "nodes": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
                       "additionalProperties": node},
         },
         "$defs": defs,
@@ -177,6 +177,13 @@ def app_schema() -> dict[str, Any]:
     comp.update({k: request[k] for k in ("method", "url", "headers", "body", "connector") if k in request})
     comp.update(sms={"$ref": "#/$defs/Sms"}, email={"$ref": "#/$defs/Email"},
                 update_data=defs["DataAction"]["properties"]["update_data"])
+    # the compensation script's path is checked as the App's entry is (R-A4: no '..', no absolute path)
+    comp["entry"] = {"anyOf": [{"type": "string", "pattern": _INSIDE}, {"type": "null"}], "default": None,
+                     "title": "Entry"}
+    # warm = true applies to Tool Apps only (R-P2), as the loader says
+    app["allOf"] = [*app.get("allOf", []), {"if": {"properties": {"warm": {"const": True}}, "required": ["warm"]},
+                                            "then": {"properties": {"kind": {"const": "tool"}},
+                                                     "required": ["kind"]}}]
     kinds = ["entry", "http", "sms", "email", "update_data", "url"]
     defs["CompensationSpec"]["oneOf"] = [{"required": [k]} for k in kinds]
     defs["CompensationSpec"]["description"] = (
