@@ -187,6 +187,30 @@ def test_a_call_stopped_as_it_starts_is_stopped_not_unknown(make_project, tmp_pa
         runner.close()
 
 
+def test_a_left_behind_call_past_its_deadline_is_recorded_as_it_ended(make_project, tmp_path, launcher):
+    """R-R3, SPEC §17 (conformance review): a call left behind by a runner that died, past its deadline, is ended
+    by the runner that recovers it; an App that ignores SIGTERM is SIGKILLed after the grace, and the outcome says
+    so from the call's exit record (it said SIGTERM, whatever had ended the App)."""
+    from workrun.runner.local import LocalRunner
+
+    project = make_project("stubborn", "", {"main.py": "import signal, time\n"
+                                                       "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                                       "time.sleep(60)\n"})
+    dead = LocalRunner(tmp_path / "data", grace=1.0, launch=launcher)  # its runner "dies": nothing waits for it
+    later = LocalRunner(tmp_path / "data", grace=1.0, launch=launcher)
+    try:
+        call_dir = tmp_path / "data" / "calls" / "call"
+        call_dir.mkdir(parents=True)
+        started = dead.start(dead.prepare(project), project, project / "main.py", call_dir,
+                             {"kind": "process", "input": {}, "context": None, "tool": None, "operation_id": "op_1"})
+        time.sleep(0.5)  # the App has set its handler
+        outcome = later.recover(started.pid, started.proc_start, call_dir, time.time() + 0.5)
+        assert outcome.timed_out and outcome.signal == signal.SIGKILL and outcome.exit_code is None, outcome
+    finally:
+        later.close()
+        dead.close()
+
+
 def test_escaped_daemon_is_ended_after_normal_exit(workrun, write_workflow, procs, launcher, tmp_path):
     """SPEC §17: a call owns every process it starts, also one that left by setsid + double fork."""
     pids = tmp_path / "daemon.pid"

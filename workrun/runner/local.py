@@ -168,7 +168,13 @@ class LocalRunner:
                 return self.end(pid, proc_start, call_dir, deadline)
             if deadline is not None and time.time() >= deadline:
                 kill_group(pid, self.grace)
-                return Outcome(timed_out=True, signal=signal.SIGTERM)
+                # its supervisor recorded how the App ended (SIGKILL after the grace when it ignored SIGTERM:
+                # conformance review, it was said SIGTERM whatever happened); without a record, our SIGTERM
+                record = calldir.read_exit(call_dir)
+                if record is None:
+                    return Outcome(timed_out=True, signal=signal.SIGTERM)
+                record.timed_out = True
+                return record
             wait_exit(pid, 0.2 if deadline is None else min(0.2, deadline - time.time()))
         return calldir.read_exit(call_dir) or Outcome(unknown=True)
 
