@@ -208,3 +208,20 @@ def test_a_fallbacks_call_depends_on_what_its_primarys_did(workrun, write_workfl
     up_op, alt_op = ops_of(view, "up")[0], ops_of(view, "alt")[0]
     assert alt_op["depends_on"] == [up_op["operation_id"]]
     assert [json.loads(line)["name"] for line in log.read_text().splitlines()] == ["alt", "up"]
+
+
+def test_a_retry_resumed_after_a_restart_still_waits_its_backoff(workrun, write_workflow, ops, tmp_path):
+    """R-W7 (conformance review): killed -9 right after a call failed (its outcome committed), while it waited
+    its 2 s backoff, then resumed at once: the next call started at once; it waits what is left."""
+    counter = tmp_path / "counter"
+    wf = write_workflow("retry", node("flaky", ops, f'{{ name = "flaky", fail_first = 1, counter = "{counter}" }}',
+                                      "on_failure = { retry = { attempts = 3, backoff = 2 } }"))
+    killed = workrun("run", wf, "--json", env={"WORKRUN_FAULT": "op.finished"})
+    assert killed.code != 0 and counter.read_text() == "1", killed
+    res = workrun("resume", "--json")
+    assert res.code == 0, res
+    view = workrun("runs", "show", workrun("runs", "list", "--json").json()[0]["run_id"], "--json").json()
+    calls = ops_of(view, "flaky")
+    assert [o["status"] for o in calls] == ["failed", "succeeded"], calls
+    assert ts(calls[1]["started_at"]) - ts(calls[0]["ended_at"]) >= 2 * 0.75, calls  # backoff jittered ±25 %
+    assert any("(on_failure = retry; resumed)" in t for t in texts(view, "flaky")), texts(view, "flaky")

@@ -64,6 +64,19 @@ class NodeJob:
         """Record a message on this node (journal + reporter)."""
         self.svc.say(self.run_id, self.node.key, level, text)
 
+    def wait_left_backoff(self, last_failed_at: float | None, delay: float, what: str) -> bool:
+        """A node resumed after a restart between two calls of ``on_failure = { retry }`` (R-W7): wait what is left
+        of the backoff ``delay`` (seconds) after its last failed call ended (epoch seconds ``last_failed_at``), as
+        the runner that died would have (conformance review: the next call started at once). ``what``: the
+        "call N of M" words of the message. True when the run was stopped meanwhile."""
+        if last_failed_at is None:
+            return False
+        left = last_failed_at + delay - self.svc.now()
+        if left <= 0:
+            return False
+        self.say("warning", f"retrying ({what}) in {left:.2g} s (on_failure = retry; resumed)")
+        return self.svc.stop_event.wait(left)
+
 
 class NodeChecker(Protocol):
     """Checks one kind of node when a workflow is loaded: all that ``workrun check`` needs of a kind, so a

@@ -197,6 +197,11 @@ def _run_http_node(job: NodeJob, node: HttpNode) -> NodeOutcome:
     except ConfigError as exc:
         return NodeOutcome("failed", error=exc.line())
     error: str | None = None
+    if used and used < budget and policy.retry is not None and prior and prior[-1]["status"] == "failed":
+        # resumed between two requests of on_failure = retry: the backoff still applies (R-W7)
+        if job.wait_left_backoff(prior[-1]["ended_at"], backoff_delay(policy.retry.backoff, used),
+                                 f"request {used + 1} of {budget}"):
+            return NodeOutcome("stopped", error="stopped by the user")
     while used < budget:
         if job.should_stop():
             return NodeOutcome("stopped", error="stopped by the user")

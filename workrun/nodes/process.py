@@ -56,6 +56,11 @@ class ProcessExecutor(ProcessChecker):
                                    f"process {last.get('owner_pid')}; not started again (R-R3)")
         attempts = policy.attempts()
         error = next((o["error"] for o in reversed(prior) if o["status"] == "failed"), None)  # budget spent before
+        if used and used < attempts and policy.retry:  # resumed between two calls: the backoff still applies
+            ended = next((o["ended_at"] for o in reversed(prior) if o["status"] == "failed"), None)
+            if job.wait_left_backoff(ended, backoff_delay(policy.retry.backoff, used),
+                                     f"call {used + 1} of {attempts}"):
+                return NodeOutcome("stopped", error="stopped by the user")
         while used < attempts:
             if job.should_stop():
                 return NodeOutcome("stopped", error="stopped by the user")
