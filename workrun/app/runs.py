@@ -533,7 +533,8 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
             return Finished(view, 0, f"run {rid}: {view['status']}; its pending tickets are terminated; "
                             + _not_undone(view))
         if run_row["status"] != "running":
-            return _stop_compensation(svc, rid, run_row["status"], timeout=timeout, tell=tell, reason=reason)
+            return Finished(run_detail(svc.journal, rid), 0,
+                            f"run {rid} has ended ({run_row['status']}); nothing to stop")
         svc.journal.request_stop(rid)
         _audit(svc, rid, "stop", {"reason": reason} if reason else {})
         lock: _StopClaim | SchedulerLock | None = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(
@@ -570,47 +571,6 @@ def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable
                                                  ": no call had succeeded, nothing to undo"
                                                  if view["status"] == "stopped" else "")
         return Finished(view, 0, note)
-
-
-def _stop_compensation(svc: Services, rid: str, status: str, *, timeout: float, tell: Callable[[str], None],
-                       reason: str | None) -> Finished:
-    """``stop`` of a run that has ended: when a scheduler is compensating it now (a local journal's), that
-    compensation is stopped as Ctrl-C stops it (R-C9: its App processes end, the unfinished compensations stay
-    ``pending`` for ``resume``): the stop is recorded, the scheduler sees it
-    (:func:`workrun.engine.recovery.stop_watch`) and this waits up to ``timeout`` seconds for it to be done. Else
-    there is nothing to stop."""
-    from workrun.app.views import run_detail
-    from workrun.core.lock import SchedulerLock
-
-    def free() -> _StopClaim | SchedulerLock | None:
-        """The lock (the run's claim on a shared journal) when nobody holds it now (released at once), else None."""
-        lock: _StopClaim | SchedulerLock = _StopClaim(svc, rid) if shared_journal() else SchedulerLock(svc.data_dir)
-        try:
-            lock.acquire()
-        except WorkrunError:
-            return None
-        lock.release()
-        return lock
-
-    # under way: an attempt running, or a pending one between attempts (a backoff); a pending one never tried
-    # waits for whoever schedules it next, which may be busy with another run
-    open_ = [c for c in svc.journal.compensations(rid) if c["status"] == "running"
-             or (c["status"] == "pending" and svc.journal.attempts(c["compensation_id"]))]
-    # on a shared journal a worker would take the compensation up again at once: it is not stopped there
-    if shared_journal() or not open_ or free() is not None:  # nobody schedules it now: nothing to end
-        return Finished(run_detail(svc.journal, rid), 0, f"run {rid} has ended ({status}); nothing to stop")
-    _audit(svc, rid, "stop", {"reason": reason} if reason else {})
-    holder = (_claim_of(svc, rid) or {}) if shared_journal() else SchedulerLock(svc.data_dir).holder()
-    who = (f"worker {holder['worker_id']} (host {holder.get('host', '?')}, pid {holder.get('pid', '?')})"
-           if holder.get("worker_id") else f"the scheduler (pid {holder.get('pid', '?')})")
-    tell(f"stop requested; {who} is ending run {rid}'s compensation")
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and free() is None:  # until its scheduler is done with it (or gone)
-        time.sleep(0.1)
-    view = run_detail(svc.journal, rid)
-    left = sum(1 for c in svc.journal.compensations(rid) if c["status"] in ("running", "pending"))
-    return Finished(view, 0, f"run {rid}: {view['status']}; its compensation was stopped"
-                    + (f": {left} left pending, `workrun resume` continues them" if left else ""))
 
 
 def _not_undone(view: dict[str, Any]) -> str:

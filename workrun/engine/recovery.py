@@ -18,10 +18,8 @@ A compensation whose success is saved is never run again (R-R2): only
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from workrun.compensation import compensate_run, plan_records
 from workrun.core.errors import WorkrunError
@@ -33,8 +31,8 @@ from workrun.nodes import NodeExecutor, default_executors
 from workrun.runner.base import CLAIM_WAIT
 from workrun.runner.context import Context
 
-__all__ = ["STOP_WATCH_SECONDS", "compensate_now", "drive", "ensure_planned", "recover_attempts",
-           "recover_operations", "resume_all", "stop_orphaned_run", "stop_watch", "unfinished_runs"]
+__all__ = ["compensate_now", "drive", "ensure_planned", "recover_attempts", "recover_operations", "resume_all",
+           "stop_orphaned_run", "unfinished_runs"]
 
 
 def recover_operations(svc: Context, run_id: str | None) -> list[OperationRow]:
@@ -97,49 +95,13 @@ def drive(svc: Context, run_id: str, executors: Mapping[str, NodeExecutor] | Non
 
 
 def compensate_now(svc: Context, run_id: str) -> None:
-    """Settle in-flight attempts, plan what is owed, and run the run's pending compensations; a ``workrun stop``
-    of the run from elsewhere meanwhile stops them as Ctrl-C does (:func:`stop_watch`)."""
+    """Settle in-flight attempts, plan what is owed, and run the run's pending compensations."""
     recover_attempts(svc, run_id)
     ensure_planned(svc, svc.journal.run(run_id))
     if svc.journal.compensations(run_id):
-        with stop_watch(svc, run_id):
-            compensate_run(svc, run_id)
+        compensate_run(svc, run_id)
         notify_dead_letters(svc, run_id)  # one notification per compensation that ended failed (R-M8)
         send_notifications(svc, run_id)
-
-
-STOP_WATCH_SECONDS = 0.25
-"""How often (seconds) a compensating process looks for a ``workrun stop`` of its run (:func:`stop_watch`)."""
-
-
-@contextmanager
-def stop_watch(svc: Context, run_id: str) -> Iterator[None]:
-    """While inside (a run's compensation), look every :data:`STOP_WATCH_SECONDS` for a ``stop`` of the run that an
-    operator recorded since (R-C9, conformance review: ``workrun stop`` from another terminal said "nothing to stop"
-    while Ctrl-C stopped the compensation). One found stops this process's work as Ctrl-C does: App processes
-    ended, unfinished compensations left ``pending`` for ``resume``."""
-    since = svc.now()
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(STOP_WATCH_SECONDS) and not svc.stopping():
-            try:
-                events = svc.journal.events_of_run(run_id)
-            except WorkrunError:  # the journal is busy or away: look again next time
-                continue
-            if any(e["action"] == "stop" and e["at"] >= since for e in events):
-                svc.say(run_id, None, "warning", "stop requested (workrun stop): ending the compensation; the "
-                        "unfinished ones stay pending: `workrun resume` continues them")
-                svc.request_stop()
-                return
-
-    watcher = threading.Thread(target=watch, name="workrun-stop-watch", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
 
 
 def unfinished_runs(svc: Context) -> list[str]:
