@@ -472,6 +472,9 @@ def test_verify_runs_are_left_out_of_the_api_and_the_runs_page_unless_all(ui_ser
     page = client.get("/").text
     assert not any(r in page for r in verify_runs)
     assert "no runs yet (1 verify run left out" in page, page
+    # the note counts only the verify runs the filters match (review of the change)
+    assert "verify run left out" not in client.get("/?q=zzz").text
+    assert "no runs match (1 verify run left out" in client.get(f"/?q={verify_runs[0][:8]}").text
     shown = client.get("/?all=1").text
     assert all(r in shown for r in verify_runs) and ">verify</span>" in shown
     assert 'name="all" value="1" checked' in shown

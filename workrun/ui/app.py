@@ -270,7 +270,8 @@ def runs_page(request: Request) -> Response:
     pages = max(1, -(-total // PAGE_SIZE))
     filtered = any(q.get(k) for k in ("q", "status", "workflow", "since", "until"))
     # a page empty only because verify runs are left out says so (R-V1): never "no runs yet" over them
-    hidden = d.journal.count_runs(verify=True) if not total and found["verify"] is False else 0
+    hidden = (d.journal.count_runs(**{k: found[k] for k in ("status", "workflow", "text", "since", "until")},
+                                   verify=True) if not total and found["verify"] is False else 0)
     keep = {k: q.get(k) for k in ("q", "status", "workflow", "since", "until", "sort", "order", "all") if q.get(k)}
     return d.render(request, "runs.html", nav="runs", rows=rows, total=total, page=page, pages=pages,
                     status=found["status"], workflow=found["workflow"], statuses=RUN_STATUSES,
