@@ -151,6 +151,13 @@ def test_run_and_resume_log_json_lines(tmp_path):
     lines = [json.loads(line) for line in proc.stderr.splitlines()]
     assert lines and all(line["event"] == "message" and line["run_id"] == run_id for line in lines)
     assert any(line.get("compensation_id") and line.get("node_key") == "create" for line in lines)
+    # every line about a compensation names its operation too (R-F6 "on every line about them", conformance review)
+    view = json.loads(proc.stdout)
+    operation_of = {o["compensation"]["compensation_id"]: o["operation_id"] for o in view["operations"]
+                    if o["compensation"]}
+    about_compensation = [line for line in lines if line.get("compensation_id") in operation_of]
+    assert about_compensation and all(line.get("operation_id") == operation_of[line["compensation_id"]]
+                                      for line in about_compensation), about_compensation
     again = subprocess.run([sys.executable, "-m", "workrun", "resume", "--log-format", "json"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr

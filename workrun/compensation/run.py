@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from workrun.compensation.planning import Item, Plan, plan
-from workrun.core import metrics
+from workrun.core import logs, metrics
 from workrun.core.outcomes import Failure, brief
 from workrun.core.pool import Pool, Task
 from workrun.core.rows import CompensationRow
@@ -34,6 +34,12 @@ def _holders_text(by_id: dict[str, CompensationRow], holders: list[str]) -> str:
     return "held back by " + ", ".join(parts) + ": their calls depend on its call, so it waits until they are cleared"
 
 
+def _attempt(comp: CompensationRow, op: Any, svc: Context, trigger: str) -> Attempted:
+    """One attempt of ``comp`` (in a pool thread), its progress lines about its operation and itself (R-F6)."""
+    with logs.about(operation_id=comp["operation_id"], compensation_id=comp["compensation_id"]):
+        return for_compensation(comp).run_attempt(svc, comp, op, trigger)
+
+
 def _announce(svc: Context, comp: CompensationRow, old: str | None) -> None:
     if comp["status"] != old:
         text = f"{_label(comp)}: {comp['status']}" + (f" ({comp['reason']})" if comp.get("reason") else "")
@@ -41,7 +47,8 @@ def _announce(svc: Context, comp: CompensationRow, old: str | None) -> None:
             text += f" -> {brief(comp['result'])}"
         level = {"succeeded": "info", "failed": "error", "unknown": "error", "blocked": "warning"}.get(
             comp["status"], "info")
-        svc.say(comp["run_id"], comp["node_key"], level, text)
+        with logs.about(operation_id=comp["operation_id"], compensation_id=comp["compensation_id"]):
+            svc.say(comp["run_id"], comp["node_key"], level, text)
 
 
 def refresh_holds(svc: Context, run_id: str,
@@ -113,8 +120,9 @@ def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -
                     trigger = "operator" if only is not None and cid in only else "auto"
                     if only is not None and cid in only:
                         only = only - {cid}
-                    svc.say(run_id, c["node_key"], "info", f"{_label(c)}: running")
-                    running[pool.submit(for_compensation(c).run_attempt, svc, c, op, trigger)] = cid
+                    with logs.about(operation_id=c["operation_id"], compensation_id=cid):
+                        svc.say(run_id, c["node_key"], "info", f"{_label(c)}: running")
+                    running[pool.submit(_attempt, c, op, svc, trigger)] = cid
             if not running:
                 if freed and not svc.stopping():  # released just now: pending from the next look on
                     continue

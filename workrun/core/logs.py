@@ -12,14 +12,30 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-__all__ = ["JsonReporter", "emit", "enable", "enabled", "ids_in", "say"]
+__all__ = ["JsonReporter", "about", "emit", "enable", "enabled", "ids_in", "say"]
 
 _STATE: dict[str, Any] = {"on": False, "worker": None}
 _LOCK = threading.Lock()
 _IDS = {"operation_id": re.compile(r"\bop_[0-9a-f]{12}\b"), "compensation_id": re.compile(r"\bcmp_[0-9a-f]{12}\b")}
+_ABOUT: ContextVar[dict[str, str]] = ContextVar("workrun_log_about", default={})  # noqa: B039 (never mutated)
+
+
+@contextmanager
+def about(**ids: str) -> Iterator[None]:
+    """Within the block (in this thread), progress lines are about ``ids`` too (``operation_id``, ``compensation_id``):
+    a compensation's lines carry its operation's id, which their text does not name (R-F6: the ids "on every line
+    about them", conformance review)."""
+    token = _ABOUT.set({**_ABOUT.get(), **ids})
+    try:
+        yield
+    finally:
+        _ABOUT.reset(token)
 
 
 def enable(worker: str | None) -> None:
@@ -68,5 +84,8 @@ class JsonReporter:
     of the operation or compensation the line is about are given as fields."""
 
     def message(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
-        """One JSON line for one progress message."""
-        emit("message", level, run_id=run_id, node_key=node_key, message=text, **ids_in(text))
+        """One JSON line for one progress message: the ids of what it is about (:func:`about`), else those its text
+        names."""
+        found, known = ids_in(text), _ABOUT.get()
+        emit("message", level, run_id=run_id, node_key=node_key, message=text,
+             **{name: known.get(name) or value for name, value in found.items()})

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from workrun.compensation.records import plan_records
-from workrun.core import metrics, tracing
+from workrun.core import logs, metrics, tracing
 from workrun.core.models import FailurePolicy, NodeSpec, WorkflowSpec
 from workrun.core.outcomes import NodeOutcome
 from workrun.core.pool import Pool, Task
@@ -409,7 +409,8 @@ class Engine:
                 if r["status"] == "skipped":
                     metrics.count_compensation("skipped")
                 text = f"compensation {r['compensation_id']} of {r['node_key']}: {r['status']}"
-                svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
+                with logs.about(operation_id=r["operation_id"], compensation_id=r["compensation_id"]):
+                    svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             self.after_run(run_id)
             return "failed"
         if any(n["status"] == "waiting" for n in nodes):

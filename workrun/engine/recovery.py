@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping
 
 from workrun.compensation import compensate_run, plan_records
+from workrun.core import logs
 from workrun.core.errors import WorkrunError
 from workrun.core.rows import OperationRow, RunRow
 from workrun.effects import for_compensation, for_operation, settle_operations
@@ -47,10 +48,11 @@ def recover_attempts(svc: Context, run_id: str) -> None:
         comp = svc.journal.compensation(attempt["compensation_id"])
         after = for_compensation(comp).recover_attempt(svc, comp, attempt,
                                                        claim_wait=max(0.0, claim_by - time.monotonic()))
-        svc.say(run_id, comp["node_key"], "warning",
-                f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was in "
-                f"flight when the runner stopped; recovered: {after['status']}"
-                + (f" ({after['reason']})" if after["reason"] else ""))
+        with logs.about(operation_id=comp["operation_id"], compensation_id=comp["compensation_id"]):
+            svc.say(run_id, comp["node_key"], "warning",
+                    f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was "
+                    f"in flight when the runner stopped; recovered: {after['status']}"
+                    + (f" ({after['reason']})" if after["reason"] else ""))
     # a compensation marked running whose attempt row never got written (crash between the two writes
     # cannot happen: they share one transaction) or whose attempt is settled goes back to pending
     for comp in svc.journal.compensations(run_id):
