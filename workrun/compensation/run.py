@@ -36,7 +36,7 @@ def _holders_text(by_id: dict[str, CompensationRow], holders: list[str]) -> str:
 
 def _attempt(comp: CompensationRow, op: Any, svc: Context, trigger: str) -> Attempted:
     """One attempt of ``comp`` (in a pool thread), its progress lines about its operation and itself (R-F6)."""
-    with logs.about(operation_id=comp["operation_id"], compensation_id=comp["compensation_id"]):
+    with logs.about(comp):
         return for_compensation(comp).run_attempt(svc, comp, op, trigger)
 
 
@@ -47,7 +47,7 @@ def _announce(svc: Context, comp: CompensationRow, old: str | None) -> None:
             text += f" -> {brief(comp['result'])}"
         level = {"succeeded": "info", "failed": "error", "unknown": "error", "blocked": "warning"}.get(
             comp["status"], "info")
-        with logs.about(operation_id=comp["operation_id"], compensation_id=comp["compensation_id"]):
+        with logs.about(comp):
             svc.say(comp["run_id"], comp["node_key"], level, text)
 
 
@@ -120,7 +120,7 @@ def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -
                     trigger = "operator" if only is not None and cid in only else "auto"
                     if only is not None and cid in only:
                         only = only - {cid}
-                    with logs.about(operation_id=c["operation_id"], compensation_id=cid):
+                    with logs.about(c):
                         svc.say(run_id, c["node_key"], "info", f"{_label(c)}: running")
                     running[pool.submit(_attempt, c, op, svc, trigger)] = cid
             if not running:

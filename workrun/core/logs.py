@@ -12,7 +12,7 @@ import json
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -27,11 +27,11 @@ _ABOUT: ContextVar[dict[str, str]] = ContextVar("workrun_log_about", default={})
 
 
 @contextmanager
-def about(**ids: str) -> Iterator[None]:
-    """Within the block (in this thread), progress lines are about ``ids`` too (``operation_id``, ``compensation_id``):
-    a compensation's lines carry its operation's id, which their text does not name (R-F6: the ids "on every line
-    about them", conformance review)."""
-    token = _ABOUT.set({**_ABOUT.get(), **ids})
+def about(row: Mapping[str, Any]) -> Iterator[None]:
+    """Within the block (in this thread), progress lines are about ``row``'s ``operation_id`` and ``compensation_id``
+    too (a compensation's row): its lines carry its operation's id, which their text does not name (R-F6: the ids
+    "on every line about them", conformance review)."""
+    token = _ABOUT.set({**_ABOUT.get(), **{name: row[name] for name in _IDS if row.get(name)}})
     try:
         yield
     finally:

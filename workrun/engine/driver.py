@@ -409,7 +409,7 @@ class Engine:
                 if r["status"] == "skipped":
                     metrics.count_compensation("skipped")
                 text = f"compensation {r['compensation_id']} of {r['node_key']}: {r['status']}"
-                with logs.about(operation_id=r["operation_id"], compensation_id=r["compensation_id"]):
+                with logs.about(r):
                     svc.say(run_id, r["node_key"], "info", text + (f" ({r['reason']})" if r["reason"] else ""))
             self.after_run(run_id)
             return "failed"

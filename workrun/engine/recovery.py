@@ -48,7 +48,7 @@ def recover_attempts(svc: Context, run_id: str) -> None:
         comp = svc.journal.compensation(attempt["compensation_id"])
         after = for_compensation(comp).recover_attempt(svc, comp, attempt,
                                                        claim_wait=max(0.0, claim_by - time.monotonic()))
-        with logs.about(operation_id=comp["operation_id"], compensation_id=comp["compensation_id"]):
+        with logs.about(comp):
             svc.say(run_id, comp["node_key"], "warning",
                     f"compensation {comp['compensation_id']} of {comp['node_key']}: attempt {attempt['number']} was "
                     f"in flight when the runner stopped; recovered: {after['status']}"
