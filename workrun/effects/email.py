@@ -18,7 +18,7 @@ from workrun.effects.actions import action_lookup, finish_http_attempt, not_sent
 from workrun.effects.base import ActionOnly
 from workrun.effects.operations import Attempted
 from workrun.outbound.http import RequestError, allow_from_env, parse_allow
-from workrun.outbound.mail import prepare_mail, send_mail
+from workrun.outbound.mail import prepare_mail, send_mail, wait_bound
 from workrun.runner.context import Context
 
 __all__ = ["Email", "message_of"]
@@ -61,7 +61,7 @@ class Email(ActionOnly):
         except RequestError as exc:
             return not_sent(svc, comp, attempt, f"not sent: {exc}")
 
-        timeout = min(float(smtp.timeout), float(comp["timeout"] or smtp.timeout))  # the action's, or [smtp]'s
+        timeout = wait_bound(smtp, comp["timeout"])  # the action's, or [smtp]'s
 
         def about_to_send() -> None:
             svc.journal.attempt_running(cid, number, pid=None, proc_start=None, deadline=svc.now() + timeout)

@@ -41,7 +41,7 @@ from workrun.outbound.http import (
 if TYPE_CHECKING:
     import smtplib
 
-__all__ = ["check_smtp", "prepare_mail", "send_mail"]
+__all__ = ["check_smtp", "prepare_mail", "send_mail", "wait_bound"]
 
 _ENV = re.compile(r"^\s*\{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 
@@ -159,6 +159,12 @@ def _message(smtp: Any, mail: Mapping[str, Any]) -> bytes:
     return re.sub(rb"(?m)^\.", b"..", data)
 
 
+def wait_bound(smtp: Any, timeout: float | None) -> float:
+    """Seconds each wait of a message's exchange may last: the shorter of ``[smtp]``'s ``timeout`` and the action's
+    own attempt ``timeout`` (R-H6; None or 0: ``[smtp]``'s alone)."""
+    return float(smtp.timeout) if not timeout else min(float(smtp.timeout), float(timeout))
+
+
 def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
               before_send: Callable[[], None] | None = None,
               environ: Mapping[str, str] | None = None, timeout: float | None = None) -> SendResult:
@@ -208,8 +214,7 @@ def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
     client: smtplib.SMTP | None = None
     in_data = False
     try:
-        wait = float(smtp.timeout) if not timeout else min(float(smtp.timeout), float(timeout))
-        kwargs: dict[str, Any] = {"timeout": wait, "local_hostname": "workrun"}
+        kwargs: dict[str, Any] = {"timeout": wait_bound(smtp, timeout), "local_hostname": "workrun"}
         if smtp.tls:
             client = _client(True, str(checked[0]), context=ssl.create_default_context(), **kwargs)
         else:
