@@ -548,6 +548,15 @@ def _check_action_templates(action: HttpAction, file: str, field: str, inputs: d
     check_request(action, file=file, field=field, check_ref=check_ref, connectors=connectors)
 
 
+_NOTIFY_INSIDE_HTTP = {
+    "update_data": "a notification cannot update the run's data (update_data is an action of a node)",
+    "sms": "write it as [notify] sms = {…}, not inside http",
+    "email": "write it as [notify] email = {…}, not inside http",
+    "http": "[notify] http is the request itself: { method, url, headers, body }",
+}
+"""What a key of another action kind inside ``[notify] http`` is told (R-K5); ``update_data`` in ``[notify]`` too."""
+
+
 def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
                   connectors: dict[str, ConnectorSpec] | None = None) -> HttpAction | None:
     """``[notify] http = { method, url, headers, body }`` or ``[notify] sms = { connector, template_id, recipients,
@@ -557,8 +566,7 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
     if not isinstance(value, dict):
         raise ConfigError("must be a table: [notify] http = { url = … }", file=file, field="notify")
     if "update_data" in value:  # R-K5: a notification tells people; it never writes the run's data
-        raise ConfigError("a notification cannot update the run's data (update_data is an action of a node)",
-                          file=file, field="notify.update_data")
+        raise ConfigError(_NOTIFY_INSIDE_HTTP["update_data"], file=file, field="notify.update_data")
     unknown = sorted(set(value) - {"http", "sms", "email"})
     if unknown:
         raise ConfigError("unknown key (http, sms or email)", file=file, field=f"notify.{unknown[0]}")
@@ -569,12 +577,8 @@ def _parse_notify(value: Any, file: str, inputs: dict[str, Any],
     if not isinstance(value[kind], dict):
         raise ConfigError('must be a table: { method = "POST", url = "http://…" }', file=file, field=f"notify.{kind}")
     if kind == "http":  # a request, not another kind of action inside it (it passed check and wedged every run
-        for inner in ("update_data", "sms", "email", "http"):  # after, adversarial review)
+        for inner, said in _NOTIFY_INSIDE_HTTP.items():  # after, adversarial review)
             if inner in value["http"]:
-                said = ("a notification cannot update the run's data (update_data is an action of a node)"
-                        if inner == "update_data" else
-                        f"write it as [notify] {inner} = {{…}}, not inside http" if inner != "http" else
-                        "[notify] http is the request itself: { method, url, headers, body }")
                 raise ConfigError(said, file=file, field=f"notify.http.{inner}")
     try:
         action = HttpAction.model_validate(value["http"] if kind == "http" else {kind: value[kind]})
