@@ -154,8 +154,7 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
     lines = [f"{r['node']}  ok" if r["status"] == "ok" else f"{r['node']}  FAILED: {'; '.join(r['failures'])}"
              for r in results]
     ok = sum(1 for r in results if r["status"] == "ok")
-    points = sorted({p for r in results for p in r.get("killed_at") or []}, key=lambda p: min(
-        r["killed_at"].index(p) for r in results if p in (r.get("killed_at") or [])))
+    points = list(dict.fromkeys(p for r in results for p in r.get("killed_at") or []))  # in the order they came
     lines.append(f"verify: {ok} of {len(results)} scenario(s) hold" + ("" if results else
                                                                        " (no node has a compensable call)")
                  + (f" (each run killed at {', '.join(points)} in turn, then resumed)" if points else ""))
