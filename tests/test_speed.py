@@ -273,3 +273,20 @@ def test_a_fork_server_finds_prctl_without_ctypes_or_socket_and_its_children_bec
              "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
     out = subprocess.run([sys.executable, "-S", "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["[] True", "0"], out.stdout + out.stderr
+
+
+def test_check_reads_each_app_project_once_however_many_nodes_call_it(tmp_path, monkeypatch):
+    """SPEC §24 (``check`` is quick): counting the compensable nodes of a 30-node chain reads its one App project
+    once, not once per node (each reading stats and resolves every entry path)."""
+    from tests._kit.fakes import write_app_project
+    from workrun.app.checks import check
+    from workrun.runner import apps
+
+    project = write_app_project(tmp_path, "plusone")
+    wf = tmp_path / "wf.toml"
+    wf.write_text("".join(f'[nodes.n{i}]\nproject = "plusone"\napp = "plusone"\n' for i in range(30)))
+    reads: list[Path] = []
+    real = apps.load_project
+    monkeypatch.setattr(apps, "load_project", lambda p: reads.append(Path(p)) or real(p))
+    assert check(wf).data == {"ok": True, "nodes": 30, "compensable": 30}
+    assert reads.count(project) <= 3, reads  # the loader's, its email check's and the count's (not 2 + 30)

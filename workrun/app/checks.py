@@ -24,7 +24,7 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
     Raises:
         ConfigError: every error found (exit 2; :class:`~workrun.core.errors.ConfigErrors` when several).
     """
-    from workrun.config.workflow import compensable, load_workflow
+    from workrun.config.workflow import compensable_nodes, load_workflow
     from workrun.core.errors import ConfigError, ConfigErrors
     from workrun.core.paths import check_data_dir
     from workrun.nodes import default_checkers
@@ -45,6 +45,6 @@ def check(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = N
         raise ConfigErrors.of([home_error, *found]) from None
     if home_error is not None:
         raise home_error
-    count = sum(1 for node in spec.nodes.values() if compensable(node))
+    count = len(compensable_nodes(spec.nodes))
     return Finished({"ok": True, "nodes": len(spec.nodes), "compensable": count}, 0,
                     f"ok: {len(spec.nodes)} nodes, {count} compensable")

@@ -131,7 +131,7 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
         ConfigError: a bad workflow, input or check App (exit 2).
         UsageError: an unknown ``--node`` or a ``--check`` without ``:`` (exit 2).
     """
-    from workrun.config.workflow import compensable, load_workflow
+    from workrun.config.workflow import compensable_nodes, load_workflow
     from workrun.nodes import default_executors
     from workrun.runner.apps import load_app
 
@@ -141,7 +141,7 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
     for key in nodes or []:
         if key not in spec.nodes:
             raise UsageError(f"no node {key!r} in {spec.name} (its nodes: {', '.join(spec.nodes)})", field="--node")
-    chosen = list(nodes) if nodes else [k for k, n in spec.nodes.items() if compensable(n)]
+    chosen = list(nodes) if nodes else compensable_nodes(spec.nodes)
     checker: tuple[Path, str] | None = None
     if check is not None:
         project, sep, app_name = check.rpartition(":")

@@ -43,7 +43,7 @@ from workrun.outbound.http import (
 from workrun.outbound.mail import check_smtp
 from workrun.runner.apps import load_app, one_reading, parse_toml, shape_error
 
-__all__ = ["load_workflow", "parse_policy"]
+__all__ = ["compensable", "compensable_nodes", "load_workflow", "parse_policy"]
 
 _KEY = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 
@@ -495,6 +495,18 @@ def compensable(node: NodeSpec) -> bool:
         refs.append((str(node.project), str(node.app)))
     refs += [(t.project, t.app) for t in getattr(node, "tools", None) or []]
     return any(load_app(Path(project), app).compensation is not None for project, app in refs)
+
+
+def compensable_nodes(nodes: Mapping[str, NodeSpec]) -> list[str]:
+    """The keys of ``nodes`` whose calls would be compensated (:func:`compensable`), in their order; each App
+    project is read once however many nodes call it (``workrun check`` of a 50-node chain read it 50 times
+    more, SPEC §24).
+
+    Raises:
+        ConfigError: an App config that does not load (as at load time).
+    """
+    with one_reading():
+        return [key for key, node in nodes.items() if compensable(node)]
 
 
 _ACTION_NAMES = frozenset({"run_id", "node_key", "ticket_id", "error"})
