@@ -10,6 +10,7 @@ from typing import Any
 from workrun.app.runs import Finished, compensation_plan
 from workrun.app.session import reading
 from workrun.core.errors import UsageError
+from workrun.core.paths import path_problem
 
 __all__ = ["FORMATS", "graph", "render"]
 
@@ -53,7 +54,7 @@ def graph(target: str | Path, *, fmt: str = "mermaid", home: Path | str | None =
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})", field="--format")
     path = Path(target)
-    if path.is_file() or path.suffix == ".toml":
+    if path.suffix == ".toml" or path_problem(path) is None and path.is_file():
         with env_not_needed():  # a graph sends nothing: its secrets need not be set here
             spec, _ = load_workflow(path, {}, default_checkers(), known_inputs_only=False)
         model = _model(spec)

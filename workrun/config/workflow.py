@@ -29,6 +29,7 @@ from workrun.core.models import (
     SmtpSpec,
     WorkflowSpec,
 )
+from workrun.core.paths import path_problem
 from workrun.core.shape import ShapeError, jsonable, toml_type, typo_hints
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeChecker, Where
@@ -199,6 +200,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
     """
     path = Path(path)
     file = str(path)
+    problem = path_problem(path)
+    if problem is not None:
+        raise ConfigError(f"not a usable path: {problem}", file=file)
     if path.is_dir():
         raise ConfigError("is a directory, not a workflow file", file=file)
     if not path.is_file():
@@ -425,6 +429,9 @@ def _resolved(base: Path, written: str, file: str, field: str) -> str:
     Raises:
         ConfigError: a path no system call takes (a NUL character) or a symlink loop, naming the field.
     """
+    problem = path_problem(base / written)
+    if problem is not None:
+        raise ConfigError(f"not a usable path: {problem}", file=file, field=field)
     try:
         return str((base / written).resolve())
     except (OSError, ValueError, RuntimeError) as exc:  # ValueError: NUL; RuntimeError: a symlink loop

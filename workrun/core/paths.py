@@ -17,7 +17,8 @@ from pathlib import Path
 from workrun.core import settings
 from workrun.core.errors import ConfigError
 
-__all__ = ["copy_file", "data_dir", "keep_copy", "private_umask", "real_path", "remove_tree", "user_umask"]
+__all__ = ["copy_file", "data_dir", "keep_copy", "path_problem", "private_umask", "real_path", "remove_tree",
+           "user_umask"]
 
 _O_PATH = getattr(os, "O_PATH", 0)
 
@@ -59,6 +60,26 @@ def _default_home() -> Path:
     return Path(platformdirs.user_data_dir("workrun", appauthor=False))
 
 
+_NAME_MAX = 255  # bytes in one name of a path (Linux, macOS: ENAMETOOLONG beyond)
+_PATH_MAX = 4095  # bytes in a whole path
+
+
+def path_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why no system call would take ``path`` as a file's name, or None: a NUL character, a name in it longer
+    than 255 bytes or the whole longer than 4095 (ENAMETOOLONG, which ``Path.is_file()`` raises instead of
+    answering False). For paths a person wrote (a workflow file, a project): the caller reports the problem as
+    a bad value of its field (exit 2) instead of an internal error."""
+    text = os.fspath(path)
+    if "\0" in text:
+        return "a path cannot hold a NUL character"
+    raw = os.fsencode(text)
+    if len(raw) > _PATH_MAX:
+        return f"{os.strerror(errno.ENAMETOOLONG)} (over {_PATH_MAX} bytes)"
+    if any(len(name) > _NAME_MAX for name in raw.split(b"/")):
+        return f"{os.strerror(errno.ENAMETOOLONG)} (a name over {_NAME_MAX} bytes)"
+    return None
+
+
 def existing_data_dir() -> Path | None:
     """The configured data directory when it already exists and passes every check of :func:`data_dir`
     (nothing is created), else None: for work done ahead of a command that will check it again (issue 14).
@@ -90,6 +111,12 @@ def check_data_dir() -> None:
         raise _refuse(path, home is not None, f"cannot be created: {os.strerror(errno.ENOTDIR)}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise _refuse(path, home is not None, f"cannot be created: {os.strerror(errno.EACCES)}")
+    try:  # what only trying tells (a read-only or special file system such as /proc): a folder made and removed
+        probe = os.path.join(parent, f".workrun-check-{os.getpid()}-{os.urandom(4).hex()}")
+        os.mkdir(probe, 0o700)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise _refuse(path, home is not None, f"cannot be created: {exc.strerror or exc}") from None
 
 
 def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:

@@ -391,6 +391,8 @@ class SqlJournal(ABC):
         """
         if not given:
             raise NotFoundError(f"an empty {noun} id matches nothing", field=field)
+        if not given.isascii() or not given.isprintable():  # ids are printable ASCII (an undecodable byte
+            raise NotFoundError(f"no {noun} matches {given!r}", field=field)  # cannot even be sent to the database)
         if len(given) > 200:  # no id is that long (and a pattern that long is refused as too complex)
             raise NotFoundError(f"no {noun} matches {given[:40]!r}… ({len(given)} characters)", field=field)
         rows = self._query(f"SELECT * FROM {table} WHERE {column} = ?", (given,)) or \
