@@ -35,6 +35,7 @@ sys.stderr.write("<script>alert('stderr')</script>\\n")
 raise SystemExit(5)
 """
 NODE_KEY = 'a"b\'<i>quoted</i>'
+BIDI_WORKFLOW = "bidi\u202eflow"
 SECRET = "s3cr3t-value-that-must-never-show-0c1d"
 
 
@@ -70,6 +71,8 @@ def hostile_home(isolated_env: Path, make_project, write_workflow, workrun) -> d
                         "workflow_path": "/x.toml", "spec": {"nodes": {NODE_KEY: {"key": NODE_KEY}}}, "inputs": {},
                         "status": "running", "created_at": time.time()}, [NODE_KEY])
     journal.add_message("run_quotes00001", NODE_KEY, "error", "<script>alert(3)</script>")
+    journal.create_run({"run_id": "run_bidi00000001", "workflow": BIDI_WORKFLOW, "workflow_path": "/b.toml",
+                        "spec": {"nodes": {}}, "inputs": {}, "status": "failed", "created_at": time.time()}, [])
     journal.close()
     return {"run_id": run_id, "compensation_id": comp["compensation_id"], "succeeded_run": ok_run}
 
@@ -226,6 +229,13 @@ def test_hostile_journal_renders_as_text(ui_server, hostile_home) -> None:
     # control and bidi-override characters are shown as the CLI shows them, never written raw (adversarial review)
     assert "\x00" not in run and "\x1b" not in run and "\u202e" not in run
     assert "nul\\x00esc\\x1b[31mred\\u202eltr" in run
+    # ...but a value a page sends back is sent as it is: the Runs page's workflow filter finds a name holding one
+    # (dashboard review: the option's value was the shown "\u202e", which matches no workflow)
+    listing = client.get("/").text
+    assert '<option value="bidi\u202eflow" >bidi\\u202eflow</option>' in listing, listing
+    assert "run_bidi00000001" in client.get("/", params={"workflow": BIDI_WORKFLOW}).text
+    found = client.get("/", params={"q": "bidi\u202e"}).text
+    assert 'name="q" value="bidi\u202e"' in found and "run_bidi00000001" in found
     quotes = client.get("/runs/run_quotes00001").text
     assert "<i>quoted</i>" not in quotes and "&lt;i&gt;quoted&lt;/i&gt;" in quotes
     assert 'data-node="a&#34;b&#39;&lt;i&gt;quoted&lt;/i&gt;"' in quotes  # attribute stays one attribute
