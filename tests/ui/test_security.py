@@ -158,7 +158,12 @@ def test_post_needs_csrf_and_same_origin(ui_server, hostile_home, isolated_env: 
     bad = client.post(f"/actions/compensations/{cid}/confirm", data={"outcome": "done", "csrf": csrf}, headers=origin)
     assert bad.status_code == 400
     assert "cannot confirm" in bad.text
+    # a resolve needs the field `reason` (R-D4): another field's text is no reason (dashboard review)
+    unreasoned = client.post(f"/actions/compensations/{cid}/resolve", data={"text": "anything", "csrf": csrf},
+                             headers=origin)
+    assert unreasoned.status_code == 400 and "needs a reason" in unreasoned.text
     assert _events(isolated_env) == after
+    assert client.get(f"/api/compensations/{cid}").json()["status"] == "failed"
 
 
 def test_a_scheduling_action_the_cli_refuses_is_400_with_its_line_not_started(ui_server, hostile_home, workrun,

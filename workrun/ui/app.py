@@ -708,8 +708,8 @@ async def compensation_action_route(request: Request) -> Response:
         args += ([cid, "--accept-code-change"] if form.get("accept_code_change") else [cid])
         args += ["--wait"] if form.get("wait") else []
     elif action == "resolve":
-        reason = form.get("reason", "").strip() or note
-        if not reason:  # R-D4: asked, and kept in the audit row (as the resolution's note)
+        reason = form.get("reason", "").strip()
+        if not reason:  # R-D4: asked (the field `reason`, nothing else), and kept in the audit row as the note
             return _bad(d, request, "resolve needs a reason", back)
         args += [cid, f"--note={reason}"]
     elif action == "confirm":
