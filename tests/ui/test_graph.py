@@ -10,8 +10,8 @@ from workrun.app.views import compensation_rollup, rollup_line
 from workrun.ui.graph import compensation_order, dependencies, layers, layout
 
 
-def op(oid: str, node: str, comp: dict[str, Any] | None) -> dict[str, Any]:
-    return {"operation_id": oid, "node_key": node, "app": "a", "compensation": comp}
+def op(oid: str, node: str, comp: dict[str, Any] | None, deps: list[str] | None = None) -> dict[str, Any]:
+    return {"operation_id": oid, "node_key": node, "app": "a", "compensation": comp, "depends_on": deps}
 
 
 def comp(cid: str, status: str, started: str | None = None, held: list[str] | None = None) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def test_layout_places_columns_by_depth_and_stacks_badges() -> None:
     view = {"nodes": [{"node_key": k, "status": s, "handled": False} for k, s in
                       (("a", "succeeded"), ("b", "succeeded"), ("c", "failed"), ("d", "skipped"))],
             "operations": [op("o1", "a", comp("k1", "succeeded", "2026-01-01T00:00:02")),
-                           op("o2", "b", comp("k2", "succeeded", "2026-01-01T00:00:01")),
+                           op("o2", "b", comp("k2", "succeeded", "2026-01-01T00:00:01"), ["o1"]),
                            op("o3", "c", None)]}
     g = layout(SPEC, view)
     boxes = {b.key: b for b in g.boxes}
@@ -58,12 +58,18 @@ def test_layout_without_spec_and_with_hostile_keys() -> None:
     assert [b.key for b in g.boxes] == [key] and g.edges == []
 
 
-def test_compensation_order_started_then_planned_then_skipped() -> None:
+def test_compensation_order_is_the_plans_places_whenever_they_started_skipped_last() -> None:
+    """The badges' numbers are the places ``compensate --dry-run`` and ``graph RUN`` show (one numbering, dashboard
+    review): a call before the calls it depends on, the newest first among independent ones, whatever order
+    their first attempts happened to start in."""
+    from workrun.compensation.planning import reverse_order
+
     view = {"operations": [op("o1", "a", comp("k1", "blocked", held=["k3"])), op("o2", "b", comp("k2", "skipped")),
-                           op("o3", "c", comp("k3", "failed", "2026-01-01T00:00:05")),
-                           op("o4", "d", comp("k4", "pending")), op("o5", "e", None)]}
+                           op("o3", "c", comp("k3", "failed", "2026-01-01T00:00:05"), ["o1"]),
+                           op("o4", "d", comp("k4", "succeeded", "2026-01-01T00:00:09")), op("o5", "e", None)]}
     order = compensation_order(view)
-    assert [(o["compensation_id"], o["order"]) for o in order] == [("k3", 1), ("k4", 2), ("k1", 3), ("k2", None)]
+    assert [(o["compensation_id"], o["order"]) for o in order] == [("k4", 1), ("k3", 2), ("k1", 3), ("k2", None)]
+    assert reverse_order(view["operations"]) == ["o5", "o4", "o3", "o2", "o1"]
 
 
 @pytest.mark.parametrize("counts, state, line", [

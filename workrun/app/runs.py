@@ -23,7 +23,7 @@ from workrun.app.checks import check
 from workrun.app.results import Finished, _inputs
 from workrun.app.session import reading, run_claim, scheduling, shared_journal, viewing
 from workrun.core.errors import ActionRefusedError, UsageError, WorkrunError
-from workrun.core.rows import OperationRow, RunClaimRow, RunRow
+from workrun.core.rows import RunClaimRow, RunRow
 from workrun.core.states import COMPENSATION_DONE
 
 if TYPE_CHECKING:
@@ -395,7 +395,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
         NotFoundError: no run matches (exit 2).
     """
     from workrun.compensation import plan_records
-    from workrun.compensation.planning import Item, plan
+    from workrun.compensation.planning import Item, plan, reverse_order
     from workrun.effects.operations import code_change
 
     run_row = svc.journal.run(run_id)
@@ -414,7 +414,7 @@ def compensation_plan(svc: Services, run_id: str) -> dict[str, Any]:
                   bool(o["operation_id"] in comps and comps[o["operation_id"]].get("held_back_by") is not None))
              for o in ops]
     decision = plan(items)
-    order = _reverse_order(ops)
+    order = reverse_order(ops)
     by_op = {o["operation_id"]: o for o in ops}
     steps: list[dict[str, Any]] = []
     for op_id in order:
@@ -479,27 +479,6 @@ def _describe_action(action: dict[str, Any]) -> str:
         return f"sms {body.get('template_id', '')} via {action.get('connector', '')}".strip()
     via = f" via {action['connector']}" if action.get("connector") else ""
     return f"{action.get('method', '')} {action.get('url', '')}{via}".strip()
-
-
-def _reverse_order(ops: list[OperationRow]) -> list[str]:
-    """Operation ids in compensation order: a call before every call it depends on, the newest first among
-    independent ones (as :func:`workrun.compensation.compensate_run` starts them, R-C3)."""
-    ids = [o["operation_id"] for o in ops]
-    known = set(ids)
-    downstream: dict[str, set[str]] = {i: set() for i in ids}
-    for o in ops:
-        for dep in o["depends_on"] or ():
-            if dep in known:
-                downstream[dep].add(o["operation_id"])
-    placed: list[str] = []
-    done: set[str] = set()
-    while len(placed) < len(ids):
-        ready = [i for i in reversed(ids) if i not in done and downstream[i] <= done]
-        if not ready:  # a cycle cannot come from calls; place the rest as they are
-            ready = [i for i in reversed(ids) if i not in done]
-        placed.append(ready[0])
-        done.add(ready[0])
-    return placed
 
 
 def stop(run_id: str, *, home: Home = None, timeout: float = 60.0, say: Callable[[str], None] | None = None,

@@ -16,11 +16,14 @@ resolves or retries them), A returns to ``pending``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from workrun.core.states import COMPENSATION_DONE as DONE
 from workrun.core.states import COMPENSATION_HOLDING as HOLDING
 from workrun.core.structs import field, struct
 
-__all__ = ["Item", "Plan", "plan"]
+__all__ = ["Item", "Plan", "plan", "reverse_order"]
 
 
 @struct(frozen=True)
@@ -145,3 +148,29 @@ def plan(items: list[Item]) -> Plan:
         else:
             result.waiting.append(i.compensation_id)
     return result
+
+
+def reverse_order(ops: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Operation ids in compensation order (R-C3): a call before every call it depends on, the newest first among
+    independent ones, as :func:`workrun.compensation.compensate_run` starts them. The one numbering of places
+    that ``compensate --dry-run``, ``graph RUN`` and the dashboard's badges show.
+
+    Args:
+        ops: the run's operations, oldest first, each with ``operation_id`` and ``depends_on`` (ids or None).
+    """
+    ids = [o["operation_id"] for o in ops]
+    known = set(ids)
+    downstream: dict[str, set[str]] = {i: set() for i in ids}
+    for o in ops:
+        for dep in o["depends_on"] or ():
+            if dep in known:
+                downstream[dep].add(o["operation_id"])
+    placed: list[str] = []
+    done: set[str] = set()
+    while len(placed) < len(ids):
+        ready = [i for i in reversed(ids) if i not in done and downstream[i] <= done]
+        if not ready:  # a cycle cannot come from calls; place the rest as they are
+            ready = [i for i in reversed(ids) if i not in done]
+        placed.append(ready[0])
+        done.add(ready[0])
+    return placed

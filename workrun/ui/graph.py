@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from workrun.compensation.planning import reverse_order
 from workrun.core.structs import field, struct
 
 __all__ = ["Badge", "Box", "Edge", "Graph", "compensation_order", "dependencies", "layers", "layout", "wrap_name"]
@@ -129,31 +130,29 @@ def layers(keys: list[str], deps: dict[str, list[tuple[str, str]]]) -> dict[str,
 
 
 def compensation_order(view: dict[str, Any]) -> list[dict[str, Any]]:
-    """The run's compensations in the order they ran or will run (R-C3).
-
-    Those with attempts come first, by their first attempt's start; then the others in planned order
-    (newest operation first, as the runner starts independent ones); skipped ones last, unnumbered.
+    """The run's compensations numbered by their places in compensation order (R-C3), the places
+    ``compensate --dry-run`` and ``graph RUN`` show (:func:`workrun.compensation.planning.reverse_order`);
+    skipped ones last, unnumbered.
 
     Returns:
-        ``[{order | None, compensation_id, operation_id, node_key, app, status, reason}]``.
+        ``[{order | None, compensation_id, operation_id, node_key, app, status, reason}]``, by place.
     """
-    entries = [(i, op) for i, op in enumerate(view["operations"]) if op["compensation"]]
-    started = sorted((e for e in entries if e[1]["compensation"]["attempts"]),
-                     key=lambda e: (e[1]["compensation"]["attempts"][0]["started_at"] or "", e[0]))
-    waiting = sorted((e for e in entries if not e[1]["compensation"]["attempts"]
-                      and e[1]["compensation"]["status"] != "skipped"), key=lambda e: -e[0])
-    skipped = [e for e in entries
-               if not e[1]["compensation"]["attempts"] and e[1]["compensation"]["status"] == "skipped"]
-    out = []
-    for n, (_, op) in enumerate([*started, *waiting], start=1):
-        out.append({"order": n, "compensation_id": op["compensation"]["compensation_id"],
-                    "operation_id": op["operation_id"], "node_key": op["node_key"], "app": op["app"],
-                    "status": op["compensation"]["status"], "reason": op["compensation"]["reason"]})
-    for _, op in skipped:
-        out.append({"order": None, "compensation_id": op["compensation"]["compensation_id"],
-                    "operation_id": op["operation_id"], "node_key": op["node_key"], "app": op["app"],
-                    "status": "skipped", "reason": op["compensation"]["reason"]})
-    return out
+    by_id = {op["operation_id"]: op for op in view["operations"]}
+    out: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for op_id in reverse_order(view["operations"]):
+        op = by_id[op_id]
+        comp = op["compensation"]
+        if not comp:
+            continue
+        entry = {"order": None, "compensation_id": comp["compensation_id"], "operation_id": op_id,
+                 "node_key": op["node_key"], "app": op["app"], "status": comp["status"], "reason": comp["reason"]}
+        if comp["status"] == "skipped":
+            skipped.append(entry)
+        else:
+            entry["order"] = len(out) + 1
+            out.append(entry)
+    return out + skipped
 
 
 def wrap_name(key: str, width: int = NAME_CHARS) -> tuple[str, ...]:
