@@ -466,3 +466,28 @@ def test_notify_takes_no_action_kind_inside_http(refused, write_workflow, notify
     for command in ("check", "run"):
         said = refused([command, str(wf)], wf, field)
         assert f"{field}: {says}" in said, said
+
+
+def test_check_says_every_error_not_the_first_of_a_kind_only(workrun, tmp_path):
+    """R-L1 (all of them, one per line), for errors one check used to hide behind another (CLI-completeness
+    review): a bad ``http_allow`` hid every other error; an App's typed field hid the other Apps' entry paths; a
+    connector's unknown key hid its ``base_url``; a template's unknown field on a cycle hid the cycle."""
+    from _kit.fakes import write_app_project
+
+    project = write_app_project(tmp_path, "p")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("idempotent = false", 'idempotent = "no"')
+                         + '\n[tool.workrun.apps.other]\nentry = "nothere.py"\n')
+    wf = tmp_path / "wf.toml"
+    wf.write_text('http_allow = ["nonsense"]\n'
+                  '[connectors.s]\nbase_url = "ftp://x"\nbogus = 1\n'
+                  '[nodes.a]\nproject = "p"\napp = "p"\nneeds = ["b"]\n'
+                  '[nodes.b]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/{{ nodes.a.result.nofield }}"\n'
+                  'needs = ["a", "zz"]\n')
+    res = workrun("check", wf, "--json")
+    assert res.code == 2, res
+    fields = [line.split(": ", 2)[1] for line in res.json()["errors"]]
+    for field in ("http_allow[0]", "connectors.s.bogus", "connectors.s.base_url", "nodes.b.needs",
+                  "tool.workrun.apps.p.idempotent", "tool.workrun.apps.other.entry"):
+        assert field in fields, (field, res.json())
+    assert any("cycle: " in line for line in res.json()["errors"]), res.json()

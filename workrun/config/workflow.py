@@ -240,11 +240,15 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
                                                 field="nodes"))
     inputs = {**defaults, **(overrides or {})}
     base = path.resolve().parent
+    http_allow: list[str] = []  # a bad list is said with the rest (R-L1): no URL is checked against it here
     try:
         http_allow = parse_allow(data.get("http_allow", []), file=file, field="http_allow").texts()  # R-H3
+    except ConfigError as exc:
+        errors.append(exc)
+    try:
         allow_from_env()  # a bad WORKRUN_HTTP_ALLOW is found before anything runs
     except ConfigError as exc:
-        raise _with_earlier(errors, exc) from None
+        errors.append(exc)
     connectors = _parse_connectors(data.get("connectors"), file, errors)  # R-K1
     smtp = None
     try:
@@ -309,7 +313,9 @@ def load_workflow(path: Path, overrides: dict[str, str] | None,
         graph[key] = [d for d in node_dependencies(node.needs, node.templated()) if d in nodes]
     good = {k: [d for d in ds if d not in bad] for k, ds in graph.items() if k not in bad}
     good_policies = {k: p for k, p in policies.items() if k not in bad}
-    errors += _check_cycles(good, file)
+    # a cycle is one whatever else is wrong with a node on it (a template's field, say): said with the rest (R-L1);
+    # a node that names itself is said as such already
+    errors += _check_cycles({k: [d for d in ds if d != k] for k, ds in graph.items()}, file)
     try:
         _check_fallbacks(good, good_policies, file)
     except ConfigError as exc:
@@ -695,6 +701,15 @@ def _parse_connector(name: str, table: Any, file: str, out: dict[str, ConnectorS
         spec = ConnectorSpec.model_validate(table)
     except ShapeError as exc:  # declared all the same (a stand-in never used: the load fails on this error)
         out[name] = ConnectorSpec(base_url="http://127.0.0.1/")
+        extra = {e["loc"][0] for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1}
+        if len(extra) < len(exc.errors()):
+            raise shape_error(exc, file, field) from None
+        try:  # only unknown keys: the rest is checked too, and its errors said with them (R-L1: all of them)
+            _parse_connector(name, {k: v for k, v in table.items() if k not in extra}, file, {})
+        except ConfigError as more:
+            found = [part for e in (shape_error(exc, file, field), more)
+                     for part in (e.errors if isinstance(e, ConfigErrors) else [e])]
+            raise ConfigErrors.of(found) from None
         raise shape_error(exc, file, field) from None
     out[name] = spec
     connector_of(out, name, file=file, field=field)  # a literal http(s) base_url, no query

@@ -137,11 +137,16 @@ def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:
     return target
 
 
-_PARSED: StampedCache[tuple[str, dict[str, AppSpec]]] = StampedCache()
+_PARSED: StampedCache[tuple[str, dict[str, AppSpec], tuple[ConfigError, ...]]] = StampedCache()
 
 
-def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
-    """``(pyproject path, {name: AppSpec})`` as declared, validated field by field (entry paths not checked)."""
+def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec], tuple[ConfigError, ...]]:
+    """``(pyproject path, {name: AppSpec}, the errors of the Apps left out)`` as declared, validated field by field
+    (entry paths not checked): an App with an error is left out, the others are still checked (R-L1).
+
+    Raises:
+        ConfigError: the file itself is wrong (missing, bad TOML, no or a bad ``[tool.workrun.apps]`` table).
+    """
     pyproject, data = _read_pyproject(project)
     file = str(pyproject)
     apps_table: Any = data
@@ -180,9 +185,7 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec]]:
             if isinstance(comp, dict) and "http" not in comp:  # a written action kind: its errors at its own keys
                 exc = ShapeError([{**e, "loc": _unwrapped(tuple(e["loc"]))} for e in exc.errors()])
             errors.append(shape_error(exc, file, prefix))
-    if errors:
-        raise ConfigErrors.of(errors)
-    return file, apps
+    return file, apps, tuple(errors)
 
 
 def _unwrapped(loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -212,11 +215,11 @@ def load_project(project: Path) -> dict[str, AppSpec]:
     if not project.is_dir():  # checked before the cache: a removed project is never served from it
         raise ConfigError(project_not_found(project, named=False), file=str(project))
     pyproject = project / "pyproject.toml"
-    file, declared = _PARSED.get(os.path.abspath(project), [pyproject, project / "uv.lock"],
-                                 lambda: _parse_apps(project))
+    file, declared, invalid = _PARSED.get(os.path.abspath(project), [pyproject, project / "uv.lock"],
+                                          lambda: _parse_apps(project))
     apps: dict[str, AppSpec] = {}
     root = real_path(project)
-    errors: list[ConfigError] = []  # every App's first error (R-L1: all Apps are checked)
+    errors: list[ConfigError] = list(invalid)  # every App's first error (R-L1: all Apps are checked)
     for name, spec in declared.items():
         try:
             _check_paths(project, root, name, spec, file)
