@@ -66,6 +66,9 @@ BAD = {
     "connector base_url not http": '[connectors.s]\nbase_url = "/api"\n[nodes.a]\nkind = "http"\nmethod = "GET"\n'
                                    'url = "http://127.0.0.1:9/"\n',
     "node key of 65 characters": f'[nodes.{"a" * 65}]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
+    # CLI-completeness review: the schema let these pass
+    "a node needed twice": '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n'
+                           '[nodes.b]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\nneeds = ["a", "a"]\n',
     "smtp with tls and starttls": '[smtp]\nhost = "127.0.0.1"\nfrom = "a@b.c"\ntls = true\nstarttls = true\n'
                                   '[nodes.a]\nkind = "http"\nmethod = "GET"\nurl = "http://127.0.0.1:9/"\n',
 }
@@ -171,6 +174,9 @@ def test_an_apps_compensation_of_every_action_kind_schema_and_model_agree(comp, 
     '[tool.workrun.apps.a]\nentry = "main.py"\ncompensation = { entry = "/tmp/compensate.py" }\n',
     '[tool.workrun.apps.a]\nentry = "main.py"\nwarm = true\n',
     '[tool.workrun.apps.a]\nkind = "process"\nentry = "main.py"\nwarm = true\n',
+    # CLI-completeness review: an App name is printable text, not blank
+    '[tool.workrun.apps.""]\nentry = "main.py"\n', '[tool.workrun.apps." "]\nentry = "main.py"\n',
+    '[tool.workrun.apps."\\u202eevil"]\nentry = "main.py"\n',
 ])
 def test_what_the_app_schema_refuses_the_loader_refuses(text, tmp_path):
     """R-L4: an App project's table: no Apps, a key beside ``apps``, an entry outside the project."""

@@ -18,6 +18,9 @@ __all__ = ["DRAFT", "app_schema", "workflow_schema"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
+_INVISIBLE = "\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff"
+_PRINTABLE_NAME = f"^[^{_INVISIBLE}]*[^\\s{_INVISIBLE}][^{_INVISIBLE}]*$"  # (an App name: str.isprintable, not blank)
+
 
 def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """A model's schema with its ``$defs`` moved into ``defs`` (refs kept as ``#/$defs/NAME``)."""
@@ -120,6 +123,9 @@ def _as_the_checks_say(defs: dict[str, Any]) -> None:
             "else": {"properties": {"url": {"type": "string", "pattern": alone}}}})
     defs["Smtp"]["not"] = {"required": ["tls", "starttls"],
                            "properties": {"tls": {"const": True}, "starttls": {"const": True}}}
+    for name, one in defs.items():  # a node lists each node it needs once
+        if name.startswith("Node_") and "needs" in one.get("properties", {}):
+            one["properties"]["needs"]["uniqueItems"] = True
 
 
 def workflow_schema() -> dict[str, Any]:
@@ -197,7 +203,8 @@ def app_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "required": ["apps"],
-        "properties": {"apps": {"type": "object", "minProperties": 1,
+        "properties": {"apps": {"type": "object", "minProperties": 1,  # a name is printable text, not blank
+                                "propertyNames": {"pattern": _PRINTABLE_NAME},
                                 "additionalProperties": {"$ref": "#/$defs/App"}}},
         "$defs": defs,
     }
