@@ -77,3 +77,22 @@ def test_a_secret_encoded_alone_in_base64_leaves_no_tail(secret, before, after, 
     form = form if padded else form.rstrip("=")
     got = redact(before + form + after, {"SEC": secret})
     assert got == before + "{{ env.SEC }}" + after, (form, got)
+
+
+def test_a_remembered_secret_is_redacted_whichever_request_read_it(monkeypatch):
+    """R-X2 across requests (secrets review): what :func:`remember` was told of is redacted by every later
+    ``redact``; :func:`remember_declared` tells it every ``{{ env.NAME }}`` a run's spec writes that is set."""
+    from workrun.core import redact as r
+    from workrun.outbound.http import remember_declared
+
+    monkeypatch.setattr(r, "_KNOWN", {})
+    assert r.redact_value({"a": "x Zq-secret-1 y"}, {}) == {"a": "x Zq-secret-1 y"}
+    spec = {"nodes": {"a": {"headers": {"Authorization": "Bearer {{ env.ZQ_TOKEN }}"}}},
+            "smtp": {"password": "{{env.ZQ_MAIL}}"}, "note": "{{ env.UNSET_ONE }}"}
+    remember_declared(spec, {"ZQ_TOKEN": "Zq-secret-1", "ZQ_MAIL": "mail-pw-22", "OTHER": "not-declared"})
+    assert r.known() == {"ZQ_TOKEN": "Zq-secret-1", "ZQ_MAIL": "mail-pw-22"}
+    assert r.redact_value({"a": "x Zq-secret-1 y", "b": ["mail-pw-22"]}, {}) == \
+        {"a": "x {{ env.ZQ_TOKEN }} y", "b": ["{{ env.ZQ_MAIL }}"]}
+    assert r.redact("not-declared", {}) == "not-declared"
+    r.remember({"PIN": "123"})  # too short to redact (MIN_SECRET)
+    assert "PIN" not in r.known()

@@ -181,6 +181,64 @@ needs = ["order"]
     assert "{{ env.TOKEN }}" in shown.out  # the replacement is the template text
 
 
+def test_a_secret_one_request_read_is_redacted_in_every_other_answer_too(server, write_workflow, workrun,
+                                                                        isolated_env):
+    """R-X2, "wherever anything is stored or shown" (secrets review): the secret node ``order`` read comes back in
+    another node's failed answer (percent-encoded), in a third node's result, and past the 1 MiB cut of a reverse
+    action's answer, whose tail once kept its first characters; none of it is stored, shown or sent on in the
+    notification."""
+    secret = 'Ab/c+d"e=f&g~hIJK?>'
+    pct = urllib.parse.quote(secret, safe="")
+    filler = (pct + " ") * (4096 // (len(pct) + 1) + 1)
+    filler = filler[:4096 - 8]
+    big = (filler + "#" * (4096 - 8 - len(filler)) + secret + " " + "A" * (1 << 20)).encode()
+    server.route("POST", "/orders", status=201, json={"id": "7"})
+    server.route("DELETE", "/orders/7", status=200, raw=big, headers={"Content-Type": "text/plain"})
+    server.route("GET", "/echo", status=200, json={"token": secret})
+    server.route("GET", "/leak", status=500, body=f"bad token {pct} end")
+    server.route("POST", "/hook", status=200, json={"ok": True})
+    wf = write_workflow("cross", _head(server) + f"""
+[notify]
+http = {{ method = "POST", url = "{server.url}/hook", body = {{ m = "{{{{ message }}}}" }} }}
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+headers = {{ Authorization = "Bearer {{{{ env.TOKEN }}}}" }}
+compensation = {{ method = "DELETE", url = "{server.url}/orders/{{{{ original.result.body.id }}}}", \
+headers = {{ Authorization = "Bearer {{{{ env.TOKEN }}}}" }}, max_retries = 0 }}
+[nodes.echo]
+kind = "http"
+method = "GET"
+url = "{server.url}/echo"
+needs = ["order"]
+[nodes.leak]
+kind = "http"
+method = "GET"
+url = "{server.url}/leak"
+needs = ["echo"]
+on_failure = "notify"
+""")
+    env = {"TOKEN": secret}
+    res = workrun("run", wf, "--json", env=env)
+    assert res.code == 4, res  # waiting on leak's ticket
+    run_id = res.json()["run_id"]
+    ended = workrun("tickets", "terminate", res.json()["tickets"][0]["ticket_id"], "--reason", "x", env=env)
+    assert ended.code == 1, ended  # failed, its calls compensated: the reverse action's answer is over 1 MiB
+    shown = workrun("runs", "show", run_id, "--json", env=env)
+    [comp] = [op["compensation"] for op in shown.json()["operations"] if op["node_key"] == "order"]
+    assert comp["attempts"][0]["response_tail"], comp
+    outputs = [res, ended, shown, workrun("runs", "show", run_id, env=env),
+               workrun("compensations", "show", comp["compensation_id"], "--json", env=env)]
+    places = _everything(isolated_env, outputs) + \
+        [(f"hook {i}", r.body) for i, r in enumerate(server.requests("POST", "/hook"))]
+    assert server.requests("POST", "/hook"), "the notification was sent"
+    for name, form in _forms(secret).items():
+        assert not _leaks(form, places), name
+    assert not _leaks(secret[:8], places), "a piece of the secret"
+    assert "{{ env.TOKEN }}" in shown.out
+
+
 @pytest.mark.parametrize(("body", "says"), [
     ('{"id": ""}', "empty value for {{ original.result.body.id }} in url"),
     ('{"id": null}', "empty value for {{ original.result.body.id }} in url"),

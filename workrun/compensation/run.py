@@ -17,6 +17,7 @@ from workrun.core.pool import Pool, Task
 from workrun.core.rows import CompensationRow
 from workrun.effects import for_compensation
 from workrun.effects.operations import Attempted
+from workrun.outbound.http import remember_declared
 from workrun.runner.context import Context
 
 __all__ = ["compensate_run", "refresh_holds"]
@@ -96,6 +97,7 @@ def compensate_run(svc: Context, run_id: str, *, only: set[str] | None = None) -
     Stops early (leaving unfinished ones ``pending``) when a stop is requested.
     Compensations whose environment is unavailable stay ``pending`` for ``resume``.
     """
+    remember_declared(svc.journal.run(run_id)["spec"])  # its secrets are redacted in whatever answer (R-X2)
     deferred: set[str] = set()
     running: dict[Task[Attempted], str] = {}
     released: set[str] = set()

@@ -14,7 +14,9 @@ template text ``{{ env.NAME }}`` wherever anything is stored or shown:
   padding), and at any of the three byte alignments inside a longer encoded text (only the
   characters that depend on the secret alone; at least 4).
 
-Pure functions of their arguments; no I/O.
+:func:`redact` and :func:`redact_value` also redact every secret :func:`remember` was told of in this process: a
+secret one request read may come back in another request's answer, an App's output or an error line (R-X2:
+wherever anything is stored or shown). No I/O.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from __future__ import annotations
 import base64
 import functools
 import re
+import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["redact", "redact_value", "replacement"]
+__all__ = ["known", "redact", "redact_value", "remember", "replacement"]
 
 _SHORT = {'"': '\\\\"', "\\": "\\\\\\\\", "/": "\\\\/", "\b": "\\\\b", "\f": "\\\\f", "\n": "\\\\n",
           "\r": "\\\\r", "\t": "\\\\t"}
@@ -97,18 +100,45 @@ def _pattern(secret: str) -> re.Pattern[str]:
     return re.compile("|".join([chars, *b64]))
 
 
+_KNOWN: dict[str, str] = {}  # name -> value of every secret read or declared in this process (R-X2)
+_KNOWN_LOCK = threading.Lock()
+
+
+def remember(secrets: Mapping[str, str]) -> None:
+    """Redact ``secrets`` (environment variable name -> value) in everything this process redacts from now on,
+    whichever request read them (R-X2): a secret echoed in another request's answer, in a later node's result or
+    in an error line is stored as ``{{ env.NAME }}`` too. Values shorter than :data:`MIN_SECRET` are ignored."""
+    with _KNOWN_LOCK:
+        for name, value in secrets.items():
+            if len(value) >= MIN_SECRET:
+                _KNOWN[name] = value
+
+
+def known() -> dict[str, str]:
+    """A copy of the secrets :func:`remember` was told of (name -> value)."""
+    with _KNOWN_LOCK:
+        return dict(_KNOWN)
+
+
+def _with_known(secrets: Mapping[str, str]) -> Mapping[str, str]:
+    if not _KNOWN:
+        return secrets
+    with _KNOWN_LOCK:
+        return {**_KNOWN, **secrets}
+
+
 def redact(text: str, secrets: Mapping[str, str]) -> str:
     """``text`` with every form of every secret replaced by ``{{ env.NAME }}`` (R-X2).
 
     Args:
         text: any text that is about to be stored or shown.
-        secrets: environment variable name -> value read at send time; values shorter than :data:`MIN_SECRET`
-            characters are ignored.
+        secrets: environment variable name -> value read at send time (besides those :func:`remember` was told
+            of); values shorter than :data:`MIN_SECRET` characters are ignored.
 
     Returns:
         The redacted text (``text`` itself when nothing matched).
     """
-    for name, value in sorted(secrets.items(), key=lambda kv: len(kv[1]), reverse=True):
+    for name, value in sorted(_with_known(secrets).items(), key=lambda kv: len(kv[1]), reverse=True):
         if len(value) >= MIN_SECRET:
             text = _pattern(value).sub(replacement(name).replace("\\", "\\\\"), text)
     return text
@@ -116,7 +146,7 @@ def redact(text: str, secrets: Mapping[str, str]) -> str:
 
 def redact_value(value: Any, secrets: Mapping[str, str]) -> Any:
     """A JSON-like value with :func:`redact` applied to every string in it (keys included)."""
-    if not secrets:
+    if not secrets and not _KNOWN:
         return value
     if isinstance(value, str):
         return redact(value, secrets)

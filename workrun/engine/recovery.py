@@ -29,6 +29,7 @@ from workrun.effects import for_compensation, for_operation, settle_operations
 from workrun.effects.ticket_actions import notify_dead_letters, run_actions, send_notifications
 from workrun.engine.driver import Engine
 from workrun.nodes import NodeExecutor, default_executors
+from workrun.outbound.http import remember_declared
 from workrun.runner.base import CLAIM_WAIT
 from workrun.runner.context import Context
 
@@ -82,6 +83,7 @@ def drive(svc: Context, run_id: str, executors: Mapping[str, NodeExecutor] | Non
     Raises:
         JournalError: when the journal cannot be written (everything stays resumable).
     """
+    remember_declared(svc.journal.run(run_id)["spec"])  # its secrets are redacted in whatever answer (R-X2)
     engine = Engine(svc, executors if executors is not None else default_executors())
     status = engine.execute(run_id)
     if svc.stopping():

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from workrun.core.errors import NotFoundError, StaleStatusError
+from workrun.core.redact import redact_value
 from workrun.core.rows import (
     AppCallRow,
     AttemptRow,
@@ -273,7 +274,10 @@ class SqlJournal(ABC):
                          resources: list[JsonObject] | None = None, depends_on: list[str] | None = None,
                          process: OperationRow | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
         """Record a call's outcome (with its process when its ``running`` was never written; with its node's
-        success in the same transaction when ``node_succeeded`` = ``(run_id, node_key)``)."""
+        success in the same transaction when ``node_succeeded`` = ``(run_id, node_key)``). A secret this
+        process knows of, in the error, result or output tails (an App that printed one), is stored as
+        ``{{ env.NAME }}`` (R-X2)."""
+        error, result, stdout_tail, stderr_tail = redact_value([error, result, stdout_tail, stderr_tail], {})
         fields: dict[str, Any] = {"status": status, "failure": failure, "error": error, "result": result,
                                   "ended_at": at, "exit_code": exit_code, "signal": signal,
                                   "stdout_tail": stdout_tail, "stderr_tail": stderr_tail, **(process or {})}
@@ -338,7 +342,10 @@ class SqlJournal(ABC):
                        compensation_status: str, reason: str | None, next_attempt_at: float | None = None,
                        http_status: int | None = None, response_tail: str | None = None,
                        smtp_code: int | None = None, run_data: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Record an attempt's outcome and its compensation's status in one transaction."""
+        """Record an attempt's outcome and its compensation's status in one transaction (a secret this process
+        knows of stored as ``{{ env.NAME }}``, R-X2)."""
+        error, result, stdout_tail, stderr_tail, response_tail, reason = redact_value(
+            [error, result, stdout_tail, stderr_tail, response_tail, reason], {})
         akey, ckey = (compensation_id, number), (compensation_id,)
         attempt = {"status": status, "failure": failure, "error": error, "result": result, "ended_at": at,
                    "exit_code": exit_code, "signal": signal, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail,

@@ -39,7 +39,7 @@ from urllib.parse import quote, unquote
 from workrun.core import settings
 from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.outcomes import Failure
-from workrun.core.redact import redact_value
+from workrun.core.redact import redact_value, remember
 from workrun.core.structs import field, struct
 from workrun.core.templates import strings
 from workrun_sdk import _wire
@@ -81,6 +81,7 @@ __all__ = [
     "parse_allow",
     "parse_url",
     "prepare",
+    "remember_declared",
     "resolve_host",
     "send",
     "send_guarded",
@@ -117,6 +118,26 @@ def env_names(text: str) -> list[str]:
         if env:
             out.append(env.group(1))
     return out
+
+
+def remember_declared(spec: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Redact, in everything this process stores from now on, the value of every ``{{ env.NAME }}`` that
+    ``spec`` (a run's recorded workflow, JSON-like) writes anywhere and that is set now (R-X2): a secret comes
+    back redacted even in an answer that arrives before any request of this process read it (after a restart,
+    on another worker). Cheap: one walk of the spec's strings."""
+    environ = os.environ if environ is None else environ
+    names: set[str] = set()
+    stack = [spec]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if "env." in value:
+                names.update(env_names(value))
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    remember({name: environ[name] for name in names if name in environ})
 
 
 @struct(frozen=True)
@@ -878,6 +899,7 @@ def prepare(*, method: str, url: UrlTemplate, headers: Mapping[str, str], body: 
             if env.group(1) not in environ:
                 raise RequestError(f"environment variable {env.group(1)} is not set")
             secrets[env.group(1)] = environ[env.group(1)]
+            remember({env.group(1): environ[env.group(1)]})  # redacted in other answers too (R-X2)
             return environ[env.group(1)]
         return lookup(ref)
 
@@ -1164,6 +1186,19 @@ class SendResult:
         return cls(**{**data, "failure": Failure(failure) if failure is not None else None})
 
 
+def _tail_text(raw: bytes, kept: Mapping[str, str], response: Any) -> str:
+    """A response body as text for its ``response_tail``, decoded by its declared charset as its body is (a
+    UTF-16 answer read as UTF-8 kept a secret with NULs between its characters, past redaction); UTF-8 when
+    none is declared or the declared one does not decode it."""
+    charset = response.charset_encoding
+    if charset and charset.lower().replace("_", "-") not in ("utf-8", "utf8"):
+        try:
+            return raw.decode(charset)
+        except (LookupError, UnicodeDecodeError):
+            pass
+    return raw.decode("utf-8", errors="replace")
+
+
 def _scrub(value: Any, secrets: Mapping[str, str]) -> Any:
     """``value`` with every form of every secret replaced by ``{{ env.NAME }}`` (R-X2)."""
     return redact_value(value, secrets)
@@ -1392,8 +1427,9 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     try:
         for chunk in response.iter_bytes():
             total += len(chunk)
-            if total > RESPONSE_LIMIT:
-                tail = _scrub(b"".join(chunks)[:2 * TAIL_LIMIT].decode("utf-8", errors="replace"), request.secrets)
+            if total > RESPONSE_LIMIT:  # redacted whole before it is cut, as below: a cut through a secret's
+                # encoded form, then shortened by redaction before it, would leave a piece of it in the tail
+                tail = _scrub(_tail_text(b"".join(chunks), kept, response), request.secrets)
                 return SendResult(True, status, kept, None, Failure.BAD_RESPONSE, f"HTTP {status}: response over 1 MiB",
                                   tail.encode("utf-8")[:TAIL_LIMIT].decode("utf-8", errors="ignore"), address)
             chunks.append(chunk)
@@ -1402,7 +1438,7 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     raw = b"".join(chunks)
     body = _scrub(_decode_body(raw, kept.get("content-type", ""), response.charset_encoding), request.secrets)
     # redacted whole before it is cut, so a secret across the cut leaves no part of itself behind
-    tail = _scrub(raw.decode("utf-8", errors="replace"), request.secrets).encode("utf-8")[:TAIL_LIMIT] \
+    tail = _scrub(_tail_text(raw, kept, response), request.secrets).encode("utf-8")[:TAIL_LIMIT] \
         .decode("utf-8", errors="ignore")
     result = SendResult(True, status, kept, body, None, None, tail, address)
     if 200 <= status < 300:

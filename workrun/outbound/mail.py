@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from workrun.core.errors import ConfigError
 from workrun.core.outcomes import Failure
-from workrun.core.redact import redact
+from workrun.core.redact import redact, remember
 from workrun.outbound.http import (
     AllowList,
     RequestError,
@@ -105,6 +105,7 @@ def _env_value(value: str | None, environ: Mapping[str, str], secrets: dict[str,
     if env.group(1) not in environ:
         raise RequestError(f"environment variable {env.group(1)} is not set")
     secrets[env.group(1)] = environ[env.group(1)]
+    remember({env.group(1): environ[env.group(1)]})  # redacted in other answers too (R-X2)
     return environ[env.group(1)]
 
 
@@ -209,7 +210,7 @@ def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
 
     def said(text: Any) -> str:
         shown = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
-        return redact(" ".join(shown.split())[:300], secrets)
+        return redact(" ".join(redact(shown, secrets).split())[:300], secrets)  # redacted before it is cut
 
     client: smtplib.SMTP | None = None
     in_data = False

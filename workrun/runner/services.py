@@ -16,6 +16,7 @@ from pathlib import Path
 from workrun.core import settings
 from workrun.core.paths import data_dir as default_data_dir
 from workrun.core.paths import private_umask, remove_tree
+from workrun.core.redact import redact_value
 from workrun.journal import Journal, open_journal
 from workrun.runner import calldir
 from workrun.runner.base import AppRunner
@@ -216,7 +217,9 @@ class Services:
             janitor.tidy()
 
     def say(self, run_id: str | None, node_key: str | None, level: str, text: str) -> None:
-        """Record a node/run message in the journal and show it (R-C6: statuses on node messages)."""
+        """Record a node/run message in the journal and show it (R-C6: statuses on node messages); a secret
+        this process knows of is said as ``{{ env.NAME }}`` (R-X2)."""
+        text = redact_value(text, {})
         if run_id is not None:
             self.journal.add_message(run_id, node_key, level, text)
         self.reporter.message(run_id, node_key, level, text)
