@@ -491,3 +491,23 @@ def test_check_says_every_error_not_the_first_of_a_kind_only(workrun, tmp_path):
                   "tool.workrun.apps.p.idempotent", "tool.workrun.apps.other.entry"):
         assert field in fields, (field, res.json())
     assert any("cycle: " in line for line in res.json()["errors"]), res.json()
+
+
+def test_a_typo_of_a_required_key_is_said_once_with_its_hint(workrun, tmp_path):
+    """New-user friction (R-L1: say what to write instead): ``projct`` is told it means ``project`` and the
+    kind's check does not also say that ``project`` is missing; ``on_failure = { retyr = … }`` gets its hint too.
+    A key that is simply missing is still said to be."""
+    from _kit.fakes import write_app_project
+
+    write_app_project(tmp_path, "p")
+    cases = {
+        '[nodes.a]\nprojct = "p"\napp = "p"\n': ["error: {wf}: nodes.a.projct: unknown key (did you mean 'project'?)"],
+        '[nodes.a]\nproject = "p"\napp = "p"\non_failure = { retyr = { attempts = 2 } }\n':
+            ["error: {wf}: nodes.a.on_failure.retyr: unknown key (did you mean 'retry'?)"],
+        '[nodes.a]\napp = "p"\n': ["error: {wf}: nodes.a.project: is required for a process node"],
+    }
+    for i, (text, lines) in enumerate(cases.items()):
+        wf = tmp_path / f"wf{i}.toml"
+        wf.write_text(text)
+        res = workrun("check", wf)
+        assert (res.code, res.err.splitlines()) == (2, [line.format(wf=wf) for line in lines]), res

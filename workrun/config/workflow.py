@@ -385,6 +385,7 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         known = ", ".join(repr(k) for k in executors)
         raise ConfigError(f"unknown node kind {kind!r} (one of: {known})", file=file, field=f"{prefix}.kind")
     problems: list[ConfigError] = []  # errors that do not keep the node from being checked further (R-L1)
+    meant: set[str] = set()  # keys an unknown key is a typo of: said with its hint, not also as missing
     try:
         table["on_failure"] = parse_policy(table.get("on_failure", "fail"), file, f"{prefix}.on_failure")
     except ConfigError as exc:  # reported; the rest of the node (its needs, its App) is checked as if it failed
@@ -395,6 +396,8 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
     except ShapeError as exc:
         error = shape_error(exc, file, prefix)
         wrong = {e["loc"][0] for e in exc.errors() if e["loc"]}
+        unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+        meant = set(typo_hints(unknown, [k for k in NODE_MODELS[kind].model_fields if k not in table]).values())
         if not wrong or any(not e["loc"] for e in exc.errors()) or "key" in wrong:
             raise _with_earlier(problems, error) from None
         try:  # unknown keys, or wrong values of keys the node can do without (a timeout): reported, and the
@@ -408,7 +411,8 @@ def _load_node(key: str, table: Any, base: Path, executors: Mapping[str, NodeChe
         node = _with_connector_timeouts(node, connectors)
         contract = executors[kind].check(node, Where(file, prefix, connectors))
     except ConfigError as exc:  # its App (or request) is wrong: reported, and its needs and templates are checked
-        problems.append(exc)  # all the same; its output contract and reverse actions are unknown
+        if exc.field not in {f"{prefix}.{k}" for k in meant}:  # (`projct`: the hint says it; not "project: is
+            problems.append(exc)  # required" too) all the same; its output contract and reverse actions are unknown
         contract = None
     if contract is not None or isinstance(node, HttpNode):  # an App that did not load has no action to check;
         try:  # an http node's own reverse action is checked whatever its request (R-L1: every error at once)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from workrun.core.shape import Field, Shape, ShapeError
+from workrun.core.shape import Field, Shape, ShapeError, typo_hints
 
 __all__ = [
     "NODE_MODELS",
@@ -358,7 +358,9 @@ class FailurePolicy(_Strict):
                 raise PolicyError("then", "then = … goes with retry = { … }")
             unknown = sorted(keys - {"retry", "then", "fallback", "compensate", "fallback_action"})
             if unknown:
-                raise PolicyError(unknown[0], "unknown key; " + _POLICY_HELP)
+                hint = typo_hints(unknown[:1], ["retry", "then", "fallback", "compensate", "fallback_action"])
+                raise PolicyError(unknown[0], f"unknown key (did you mean {hint[unknown[0]]!r}?)" if hint
+                                  else "unknown key; " + _POLICY_HELP)
         raise PolicyError("", _POLICY_HELP)
 
     def written(self) -> Any:
