@@ -69,10 +69,10 @@ def path_problem(path: str | os.PathLike[str]) -> str | None:
     than 255 bytes or the whole longer than 4095 (ENAMETOOLONG, which ``Path.is_file()`` raises instead of
     answering False). For paths a person wrote (a workflow file, a project): the caller reports the problem as
     a bad value of its field (exit 2) instead of an internal error."""
-    text = os.fspath(path)
-    if "\0" in text:
+    written = os.fspath(path)
+    if "\0" in written:
         return "a path cannot hold a NUL character"
-    raw = os.fsencode(text)
+    raw = os.fsencode(written)
     if len(raw) > _PATH_MAX:
         return f"{os.strerror(errno.ENAMETOOLONG)} (over {_PATH_MAX} bytes)"
     if any(len(name) > _NAME_MAX for name in raw.split(b"/")):
