@@ -220,6 +220,9 @@ def run_action(svc: Context, ticket_id: str, trigger: str = "auto") -> TicketAct
             delay = backoff_delay(action["backoff"], used)
             after = {"status": "pending", "next_attempt_at": now + delay,
                      "reason": f"attempt {number} failed ({answer.error}); next in {delay:.2g} s"}
+        elif final:  # the stored request itself cannot be sent (R-X3): a retry would fail the same way
+            after = {"status": "failed", "reason": f"{answer.error} (after {number} attempt(s)); sending it again "
+                                                   f"cannot help: `workrun tickets resolve {tid}` or `terminate`"}
         else:
             after = {"status": "failed", "reason": f"{answer.error} (after {number} attempt(s)); `workrun tickets "
                                                    f"retry {tid}` sends it again"}
