@@ -96,3 +96,15 @@ def test_a_remembered_secret_is_redacted_whichever_request_read_it(monkeypatch):
     assert r.redact("not-declared", {}) == "not-declared"
     r.remember({"PIN": "123"})  # too short to redact (MIN_SECRET)
     assert "PIN" not in r.known()
+
+
+def test_an_smtp_reply_is_redacted_before_it_is_joined_or_cut():
+    """Secrets review: a reply that quotes the password with two spaces in it, or past 300 characters, keeps no
+    piece of it (it was put on one line and cut first, then redacted)."""
+    from workrun.outbound.mail import _said
+
+    secrets = {"SMTP_PASSWORD": "correct  horse  battery"}
+    assert _said(b"250 ok, you said: correct  horse  battery", secrets) == \
+        "250 ok, you said: {{ env.SMTP_PASSWORD }}"
+    long = "250 " + "x" * 290 + " correct  horse  battery"
+    assert "corr" not in _said(long, secrets) and len(_said(long, secrets)) <= 300

@@ -109,6 +109,13 @@ def _env_value(value: str | None, environ: Mapping[str, str], secrets: dict[str,
     return environ[env.group(1)]
 
 
+def _said(text: Any, secrets: Mapping[str, str]) -> str:
+    """What an SMTP server said (a reply, an error), as stored: redacted first (R-X2), then on one line and cut to
+    300 characters; cut or joined first, a secret with two spaces in it, or across the cut, came through."""
+    shown = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    return " ".join(redact(shown, secrets).split())[:300]
+
+
 _CLIENTS: list[Any] = []
 
 
@@ -209,8 +216,7 @@ def send_mail(mail: Mapping[str, Any], smtp: Any, allow: AllowList, *,
     where = f"{smtp.host}:{smtp.port}"
 
     def said(text: Any) -> str:
-        shown = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
-        return redact(" ".join(redact(shown, secrets).split())[:300], secrets)  # redacted before it is cut
+        return _said(text, secrets)
 
     client: smtplib.SMTP | None = None
     in_data = False
