@@ -256,6 +256,41 @@ def test_resolve_releases_held_back_and_resume_finishes(workrun, write_workflow,
 # -- unknown outcomes: confirm (R-R3) -------------------------------------------------------------
 
 
+def test_retry_that_succeeded_exits_0_while_another_failure_still_holds_back_upstream(workrun, write_workflow, ops,
+                                                                                       files, tmp_path):
+    """SPEC §10 (operator review): `compensations retry` exits 0 when what it handled ended succeeded; a is still
+    held back by y's failure, and only its reason was written again: that is not something retry handled."""
+    other = tmp_path / "flag-y"
+    files["flag"].write_text("disk is read-only")
+    other.write_text("still broken")
+    wf = write_workflow("diamond", f"""
+        [nodes.a]
+        project = "{ops}"
+        app = "step"
+        input = {{ name = "a", log = "{files['log']}" }}
+        [nodes.b]
+        project = "{ops}"
+        app = "step0"
+        input = {{ name = "b", comp = "blocked_while", flag = "{files['flag']}", log = "{files['log']}", up = "{{{{ nodes.a.result.name }}}}" }}
+        [nodes.y]
+        project = "{ops}"
+        app = "step0"
+        input = {{ name = "y", comp = "blocked_while", flag = "{other}", log = "{files['log']}", up = "{{{{ nodes.a.result.name }}}}" }}
+        [nodes.boom]
+        project = "{ops}"
+        app = "step"
+        input = {{ name = "boom", fail = true }}
+        needs = ["b", "y"]
+    """)
+    view = workrun("run", wf, "--json").json()
+    assert [comp_of(view, k)["status"] for k in "aby"] == ["blocked", "failed", "failed"], view
+    files["flag"].unlink()
+    res = workrun("compensations", "retry", comp_of(view, "b")["compensation_id"])
+    assert res.code == 0, res
+    after = workrun("runs", "show", view["run_id"], "--json").json()
+    assert [comp_of(after, k)["status"] for k in "aby"] == ["blocked", "succeeded", "failed"], after
+
+
 def test_unknown_after_kill9_confirm_done_and_not_done_then_retry(workrun, write_workflow, ops, files, tmp_path):
     """Kill -9 the runner and the compensate process groups mid-attempt -> resume says unknown; confirm
     --done settles one (releasing what it held back), --not-done makes the other retryable."""
