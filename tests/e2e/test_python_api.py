@@ -71,6 +71,11 @@ def test_api_returns_what_the_cli_prints(server, write_workflow, workrun, isolat
     other = tmp_path / "elsewhere"  # home= chooses the data directory, as WORKRUN_HOME does
     assert api.runs(home=other) == [] and api.run(wf, home=other)["status"] == "failed"
     assert len(api.runs(home=other)) == 1 and len(api.runs()) == 2
+    afile = tmp_path / "afile"  # a bad home= is named as what the caller wrote, not WORKRUN_HOME (API review)
+    afile.write_text("")
+    with pytest.raises(api.WorkrunError) as refused:
+        api.runs(home=afile)
+    assert refused.value.exit_code == 2 and str(refused.value) == f"home: {afile} is not a directory"
 
 
 def test_api_raises_where_the_cli_exits_2_or_3(server, write_workflow, isolated_env):

@@ -47,9 +47,9 @@ def real_path(path: str | os.PathLike[str]) -> str:
     return os.path.realpath(path)
 
 
-def _refuse(path: Path, from_env: bool, message: str) -> ConfigError:
+def _refused(path: Path, from_env: bool, message: str, field: str = "WORKRUN_HOME") -> ConfigError:
     if from_env:
-        return ConfigError(f"{path} {message}", field="WORKRUN_HOME")
+        return ConfigError(f"{path} {message}", field=field)
     return ConfigError(f"{message} (WORKRUN_HOME chooses another data directory)", file=str(path))
 
 
@@ -108,15 +108,15 @@ def check_data_dir() -> None:
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise _refuse(path, home is not None, f"cannot be created: {os.strerror(errno.ENOTDIR)}")
+        raise _refused(path, home is not None, f"cannot be created: {os.strerror(errno.ENOTDIR)}")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise _refuse(path, home is not None, f"cannot be created: {os.strerror(errno.EACCES)}")
+        raise _refused(path, home is not None, f"cannot be created: {os.strerror(errno.EACCES)}")
     try:  # what only trying tells (a read-only or special file system such as /proc): a folder made and removed
         probe = os.path.join(parent, f".workrun-check-{os.getpid()}-{os.urandom(4).hex()}")
         os.mkdir(probe, 0o700)
         os.rmdir(probe)
     except OSError as exc:
-        raise _refuse(path, home is not None, f"cannot be created: {exc.strerror or exc}") from None
+        raise _refused(path, home is not None, f"cannot be created: {exc.strerror or exc}") from None
 
 
 def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
@@ -126,39 +126,41 @@ def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
         write: the command will write there; False for read commands, which may read a
             data directory they cannot write.
         home: the data directory to use instead of ``WORKRUN_HOME`` (``workrun.api``'s ``home=``, R-V2);
-            checked the same way and named as ``WORKRUN_HOME`` in errors.
+            checked the same way and named as ``home`` in errors.
 
     Raises:
         ConfigError: (exit 2, naming ``WORKRUN_HOME`` or the path) a bad ``WORKRUN_HOME`` value, a path
             that is not a directory or cannot be created, a directory group or others can write to,
             or (``write``) one this user cannot write.
     """
+    field = "WORKRUN_HOME" if home is None else "home"  # errors name what chose the directory
     if home is None:
         home = settings.current().home
     else:
         home = Path(home).expanduser().absolute()
     from_env = home is not None
     path = home if home is not None else _default_home()
+
     if not path.is_dir():
         if path.exists() or path.is_symlink():
-            raise _refuse(path, from_env, "is not a directory")
+            raise _refused(path, from_env, "is not a directory", field)
         try:
             path.mkdir(parents=True, mode=0o700)
             os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
         except FileExistsError:
             if not path.is_dir():
-                raise _refuse(path, from_env, "is not a directory") from None
+                raise _refused(path, from_env, "is not a directory", field) from None
         except OSError as exc:
-            raise _refuse(path, from_env, f"cannot be created: {exc.strerror or exc}") from None
+            raise _refused(path, from_env, f"cannot be created: {exc.strerror or exc}", field) from None
     try:
         mode = path.stat().st_mode
     except OSError as exc:
-        raise _refuse(path, from_env, f"cannot be read: {exc.strerror or exc}") from None
+        raise _refused(path, from_env, f"cannot be read: {exc.strerror or exc}", field) from None
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise _refuse(path, from_env, f"is writable by group or others (mode {stat.S_IMODE(mode):04o}): they "
-                                      f"could plant journal rows or compensations; `chmod 700 {path}` first")
+        raise _refused(path, from_env, f"is writable by group or others (mode {stat.S_IMODE(mode):04o}): they "
+                                       f"could plant journal rows or compensations; `chmod 700 {path}` first", field)
     if write and not os.access(path, os.W_OK | os.X_OK):
-        raise _refuse(path, from_env, "is not writable by this user")
+        raise _refused(path, from_env, "is not writable by this user", field)
     return path.resolve()
 
 
