@@ -96,10 +96,26 @@ def test_crash_at_every_compensation_point_then_resume(workrun, tmp_path):
     assert text[1].startswith(f"verify: 1 of 1 scenario(s) hold (each run killed at {scenario['killed_at'][0]}"), text
 
 
-@pytest.mark.parametrize("args, field", [(["--node", "nope"], "--node"), (["--check", "nocolon"], "--check")])
+@pytest.mark.parametrize("args, field", [
+    (["--node", "nope"], "--node"), (["--check", "nocolon"], "--check"),
+    # a Tool App cannot be a check (API review: an internal error, after a run was made)
+    (["--check", f"{ROOT / 'demo_apps' / 'cleanup_demo'}:cleanup-tool"], "--check"),
+])
 def test_bad_arguments_exit_2(cli, args, field):
     res = cli("verify", TUTORIAL, *args)
     assert res.code == 2 and res.err.startswith(f"error: {field}: "), res
+    assert cli("runs", "list", "--all", "--json").json() == []  # before any scenario ran
+
+
+def test_crash_with_nothing_to_compensate_holds_as_without_it(workrun, make_project, write_workflow):
+    """R-V1/R-V3 (API review): a scenario whose calls owe no compensation has no compensation-phase point to
+    kill at; with --crash it holds as it does without, and no Python warning reaches stderr."""
+    project = make_project("plain", '[tool.workrun.apps.plain]\nentry = "main.py"\n',
+                           {"main.py": "from workrun_sdk import process\nprocess.result({})\n"})
+    wf = write_workflow("plain", f'[nodes.x]\nproject = "{project}"\napp = "plain"\n')
+    for extra in ([], ["--crash"]):
+        res = workrun("verify", wf, "--node", "x", *extra)
+        assert (res.code, res.out.splitlines()[0], res.err) == (0, "x  ok", ""), res
 
 
 FORGETFUL_APP = """
