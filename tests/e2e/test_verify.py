@@ -210,3 +210,28 @@ input = {{ name = "pay", fail = true }}
     assert scenarios["pay"]["status"] == "failed"
     assert scenarios["pay"]["failures"] == ["node pay ended failed, not succeeded: no failure was injected after "
                                             "it, so what undoes it was not verified"], scenarios["pay"]
+
+
+def test_a_rerun_of_a_verify_run_whose_file_is_gone_injects_nothing(workrun, marker_project, write_workflow,
+                                                                    tmp_path):
+    """R-W5/R-V3 (API review): a re-run from the recorded workflow is the workflow as written: not failed after
+    the verified node again, and not a verify run (hidden from `runs list`)."""
+    wf = write_workflow("twice", f"""
+[nodes.a]
+project = "{marker_project}"
+app = "mark"
+input = {{ name = "a" }}
+[nodes.b]
+project = "{marker_project}"
+app = "mark"
+needs = ["a"]
+input = {{ name = "b" }}
+""")
+    env = {"TEST_LOG": str(tmp_path / "comp.log")}
+    assert workrun("verify", wf, "--node", "a", env=env).code == 0
+    [verified] = workrun("runs", "list", "--all", "--json").json()
+    wf.unlink()
+    again = workrun("rerun", verified["run_id"], "--json", env=env)
+    assert again.code == 0, again
+    assert (again.json()["status"], again.json()["verify"]) == ("succeeded", False), again.json()
+    assert [r["run_id"] for r in workrun("runs", "list", "--json").json()] == [again.json()["run_id"]]

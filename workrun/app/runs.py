@@ -247,8 +247,10 @@ def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = Fal
     path = Path(old["workflow_path"])
     if path.is_file():
         spec, inputs = load_workflow(path, dict(old["inputs"].items()), executors, known_inputs_only=False)
-    else:
-        spec, inputs = WorkflowSpec.model_validate(old["spec"]), old["inputs"]
+    else:  # the recorded workflow, without what verify or a test injected into that run (R-W5: the same
+        # workflow and inputs; R-V3: an injection applies to the runs started inside it only)
+        spec = WorkflowSpec.model_validate({**old["spec"], "fail_after": None, "verify": False})
+        inputs = old["inputs"]
     note = f" (re-run of {old['run_id']})" + ("" if path.is_file() else f"; {path} is gone, so the recorded "
                                                                        "workflow is used")
     injected = INJECTION.get() or {}
