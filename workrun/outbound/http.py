@@ -781,6 +781,7 @@ def from_queued(data: Mapping[str, Any], environ: Mapping[str, str] | None = Non
                 if part not in environ:
                     raise RequestError(f"environment variable {part} is not set on this worker")
                 secrets[part] = environ[part]
+                remember({part: environ[part]})  # redacted in other answers too (R-X2)
                 value.append(environ[part])
                 text.append("{{ env." + part + " }}")
             else:
