@@ -27,7 +27,15 @@ from workrun.core.outcomes import Failure
 from workrun.core.rows import NotificationRow, TicketActionRow, TicketAttemptRow, TicketRow
 from workrun.core.templates import missing_value
 from workrun.effects.ticket_records import SYSTEM_ACTOR, event_row, notification_row, one_line, run_data
-from workrun.outbound.http import RequestError, SendResult, allow_from_env, from_queued, parse_allow, send
+from workrun.outbound.http import (
+    RequestError,
+    SendResult,
+    allow_from_env,
+    from_queued,
+    parse_allow,
+    remember_declared,
+    send,
+)
 from workrun.outbound.mail import send_mail
 from workrun.runner.context import Context, new_id
 
@@ -55,6 +63,7 @@ def send_request(svc: Context, run_id: str, request: dict[str, Any], *, timeout:
     """
     if request.get("unsendable"):
         return SendResult(False, failure=Failure.UNSAFE_REQUEST, error=f"not sent: {request['unsendable']}")
+    remember_declared(svc.journal.run(run_id)["spec"])  # the run's secrets, redacted in this answer too (R-X2)
     stored = request.get("prepared")
     if stored and stored.get("kind") == "update_data":  # R-K4: a local write, made with the attempt's success
         return SendResult(True, status=None, body={"data": stored["updates"]})
