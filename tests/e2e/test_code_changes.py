@@ -165,8 +165,8 @@ def test_code_change_blocks_compensation_naming_files_then_accept(workrun, write
     assert again.json()["status"] == "blocked" and again.json()["attempts"] == []
     assert [e["name"] for e in _log(log)] == ["side"]
     said = workrun("compensations", "retry", a_cid, env={"TEST_LOG": str(log)})  # says how to go on (new-user review)
-    assert said.code == 1 and f"next: {a_cid} blocked: `workrun compensations retry {a_cid}` (`--accept-code-change`" in \
-        said.out.replace("\n", " "), said
+    assert said.code == 1 and f"next: {a_cid} blocked, its App's code changed since the call: `workrun compensations " \
+        f"retry {a_cid} --accept-code-change`" in said.out.replace("\n", " "), said
 
     ok = workrun("compensations", "retry", a_cid, "--accept-code-change", "--json", env={"TEST_LOG": str(log)})
     assert ok.code == 0, ok
@@ -397,8 +397,9 @@ def test_environment_unavailable_stays_pending_until_fixed(workrun, write_workfl
     assert comp["status"] == "blocked" and comp["reason"] == "code changed since the call: pyproject.toml changed"
     cid = comp["compensation_id"]
     told = workrun("compensations", "show", cid).out  # what to do next, with the option a code change needs
-    assert f"next: blocked: `workrun compensations retry {cid}` (`--accept-code-change` if its App's code " \
-           f"changed) or `workrun compensations resolve {cid}`" in told, told
+    # (new-user review: said directly, it is the code change that blocks it)
+    assert f"next: blocked, its App's code changed since the call: `workrun compensations retry {cid} " \
+           f"--accept-code-change` (runs the code as it is now) or `workrun compensations resolve {cid}`" in told, told
     retry = workrun("compensations", "retry", cid, "--accept-code-change", "--json", env={"TEST_LOG": str(log)})
     assert retry.code == 1, retry
     shown = retry.json()

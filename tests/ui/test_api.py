@@ -198,6 +198,14 @@ def test_api_refuses_an_unknown_status_as_the_cli_does(ui_server, workrun, path,
     assert workrun(*command).code == 2  # the CLI refuses it ...
     answer = ui_server().client().get(path)
     assert answer.status_code == 400 and "unknown status 'bogus'" in answer.json()["error"]  # ... and so does /api
+    # in its own terms: the query's parameter, not the CLI's option, and what it takes (new-user review)
+    assert answer.json()["error"].startswith("status: ") and "(one of: " in answer.json()["error"], answer.json()
+
+
+def test_a_second_dashboard_on_a_busy_port_says_what_to_do(ui_server, workrun) -> None:
+    """New-user review: `workrun ui` twice on one port: exit 2, one line that says one may run there already."""
+    busy = workrun("ui", "--no-open", "--port", str(ui_server().port), timeout=60)
+    assert busy.code == 2 and busy.err.count("\n") == 1 and "--port 0 picks a free port" in busy.err, busy
 
 
 def test_apps_page_lists_apps_only_not_http_requests(ui_server, workrun, write_workflow) -> None:

@@ -78,9 +78,9 @@ def operator_commands(compensation_id: str, status: str, held_back_by: list[str]
                 f"{cmd} resolve {compensation_id}`")
     if status == "blocked" and held_back_by:
         return f"held back by {', '.join(held_back_by)} until they are done"
-    if status == "blocked":
-        return (f"{status}: {cmd} retry {compensation_id}` (`--accept-code-change` if its App's code changed) or "
-                f"{cmd} resolve {compensation_id}`")
+    if status == "blocked":  # held back by no other: its App's code changed since the call (R-C8)
+        return (f"{status}, its App's code changed since the call: {cmd} retry {compensation_id} "
+                f"--accept-code-change` (runs the code as it is now) or {cmd} resolve {compensation_id}`")
     return ""
 
 

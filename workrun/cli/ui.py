@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import List
 
@@ -52,7 +53,10 @@ def ui(
         sock.bind(("127.0.0.1", port))  # never another address (R-U1)
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}", field="--port") from None
+        busy = exc.errno == errno.EADDRINUSE  # most likely a dashboard already runs there
+        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}"
+                         + ("; a dashboard may already be running there (--port 0 picks a free port)" if busy else ""),
+                         field="--port") from None
     sock.listen(128)
     actual = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)

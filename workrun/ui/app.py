@@ -533,7 +533,8 @@ def api_compensations(request: Request) -> Response:
     q = request.query_params
     status = q.get("status") or None
     if status is not None and status not in views.COMPENSATION_STATUSES:
-        return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
+        return JSONResponse({"error": f"status: unknown status {status!r} (one of: "
+                                      f"{', '.join(views.COMPENSATION_STATUSES)})"}, status_code=400)
     try:
         window = _window(q)
         _bounded(q, "run", "workflow")
@@ -564,7 +565,8 @@ def api_tickets(request: Request) -> Response:
     q = request.query_params
     status = q.get("status") or None
     if status is not None and status not in views.TICKET_STATUSES:  # refused as `tickets list --status` is
-        return JSONResponse({"error": f"--status: unknown status {status!r}"}, status_code=400)
+        return JSONResponse({"error": f"status: unknown status {status!r} (one of: "
+                                      f"{', '.join(views.COMPENSATION_STATUSES)})"}, status_code=400)
     try:
         window = _window(q)
         _bounded(q, "run", "workflow")
