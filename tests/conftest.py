@@ -33,6 +33,9 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "tmp").mkdir()
     for var in ("VIRTUAL_ENV", "WORKRUN_FAULT", "WORKRUN_CONCURRENCY", "WORKRUN_JOURNAL", "WORKRUN_LEASE"):
         monkeypatch.delenv(var, raising=False)
+    from workrun.core.redact import forget_all
+
+    forget_all()  # no test's secrets redact another's output (in-process runs remember them, R-X2)
     return home
 
 

@@ -88,14 +88,20 @@ def test_a_remembered_secret_is_redacted_whichever_request_read_it(monkeypatch):
     monkeypatch.setattr(r, "_KNOWN", {})
     assert r.redact_value({"a": "x Zq-secret-1 y"}, {}) == {"a": "x Zq-secret-1 y"}
     spec = {"nodes": {"a": {"headers": {"Authorization": "Bearer {{ env.ZQ_TOKEN }}"}}},
-            "smtp": {"password": "{{env.ZQ_MAIL}}"}, "note": "{{ env.UNSET_ONE }}"}
-    remember_declared(spec, {"ZQ_TOKEN": "Zq-secret-1", "ZQ_MAIL": "mail-pw-22", "OTHER": "not-declared"})
+            "smtp": {"password": "{{env.ZQ_MAIL}}"}, "note": "{{ env.UNSET_ONE }}",
+            "inputs": {"where": "{{ env.ZQ_HOME }}"}}  # data, never read: no secret (diff review)
+    remember_declared(spec, {"ZQ_TOKEN": "Zq-secret-1", "ZQ_MAIL": "mail-pw-22", "OTHER": "not-declared",
+                             "ZQ_HOME": "/root"})
     assert r.known() == {"ZQ_TOKEN": "Zq-secret-1", "ZQ_MAIL": "mail-pw-22"}
     assert r.redact_value({"a": "x Zq-secret-1 y", "b": ["mail-pw-22"]}, {}) == \
         {"a": "x {{ env.ZQ_TOKEN }} y", "b": ["{{ env.ZQ_MAIL }}"]}
     assert r.redact("not-declared", {}) == "not-declared"
     r.remember({"PIN": "123"})  # too short to redact (MIN_SECRET)
     assert "PIN" not in r.known()
+    r.remember({"ZQ_TOKEN": "Zq-secret-2"})  # rotated: the old value stays redacted too
+    assert r.redact("Zq-secret-1 Zq-secret-2", {}) == "{{ env.ZQ_TOKEN }} {{ env.ZQ_TOKEN }}"
+    r.forget_all()
+    assert r.redact("Zq-secret-1", {}) == "Zq-secret-1"
 
 
 def test_an_smtp_reply_is_redacted_before_it_is_joined_or_cut():

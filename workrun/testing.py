@@ -38,6 +38,7 @@ import pytest
 
 from workrun import api
 from workrun.app.runs import INJECTION, CrashNotReached
+from workrun.core.redact import forget_all
 from workrun.journal.base import FAULT_POINTS as _POINTS
 
 __all__ = ["FAULT_POINTS", "CrashNotReached", "crash_at", "fail_after", "workrun_api", "workrun_home"]
@@ -83,7 +84,9 @@ def crash_at(point: str, n: int = 1) -> Any:
 
 @pytest.fixture
 def workrun_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh private data directory (0700) for this test, also its ``WORKRUN_HOME``."""
+    """A fresh private data directory (0700) for this test, also its ``WORKRUN_HOME``; the secrets earlier tests'
+    runs in this process remembered are forgotten (they would redact this test's output, R-X2)."""
+    forget_all()
     home = tmp_path / "workrun-home"
     home.mkdir(mode=0o700)
     os.chmod(home, 0o700)

@@ -239,6 +239,44 @@ on_failure = "notify"
     assert "{{ env.TOKEN }}" in shown.out
 
 
+def test_an_apps_output_tails_are_redacted_and_its_result_is_kept_as_data(server, write_workflow, workrun,
+                                                                           make_project, isolated_env):
+    """R-X2 for what an App prints (secrets review), R-X1 for what it returns (diff review): the header secret
+    the workflow declares, printed to stderr by an App that inherited it, is stored as ``{{ env.REGION }}``;
+    the same value in the App's result is data the next node reads, kept as written."""
+    region = "eu-west-9-zz"
+    server.route("POST", "/orders", status=201, json={"id": "7"})
+    project = make_project("echoer", '[tool.workrun.apps.echoer]\nentry = "main.py"\n', {"main.py": """
+        import os, sys
+        from workrun_sdk import process
+        sys.stderr.write("region is " + os.environ["REGION"] + "\\n")
+        process.result({"region": os.environ["REGION"]})
+    """})
+    wf = write_workflow("tails", _head(server) + f"""
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+headers = {{ "X-Region" = "{{{{ env.REGION }}}}" }}
+[nodes.echo]
+project = "{project}"
+app = "echoer"
+needs = ["order"]
+[nodes.use]
+kind = "http"
+method = "POST"
+url = "{server.url}/orders"
+body = {{ region = "{{{{ nodes.echo.result.region }}}}" }}
+needs = ["echo"]
+""")
+    res = workrun("run", wf, "--json", env={"REGION": region})
+    assert res.code == 0, res
+    echo = next(op for op in res.json()["operations"] if op["node_key"] == "echo")
+    assert echo["stderr_tail"].strip() == "region is {{ env.REGION }}", echo
+    assert echo["result"] == {"region": region}
+    assert json.loads(server.requests("POST", "/orders")[-1].body) == {"region": region}
+
+
 @pytest.mark.parametrize(("body", "says"), [
     ('{"id": ""}', "empty value for {{ original.result.body.id }} in url"),
     ('{"id": null}', "empty value for {{ original.result.body.id }} in url"),

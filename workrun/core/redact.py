@@ -28,7 +28,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["known", "redact", "redact_value", "remember", "replacement"]
+__all__ = ["forget_all", "known", "redact", "redact_value", "remember", "replacement"]
 
 _SHORT = {'"': '\\\\"', "\\": "\\\\\\\\", "/": "\\\\/", "\b": "\\\\b", "\f": "\\\\f", "\n": "\\\\n",
           "\r": "\\\\r", "\t": "\\\\t"}
@@ -100,31 +100,45 @@ def _pattern(secret: str) -> re.Pattern[str]:
     return re.compile("|".join([chars, *b64]))
 
 
-_KNOWN: dict[str, str] = {}  # name -> value of every secret read or declared in this process (R-X2)
+_KNOWN: dict[str, str] = {}  # value -> name of every secret read or declared in this process (R-X2)
 _KNOWN_LOCK = threading.Lock()
 
 
 def remember(secrets: Mapping[str, str]) -> None:
     """Redact ``secrets`` (environment variable name -> value) in everything this process redacts from now on,
-    whichever request read them (R-X2): a secret echoed in another request's answer, in a later node's result or
-    in an error line is stored as ``{{ env.NAME }}`` too. Values shorter than :data:`MIN_SECRET` are ignored."""
+    whichever request read them (R-X2): a secret echoed in another request's answer or in an error line is
+    stored as ``{{ env.NAME }}`` too. Kept by value: a name whose value changed keeps both redacted. Values
+    shorter than :data:`MIN_SECRET` are ignored."""
     with _KNOWN_LOCK:
         for name, value in secrets.items():
             if len(value) >= MIN_SECRET:
-                _KNOWN[name] = value
+                _KNOWN[value] = name
 
 
 def known() -> dict[str, str]:
-    """A copy of the secrets :func:`remember` was told of (name -> value)."""
+    """The secrets :func:`remember` was told of, name -> value (the latest value of each name)."""
     with _KNOWN_LOCK:
-        return dict(_KNOWN)
+        return {name: value for value, name in _KNOWN.items()}
 
 
-def _with_known(secrets: Mapping[str, str]) -> Mapping[str, str]:
-    if not _KNOWN:
-        return secrets
+def forget_all() -> None:
+    """Forget what :func:`remember` was told (a test's, or an embedding program's, fresh start)."""
     with _KNOWN_LOCK:
-        return {**_KNOWN, **secrets}
+        _KNOWN.clear()
+
+
+def _pairs(secrets: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(name, value)`` of ``secrets`` and of the remembered ones (one snapshot), longest value first."""
+    with _KNOWN_LOCK:
+        by_value = {**_KNOWN, **{value: name for name, value in secrets.items()}}
+    return sorted(((name, value) for value, name in by_value.items() if len(value) >= MIN_SECRET),
+                  key=lambda nv: len(nv[1]), reverse=True)
+
+
+def _redacted(text: str, pairs: list[tuple[str, str]]) -> str:
+    for name, value in pairs:
+        text = _pattern(value).sub(replacement(name).replace("\\", "\\\\"), text)
+    return text
 
 
 def redact(text: str, secrets: Mapping[str, str]) -> str:
@@ -138,20 +152,23 @@ def redact(text: str, secrets: Mapping[str, str]) -> str:
     Returns:
         The redacted text (``text`` itself when nothing matched).
     """
-    for name, value in sorted(_with_known(secrets).items(), key=lambda kv: len(kv[1]), reverse=True):
-        if len(value) >= MIN_SECRET:
-            text = _pattern(value).sub(replacement(name).replace("\\", "\\\\"), text)
-    return text
+    return _redacted(text, _pairs(secrets)) if secrets or _KNOWN else text
 
 
 def redact_value(value: Any, secrets: Mapping[str, str]) -> Any:
-    """A JSON-like value with :func:`redact` applied to every string in it (keys included)."""
+    """A JSON-like value with :func:`redact` applied to every string in it (keys included); the secrets are taken
+    once for the whole value."""
     if not secrets and not _KNOWN:
         return value
+    pairs = _pairs(secrets)
+    return _redact_each(value, pairs) if pairs else value
+
+
+def _redact_each(value: Any, pairs: list[tuple[str, str]]) -> Any:
     if isinstance(value, str):
-        return redact(value, secrets)
+        return _redacted(value, pairs)
     if isinstance(value, dict):
-        return {redact(str(k), secrets): redact_value(v, secrets) for k, v in value.items()}
+        return {_redacted(str(k), pairs): _redact_each(v, pairs) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact_value(v, secrets) for v in value]
+        return [_redact_each(v, pairs) for v in value]
     return value

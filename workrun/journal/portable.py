@@ -275,9 +275,9 @@ class SqlJournal(ABC):
                          process: OperationRow | None = None, node_succeeded: tuple[str, str] | None = None) -> None:
         """Record a call's outcome (with its process when its ``running`` was never written; with its node's
         success in the same transaction when ``node_succeeded`` = ``(run_id, node_key)``). A secret this
-        process knows of, in the error, result or output tails (an App that printed one), is stored as
-        ``{{ env.NAME }}`` (R-X2)."""
-        error, result, stdout_tail, stderr_tail = redact_value([error, result, stdout_tail, stderr_tail], {})
+        process knows of, in the error or output tails (an App that printed one), is stored as
+        ``{{ env.NAME }}`` (R-X2); the result is data later nodes and the compensation read, kept as it came."""
+        error, stdout_tail, stderr_tail = redact_value([error, stdout_tail, stderr_tail], {})
         fields: dict[str, Any] = {"status": status, "failure": failure, "error": error, "result": result,
                                   "ended_at": at, "exit_code": exit_code, "signal": signal,
                                   "stdout_tail": stdout_tail, "stderr_tail": stderr_tail, **(process or {})}
@@ -343,9 +343,9 @@ class SqlJournal(ABC):
                        http_status: int | None = None, response_tail: str | None = None,
                        smtp_code: int | None = None, run_data: tuple[str, dict[str, Any]] | None = None) -> None:
         """Record an attempt's outcome and its compensation's status in one transaction (a secret this process
-        knows of stored as ``{{ env.NAME }}``, R-X2)."""
-        error, result, stdout_tail, stderr_tail, response_tail, reason = redact_value(
-            [error, result, stdout_tail, stderr_tail, response_tail, reason], {})
+        knows of, in the text shown of it, stored as ``{{ env.NAME }}``, R-X2)."""
+        error, stdout_tail, stderr_tail, response_tail, reason = redact_value(
+            [error, stdout_tail, stderr_tail, response_tail, reason], {})
         akey, ckey = (compensation_id, number), (compensation_id,)
         attempt = {"status": status, "failure": failure, "error": error, "result": result, "ended_at": at,
                    "exit_code": exit_code, "signal": signal, "stdout_tail": stdout_tail, "stderr_tail": stderr_tail,

@@ -121,20 +121,26 @@ def env_names(text: str) -> list[str]:
 
 
 def remember_declared(spec: Any, environ: Mapping[str, str] | None = None) -> None:
-    """Redact, in everything this process stores from now on, the value of every ``{{ env.NAME }}`` that
-    ``spec`` (a run's recorded workflow, JSON-like) writes anywhere and that is set now (R-X2): a secret comes
-    back redacted even in an answer that arrives before any request of this process read it (after a restart,
-    on another worker). Cheap: one walk of the spec's strings."""
+    """Redact, in what this process stores or shows from now on, the value of every ``{{ env.NAME }}`` that
+    ``spec`` (a run's recorded workflow, JSON-like) writes where the environment is read, a header value (of a
+    node, a connector, a reverse action, ``[notify]``) or ``[smtp]``'s ``username`` and ``password``, and that
+    is set now (R-X2): a secret comes back redacted even in an answer that arrives before any request of this
+    process read it (after a restart, on another worker). ``{{ env.NAME }}`` anywhere else (an input's default)
+    is data, never read, and no secret. Cheap: one walk of the spec."""
     environ = os.environ if environ is None else environ
     names: set[str] = set()
-    stack = [spec]
+    stack: list[Any] = [spec]
     while stack:
         value = stack.pop()
-        if isinstance(value, str):
-            if "env." in value:
-                names.update(env_names(value))
-        elif isinstance(value, dict):
-            stack.extend(value.values())
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if key == "headers" and isinstance(inner, dict):
+                    names.update(n for v in inner.values() if isinstance(v, str) for n in env_names(v))
+                elif key == "smtp" and isinstance(inner, dict):
+                    names.update(n for k in ("username", "password") if isinstance(inner.get(k), str)
+                                 for n in env_names(inner[k]))
+                else:
+                    stack.append(inner)
         elif isinstance(value, list):
             stack.extend(value)
     remember({name: environ[name] for name in names if name in environ})
@@ -1187,15 +1193,15 @@ class SendResult:
         return cls(**{**data, "failure": Failure(failure) if failure is not None else None})
 
 
-def _tail_text(raw: bytes, kept: Mapping[str, str], response: Any) -> str:
+def _tail_text(raw: bytes, response: Any) -> str:
     """A response body as text for its ``response_tail``, decoded by its declared charset as its body is (a
     UTF-16 answer read as UTF-8 kept a secret with NULs between its characters, past redaction); UTF-8 when
-    none is declared or the declared one does not decode it."""
+    none is declared or it names no codec Python knows."""
     charset = response.charset_encoding
     if charset and charset.lower().replace("_", "-") not in ("utf-8", "utf8"):
-        try:
-            return raw.decode(charset)
-        except (LookupError, UnicodeDecodeError):
+        try:  # (a body cut at 1 MiB may end inside a character: replaced, never read as UTF-8 instead)
+            return raw.decode(charset, errors="replace")
+        except LookupError:
             pass
     return raw.decode("utf-8", errors="replace")
 
@@ -1430,7 +1436,7 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
             total += len(chunk)
             if total > RESPONSE_LIMIT:  # redacted whole before it is cut, as below: a cut through a secret's
                 # encoded form, then shortened by redaction before it, would leave a piece of it in the tail
-                tail = _scrub(_tail_text(b"".join(chunks), kept, response), request.secrets)
+                tail = _scrub(_tail_text(b"".join(chunks), response), request.secrets)
                 return SendResult(True, status, kept, None, Failure.BAD_RESPONSE, f"HTTP {status}: response over 1 MiB",
                                   tail.encode("utf-8")[:TAIL_LIMIT].decode("utf-8", errors="ignore"), address)
             chunks.append(chunk)
@@ -1439,7 +1445,7 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     raw = b"".join(chunks)
     body = _scrub(_decode_body(raw, kept.get("content-type", ""), response.charset_encoding), request.secrets)
     # redacted whole before it is cut, so a secret across the cut leaves no part of itself behind
-    tail = _scrub(_tail_text(raw, kept, response), request.secrets).encode("utf-8")[:TAIL_LIMIT] \
+    tail = _scrub(_tail_text(raw, response), request.secrets).encode("utf-8")[:TAIL_LIMIT] \
         .decode("utf-8", errors="ignore")
     result = SendResult(True, status, kept, body, None, None, tail, address)
     if 200 <= status < 300:
