@@ -140,3 +140,29 @@ def test_random_dags_respect_order_and_isolation(seed):
             assert status[op] == "blocked", (seed, op, ops, status)  # held back (R-C4)
         else:
             assert status[op] == ("failed" if op in fails else "succeeded"), (seed, op, ops, status)
+
+
+def _slow_reverse_order(ops: list[dict]) -> list[str]:
+    """The order by its definition, one step at a time: the newest call whose downstream calls are all placed."""
+    ids = [o["operation_id"] for o in ops]
+    downstream = {i: {o["operation_id"] for o in ops if i in (o["depends_on"] or ())} for i in ids}
+    placed: list[str] = []
+    while len(placed) < len(ids):
+        placed.append(next(i for i in reversed(ids) if i not in placed and downstream[i] <= set(placed)))
+    return placed
+
+
+def test_reverse_order_is_its_definition_on_random_call_graphs_and_on_a_long_chain():
+    """R-C3's order (the places dry-run, graph RUN and the dashboard show), computed with a heap (diff review:
+    the step-by-step version took 0.4 s for 3,000 calls on every dashboard refresh)."""
+    from workrun.compensation.planning import reverse_order
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        n = rng.randint(0, 12)
+        ops = [{"operation_id": f"o{i}",
+                "depends_on": rng.sample([f"o{j}" for j in range(i)], k=min(i, rng.randint(0, 3)))
+                + (["gone"] if rng.random() < 0.1 else [])} for i in range(n)]
+        assert reverse_order(ops) == _slow_reverse_order(ops), ops
+    chain = [{"operation_id": f"o{i}", "depends_on": [f"o{i - 1}"] if i else None} for i in range(20000)]
+    assert reverse_order(chain) == [f"o{i}" for i in reversed(range(20000))]  # (step by step: minutes)

@@ -16,6 +16,7 @@ resolves or retries them), A returns to ``pending``.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -157,20 +158,32 @@ def reverse_order(ops: Sequence[Mapping[str, Any]]) -> list[str]:
 
     Args:
         ops: the run's operations, oldest first, each with ``operation_id`` and ``depends_on`` (ids or None).
+
+    O(n log n) in the number of calls (the dashboard orders a run of many agent tool calls on every page).
     """
     ids = [o["operation_id"] for o in ops]
-    known = set(ids)
-    downstream: dict[str, set[str]] = {i: set() for i in ids}
+    index = {op_id: i for i, op_id in enumerate(ids)}
+    waiting = dict.fromkeys(ids, 0)  # how many calls downstream of each are not placed yet
+    upstream: dict[str, list[str]] = {i: [] for i in ids}
     for o in ops:
-        for dep in o["depends_on"] or ():
-            if dep in known:
-                downstream[dep].add(o["operation_id"])
+        for dep in dict.fromkeys(o["depends_on"] or ()):
+            if dep in index and dep != o["operation_id"]:
+                waiting[dep] += 1
+                upstream[o["operation_id"]].append(dep)
+    ready = [-index[i] for i in ids if waiting[i] == 0]  # a heap: the newest ready call first
+    heapq.heapify(ready)
     placed: list[str] = []
     done: set[str] = set()
     while len(placed) < len(ids):
-        ready = [i for i in reversed(ids) if i not in done and downstream[i] <= done]
-        if not ready:  # a cycle cannot come from calls; place the rest as they are
-            ready = [i for i in reversed(ids) if i not in done]
-        placed.append(ready[0])
-        done.add(ready[0])
+        if not ready:  # a cycle cannot come from calls; place the newest left as it is
+            ready = [-max(index[i] for i in ids if i not in done)]
+        op_id = ids[-heapq.heappop(ready)]
+        if op_id in done:
+            continue
+        placed.append(op_id)
+        done.add(op_id)
+        for dep in upstream[op_id]:
+            waiting[dep] -= 1
+            if waiting[dep] == 0 and dep not in done:
+                heapq.heappush(ready, -index[dep])
     return placed
