@@ -60,12 +60,14 @@ def retry(compensation_id: str = IdArg,
         run_id = comp["run_id"]
     with scheduling(json_mode, wait) as svc:
         t0 = svc.now()
+        before = {x["compensation_id"]: x["status"] for x in svc.journal.compensations(run_id)}
         with run_claim(svc, run_id, wait):
             c = operator.retry(svc, compensation_id, accept_code_change=accept_code_change)
-        # what this command handled (SPEC §10's exit code): the retried one, and those it ran, an attempt each;
-        # one it only wrote a new reason to (still held back by another) was not handled
+        # what this command handled (SPEC §10's exit code): the retried one, those it ran (an attempt each) and
+        # those whose status it changed (released, then left pending); one it only wrote a new reason to (still
+        # held back by another) was not handled
         handled = [_full(svc.journal, x) for x in svc.journal.compensations(c["run_id"])
-                   if x["compensation_id"] == c["compensation_id"]
+                   if x["compensation_id"] == c["compensation_id"] or before.get(x["compensation_id"]) != x["status"]
                    or any(a["started_at"] >= t0 for a in svc.journal.attempts(x["compensation_id"]))]
         ok = all(r["status"] in COMPENSATION_DONE for r in handled)
         if json_mode:
