@@ -264,8 +264,7 @@ compensation = { email = { to = ["ops@example.com"], cc = ["{{ inputs.cc }}"], b
 def test_names_no_system_call_takes_are_bad_values_not_internal_errors(tmp_path, workrun, isolated_env):
     """A workflow path or ``project`` with a name over 255 bytes (ENAMETOOLONG, which ``Path.is_file()`` raises),
     and a run id with an undecodable byte, are one ``error:`` line and exit 2, from the CLI and the API (§10,
-    R-V2); a data directory that only trying to make shows cannot be made is refused by ``check`` as by ``run``
-    (R-L1; CLI-completeness review)."""
+    R-V2; CLI-completeness review)."""
     long = tmp_path / ("x" * 300 + ".toml")
     for args in (("check", long), ("check", long, "--json"), ("graph", long), ("graph", tmp_path / ("x" * 300))):
         res = workrun(*args)
@@ -280,8 +279,6 @@ def test_names_no_system_call_takes_are_bad_values_not_internal_errors(tmp_path,
     for args in (("graph", "\udcff"), ("runs", "show", "\udcff")):
         res = workrun(*args)
         assert (res.code, res.err) == (2, "error: RUN: no run matches '\\udcff'\n"), res
-    res = workrun("check", wf, env={"WORKRUN_HOME": "/proc/nonexistent/home"})
-    assert res.code == 2 and "WORKRUN_HOME" in res.err and "cannot be created" in res.err, res
 
 
 def test_compensate_dry_run_changes_nothing_and_shows_what_compensate_would_do(server, write_workflow, workrun,

@@ -111,12 +111,12 @@ def check_data_dir() -> None:
         raise _refused(path, home is not None, f"cannot be created: {os.strerror(errno.ENOTDIR)}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise _refused(path, home is not None, f"cannot be created: {os.strerror(errno.EACCES)}")
-    try:  # what only trying tells (a read-only or special file system such as /proc): a folder made and removed
-        probe = os.path.join(parent, f".workrun-check-{os.getpid()}-{os.urandom(4).hex()}")
-        os.mkdir(probe, 0o700)
-        os.rmdir(probe)
-    except OSError as exc:
-        raise _refused(path, home is not None, f"cannot be created: {exc.strerror or exc}") from None
+    try:  # a read-only file system (asked, not tried: check creates nothing, R-L1)
+        read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise _refused(path, home is not None, f"cannot be created: {os.strerror(errno.EROFS)}")
 
 
 def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
@@ -129,7 +129,7 @@ def data_dir(*, write: bool = True, home: Path | str | None = None) -> Path:
             checked the same way and named as ``home`` in errors.
 
     Raises:
-        ConfigError: (exit 2, naming ``WORKRUN_HOME`` or the path) a bad ``WORKRUN_HOME`` value, a path
+        ConfigError: (exit 2, naming ``WORKRUN_HOME``, ``home`` or the path) a bad ``WORKRUN_HOME`` value, a path
             that is not a directory or cannot be created, a directory group or others can write to,
             or (``write``) one this user cannot write.
     """
