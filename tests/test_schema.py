@@ -3,6 +3,7 @@ tutorial's workflows and Apps) and on invalid ones; a workflow may start with a 
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -187,3 +188,20 @@ def test_what_the_app_schema_refuses_the_loader_refuses(text, tmp_path):
     (tmp_path / "main.py").write_text("")
     with pytest.raises(ConfigError):
         load_project(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["a", "a b", "é-1", "a\u00a0b", "a\u3000", "", " ", "\t", "x\x00", "\u202eevil",
+                                  "a\u061cb", "a\u200bb", "a\u2028b", "x\x1b[31m"])
+def test_the_app_schema_and_the_loader_agree_on_an_app_name(name, tmp_path):
+    """R-L4 (diff review): one pattern for an App name in both, so they cannot drift apart."""
+    pyproject = f'[project]\nname = "p"\nversion = "0"\n[tool.workrun.apps.{json.dumps(name)}]\nentry = "main.py"\n'
+    schema_ok = not list(_validator(app_schema()).iter_errors(tomllib.loads(pyproject)["tool"]["workrun"]))
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    (tmp_path / "uv.lock").write_text("")
+    (tmp_path / "main.py").write_text("")
+    try:
+        load_project(tmp_path)
+        loader_ok = True
+    except ConfigError:
+        loader_ok = False
+    assert schema_ok == loader_ok, (name, schema_ok, loader_ok)

@@ -14,12 +14,16 @@ from typing import Any
 
 from workrun.core.models import NODE_MODELS, AppSpec, ConnectorSpec, HttpAction, RetryPolicy, SmtpSpec
 
-__all__ = ["DRAFT", "app_schema", "workflow_schema"]
+__all__ = ["APP_NAME", "DRAFT", "app_schema", "workflow_schema"]
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
-_INVISIBLE = "\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff"
-_PRINTABLE_NAME = f"^[^{_INVISIBLE}]*[^\\s{_INVISIBLE}][^{_INVISIBLE}]*$"  # (an App name: str.isprintable, not blank)
+_INVISIBLE = "\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff"
+_PRINTABLE_NAME = f"^[^{_INVISIBLE}]*[^\\s{_INVISIBLE}][^{_INVISIBLE}]*$"
+APP_NAME = _PRINTABLE_NAME
+"""The pattern (JSON Schema's and Python's ``re``) an App name matches, in the schema and in the loader alike
+(R-L4): not blank, and no control, line-separator, zero-width or bidi-override character (a NUL or an escape
+once reached the dashboard's HTML)."""
 
 
 def _inline(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

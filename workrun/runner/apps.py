@@ -7,7 +7,9 @@ entry), R-J2 (code fingerprint).
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import threading
 import time
 import tomllib
@@ -22,6 +24,7 @@ from workrun.core.errors import ConfigError, ConfigErrors
 from workrun.core.filestamps import Stamp, StampedCache, settled, stamp
 from workrun.core.models import AppSpec
 from workrun.core.paths import real_path
+from workrun.core.schema import APP_NAME
 from workrun.core.shape import ShapeError
 from workrun.core.structs import struct
 from workrun.outbound.http import check_action
@@ -137,6 +140,8 @@ def _inside(project: Path, root: str, rel: str, file: str, field: str) -> str:
     return target
 
 
+_APP_NAME = re.compile(APP_NAME)
+
 _PARSED: StampedCache[tuple[str, dict[str, AppSpec], tuple[ConfigError, ...]]] = StampedCache()
 
 
@@ -174,7 +179,7 @@ def _parse_apps(project: Path) -> tuple[str, dict[str, AppSpec], tuple[ConfigErr
         if not isinstance(table, dict):
             errors.append(ConfigError("must be a table", file=file, field=prefix))
             continue
-        if not name.strip() or not name.isprintable():  # a NUL or an escape reached the dashboard's HTML
+        if not _APP_NAME.match(name):  # a NUL or an escape reached the dashboard's HTML (the schema's pattern)
             errors.append(ConfigError("an App name is printable text: no control or format characters, not blank",
                                       file=file, field=prefix))
             continue
@@ -219,7 +224,10 @@ def load_project(project: Path) -> dict[str, AppSpec]:
                                           lambda: _parse_apps(project))
     apps: dict[str, AppSpec] = {}
     root = real_path(project)
-    errors: list[ConfigError] = list(invalid)  # every App's first error (R-L1: all Apps are checked)
+    # every App's first error (R-L1: all Apps are checked); copies: the cached ones are never raised themselves
+    # (a traceback would grow on them with every raise, and keep its frames alive)
+    errors: list[ConfigError] = [copy.copy(part) for e in invalid
+                                 for part in (e.errors if isinstance(e, ConfigErrors) else [e])]
     for name, spec in declared.items():
         try:
             _check_paths(project, root, name, spec, file)
