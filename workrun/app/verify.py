@@ -134,7 +134,8 @@ def verify(workflow: Path | str, inputs: Mapping[str, Any] | list[str] | None = 
 
     Raises:
         ConfigError: a bad workflow, input or check App (exit 2).
-        UsageError: an unknown ``--node`` or a ``--check`` without ``:`` (exit 2).
+        UsageError: an unknown ``--node``, a ``--check`` without ``:`` or naming an App that is no process App
+            (exit 2).
     """
     from workrun.config.workflow import compensable_nodes, load_workflow
     from workrun.nodes import default_executors

@@ -358,7 +358,8 @@ class FailurePolicy(_Strict):
                 raise PolicyError("then", "then = … goes with retry = { … }")
             unknown = sorted(keys - {"retry", "then", "fallback", "compensate", "fallback_action"})
             if unknown:
-                hint = typo_hints(unknown[:1], ["retry", "then", "fallback", "compensate", "fallback_action"])
+                hint = typo_hints(unknown[:1], [k for k in ("retry", "then", "fallback", "compensate",
+                                                            "fallback_action") if k not in keys])
                 raise PolicyError(unknown[0], f"unknown key (did you mean {hint[unknown[0]]!r}?)" if hint
                                   else "unknown key; " + _POLICY_HELP)
         raise PolicyError("", _POLICY_HELP)

@@ -81,7 +81,7 @@ def pretty(value: Any) -> str:
 _INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-class Verbatim(str):
+class _Verbatim(str):
     """A text a page sends back as it is (an attribute's value: a filter's selected workflow, a search field, a
     hidden field kept across pages): escaped, but not made :func:`visible`, which would send ``\\u202e`` for a
     name holding U+202E and so match nothing. Made by the templates' ``verbatim`` filter."""
@@ -92,7 +92,7 @@ def visible(value: Any) -> Any:
     App's output, a name) as ``\\xNN``/``\\uNNNN``, as the CLI shows them; tab, line feed and carriage return
     stay. Markup (the dashboard's own HTML) and other values are left as they are; everything is escaped after.
     """
-    if isinstance(value, str) and not isinstance(value, (Markup, Verbatim)) and _INVISIBLE.search(value):
+    if isinstance(value, str) and not isinstance(value, (Markup, _Verbatim)) and _INVISIBLE.search(value):
         return _INVISIBLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
                               else f"\\u{ord(m.group()):04x}", value)
     return value
@@ -101,7 +101,7 @@ def visible(value: Any) -> Any:
 def _templates() -> Environment:
     env = Environment(loader=PackageLoader("workrun.ui", "templates"), finalize=visible,
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters.update(pretty=pretty, short_time=short_time, verbatim=Verbatim)
+    env.filters.update(pretty=pretty, short_time=short_time, verbatim=_Verbatim)
     env.globals.update(duration=duration, rollup_line=views.rollup_line)
     return env
 
