@@ -155,16 +155,30 @@ def finish_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow
     return after
 
 
-def recover_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow) -> CompensationRow:
+def _settled_here(status: str) -> SendResult:
+    """What became of an action this process sent itself and a runner that died left ``status`` (R-R3): from
+    ``starting`` nothing left (``not_started``); from ``running`` it may have: ``unknown``, never re-sent."""
+    if status == "starting":
+        return SendResult(False, failure=Failure.NOT_STARTED,
+                          error="not started: the runner stopped before it was sent")
+    return SendResult(True, failure=Failure.UNKNOWN,
+                      error="outcome unknown: the runner stopped while it was in flight; verify outside before "
+                      "sending it again")
+
+
+def recover_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
+                         dispatched: bool = True) -> CompensationRow:
     """Settle a reverse action attempt left in flight by a runner that died (R-R3, R-R4).
 
     ``starting``: nothing was sent -> ``not_started``, the compensation ``pending`` again (not counted).
     ``running``: it may have been sent -> ``unknown`` (re-sent only when the action is idempotent).
-    The runner's transport decides (on a shared journal, the request's claim).
+    The runner's transport decides (on a shared journal, the request's claim); for an action the scheduler
+    sends itself (``dispatched=False``: an email), which no claim records, the attempt's own status does.
     """
     cid = comp["compensation_id"]
     number = attempt["number"]
-    got = svc.runner.settle_request(f"{cid}.{number}", attempt["status"])
+    got = svc.runner.settle_request(f"{cid}.{number}", attempt["status"]) if dispatched \
+        else _settled_here(attempt["status"])
     if got.failure is not Failure.NOT_STARTED:
         return finish_http_attempt(svc, comp, attempt, got)
     svc.journal.finish_attempt(cid, number, status="not_started", failure=Failure.NOT_STARTED,

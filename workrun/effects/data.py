@@ -51,7 +51,7 @@ class DataUpdate(ActionOnly):
     def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
         """Left ``starting`` (its write was never committed): not started, run again."""
-        return recover_http_attempt(svc, comp, cast(AttemptRow, {**attempt, "status": "starting"}))
+        return recover_http_attempt(svc, comp, cast(AttemptRow, {**attempt, "status": "starting"}), dispatched=False)
 
     def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Setting the same values again changes nothing: idempotent by construction."""

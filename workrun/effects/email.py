@@ -73,8 +73,11 @@ class Email(ActionOnly):
 
     def recover_attempt(self, svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                         claim_wait: float) -> CompensationRow:
-        """``starting``: never sent (not started); ``running``: it may have been: ``unknown`` (R-R3)."""
-        return recover_http_attempt(svc, comp, attempt)
+        """``starting``: never sent (not started); ``running``: it may have been: ``unknown`` (R-R3). Decided by
+        the attempt's status, also on a shared journal: the scheduler sends an email itself, no claim records
+        it (a worker taking the run over once asked the claims, found none and tried ``running ->
+        not_started``)."""
+        return recover_http_attempt(svc, comp, attempt, dispatched=False)
 
     def run_again(self, svc: Context, comp: CompensationRow, op: OperationRow) -> str | None:
         """Send the message once more, the same Message-ID (a receiver de-duplicates), outside the journal."""
