@@ -53,7 +53,11 @@ def test_a_run_serves_its_metrics(write_workflow, monkeypatch):
         server.route("POST", "/boom", status=500, body="no")
         server.route("GET", "/look", status=200, json={})
         wf = write_workflow("m", FLOW.format(port=server.port, url=server.url)  # look: nothing to undo (skipped)
-                            + f'[nodes.look]\nkind = "http"\nmethod = "GET"\nurl = "{server.url}/look"\n')
+                            .replace('needs = ["order"]', 'needs = ["order", "mark"]')
+                            + f'[nodes.look]\nkind = "http"\nmethod = "GET"\nurl = "{server.url}/look"\n'
+                            # an attempt counted by its action's kind, not as http (fleet review)
+                            + f'[nodes.mark]\nkind = "http"\nmethod = "GET"\nurl = "{server.url}/look"\n'
+                            'compensation = { update_data = { fields = ["status"], values = { status = "undone" } } }\n')
         view = api.run(wf)
         assert view["status"] == "failed"
         got = _scrape(port)
@@ -61,6 +65,7 @@ def test_a_run_serves_its_metrics(write_workflow, monkeypatch):
     assert got['workrun_calls_total{kind="http",outcome="succeeded"}'] >= 1
     assert got['workrun_calls_total{kind="http",outcome="failed"}'] >= 1
     assert got['workrun_attempts_total{kind="http",outcome="succeeded"}'] >= 1
+    assert got['workrun_attempts_total{kind="update_data",outcome="succeeded"}'] >= 1
     assert got['workrun_compensations_finished_total{status="succeeded"}'] >= 1
     assert got['workrun_compensations_finished_total{status="skipped"}'] >= 1  # as the fleet guide says
     assert got['workrun_call_duration_seconds_count{kind="http"}'] >= 2

@@ -144,7 +144,10 @@ def finish_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow
                                compensation_status=comp_status, reason=reason, next_attempt_at=next_at,
                                http_status=got.status, response_tail=got.response_tail, smtp_code=got.smtp_code,
                                run_data=run_data if got.succeeded else None)
-    metrics.count_attempt("email" if got.smtp_code is not None else "http", status)
+    # by the action's kind as the workflow wrote it (R-F4): an email with no SMTP reply, or an update_data that
+    # sends nothing, is no http attempt
+    kind = ((comp.get("context") or {}).get("reverse_action") or {}).get("kind") or "http"
+    metrics.count_attempt(str(kind), status)
     metrics.count_compensation(comp_status)
     after = svc.journal.compensation(cid)
     if tracing.enabled():  # an HTTP request (http, sms) is an http.request span under its attempt (R-F5)
