@@ -71,9 +71,9 @@ def test_quick_match_takes_only_plain_read_command_lines():
                                                                                           "all_runs": False}
     assert quick.match(["runs", "show", "run_1", "--json"])[1] == {"json_mode": True, "run_id": "run_1"}
     assert quick.match(["compensations", "list", "--run", "r", "--status", "failed"])[1] == {
-        "json_mode": False, "status": "failed", "run": "r", "workflow": None}
-    assert quick.match(["compensations", "list", "--workflow", "w"])[1] == {
-        "json_mode": False, "status": None, "run": None, "workflow": "w"}
+        "json_mode": False, "status": "failed", "run": "r", "workflow": None, "all_runs": False}
+    assert quick.match(["compensations", "list", "--workflow", "w", "--all"])[1] == {
+        "json_mode": False, "status": None, "run": None, "workflow": "w", "all_runs": True}
     assert quick.match(["compensations", "show", "cmp_1"])[1] == {"json_mode": False, "compensation_id": "cmp_1"}
     for args in (["runs", "list", "--limit=3"], ["runs", "list", "--limit", "x"], ["runs", "list", "--limit", "-1"],
                  ["runs", "list", "--json", "--json"], ["runs", "list", "--help"], ["runs", "show"],

@@ -68,6 +68,10 @@ def test_the_tutorial_verifies_with_a_check_app_and_verify_runs_are_hidden(workr
     assert len(workrun("runs", "list", "--json", "--all").json()) == 2
     table = workrun("runs", "list", "--all").out.splitlines()[1:]  # the table marks them as verify's
     assert len(table) == 2 and all("  cleanup-tutorial (verify)  " in line for line in table), table
+    # their compensations are left out of the operator's list the same way (new-user review), unless asked for
+    assert workrun("compensations", "list", "--json").json() == []
+    assert len(workrun("compensations", "list", "--all", "--json").json()) == 2
+    assert len(workrun("compensations", "list", "--run", scenario["runs"][0], "--json").json()) == 1
 
 
 def test_a_compensation_that_is_not_idempotent_is_caught(workrun, make_project, tmp_path, write_workflow):

@@ -509,3 +509,32 @@ def test_the_compensations_and_tickets_api_page_as_the_runs_api_does(ui_server, 
         assert client.get(f"/api/compensations?{query}").status_code == 400, query
         assert client.get(f"/api/tickets?{query}").status_code == 400, query
     assert client.get("/api/tickets?limit=1").json() == []
+
+
+def test_verify_runs_compensations_are_left_out_of_the_queue_and_the_attention_count(ui_server, workrun,
+                                                                                     marker_project, write_workflow,
+                                                                                     tmp_path) -> None:
+    """R-V1 and R-D2 (new-user review): the Runs page left verify's runs out but the Compensations page and the
+    attention count took their compensations in; now both leave them out unless ``all=1``, as the CLI does."""
+    wf = write_workflow("v", f"""
+[nodes.a]
+project = "{marker_project}"
+app = "mark"
+input = {{ name = "a", comp_fail = true }}
+[nodes.b]
+project = "{marker_project}"
+app = "mark"
+needs = ["a"]
+input = {{ name = "b" }}
+""")
+    assert workrun("verify", wf, "--node", "a", env={"TEST_LOG": str(tmp_path / "c.log")}).code == 1
+    client = ui_server().client()
+    assert client.get("/api/compensations").json() == workrun("compensations", "list", "--json").json() == []
+    every = client.get("/api/compensations?all=1").json()
+    assert [c["status"] for c in every] == ["failed"] and every == \
+        workrun("compensations", "list", "--all", "--json").json()
+    assert client.get("/api/attention").json()["compensations"]["failed"] == 0
+    page = client.get("/compensations").text
+    assert "verify runs too" in page and every[0]["compensation_id"] not in page
+    assert every[0]["compensation_id"] in client.get("/compensations?all=1").text
+    assert client.get("/api/compensations?all=2").status_code == 400

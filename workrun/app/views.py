@@ -320,15 +320,17 @@ def compensation_full(journal: Journal, c: CompensationRow) -> dict[str, Any]:
 
 
 def compensations_list(journal: Journal, *, status: str | None = None, run: str | None = None,
-                       workflow: str | None = None) -> list[dict[str, Any]]:
+                       workflow: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
     """``compensations list --json`` and ``/api/compensations`` (SPEC §9), oldest first, of the given status, run
-    and workflow name (None: any; R-D1).
+    and workflow name (None: any; R-D1); those of the runs of ``workrun verify`` only with ``all_runs`` or when
+    ``run`` names one (as ``runs list`` leaves those runs out, R-V1).
 
     Raises:
         NotFoundError: ``run`` matches no run (a unique prefix is accepted).
     """
     run_id = journal.run(run)["run_id"] if run else None
-    return [compensation_full(journal, c) for c in journal.list_compensations(status, run_id, workflow)]
+    rows = journal.list_compensations(status, run_id, workflow, verify=all_runs or run_id is not None)
+    return [compensation_full(journal, c) for c in rows]
 
 
 def compensation_detail(journal: Journal, compensation_id: str) -> dict[str, Any]:

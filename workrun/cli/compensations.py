@@ -30,10 +30,11 @@ def list_compensations(
     status: Optional[str] = typer.Option(None, "--status", help="Only this status."),
     run: Optional[str] = typer.Option(None, "--run", help="Only this run (id or unique prefix)."),
     workflow: Optional[str] = typer.Option(None, "--workflow", help="Only runs of this workflow (its name)."),
+    all_runs: bool = typer.Option(False, "--all", help="Those of the runs of `workrun verify` too."),
     json_mode: bool = JsonOpt,
 ) -> None:
-    """List compensations (all runs), oldest first."""
-    reads.list_compensations(status, run, json_mode, workflow)
+    """List compensations (all runs but verify's), oldest first."""
+    reads.list_compensations(status, run, json_mode, workflow, all_runs)
 
 
 @app.command("show")

@@ -36,15 +36,16 @@ __all__ = ["match"]
 _SHAPES: dict[tuple[str, str], tuple[str | None, dict[str, str], dict[str, str]]] = {
     ("runs", "list"): (None, {"--json": "json_mode", "--all": "all_runs"}, {"--limit": "limit"}),
     ("runs", "show"): ("run_id", {"--json": "json_mode"}, {}),
-    ("compensations", "list"): (None, {"--json": "json_mode"}, {"--status": "status", "--run": "run",
-                                                                "--workflow": "workflow"}),
+    ("compensations", "list"): (None, {"--json": "json_mode", "--all": "all_runs"},
+                                {"--status": "status", "--run": "run", "--workflow": "workflow"}),
     ("compensations", "show"): ("compensation_id", {"--json": "json_mode"}, {}),
 }
 # the typer defaults of the options above (every parameter is passed explicitly)
 _DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("runs", "list"): {"json_mode": False, "limit": None, "all_runs": False},
     ("runs", "show"): {"json_mode": False},
-    ("compensations", "list"): {"json_mode": False, "status": None, "run": None, "workflow": None},
+    ("compensations", "list"): {"json_mode": False, "status": None, "run": None, "workflow": None,
+                                "all_runs": False},
     ("compensations", "show"): {"json_mode": False},
 }
 

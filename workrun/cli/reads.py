@@ -102,8 +102,10 @@ def show_run(run_id: str, json_mode: bool) -> None:
                       "lists them")
 
 
-def list_compensations(status: str | None, run: str | None, json_mode: bool, workflow: str | None = None) -> None:
-    """``workrun compensations list``: compensations (all runs, or of a run or a workflow), oldest first.
+def list_compensations(status: str | None, run: str | None, json_mode: bool, workflow: str | None = None,
+                       all_runs: bool = False) -> None:
+    """``workrun compensations list``: compensations (all runs but those of ``workrun verify`` unless ``all_runs``,
+    or of a run or a workflow), oldest first.
 
     Raises:
         UsageError: ``status`` is not a compensation status (exit 2).
@@ -117,7 +119,7 @@ def list_compensations(status: str | None, run: str | None, json_mode: bool, wor
     if workflow == "":
         raise UsageError("an empty workflow name matches nothing", field="--workflow")
     with viewing() as journal:
-        rows = compensations_list(journal, status=status, run=run, workflow=workflow)
+        rows = compensations_list(journal, status=status, run=run, workflow=workflow, all_runs=all_runs)
     if json_mode:
         print_json(rows)
     elif not rows:

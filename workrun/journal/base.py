@@ -301,8 +301,9 @@ class CompensationRecords(Protocol):
         """
 
     def list_compensations(self, status: str | None = None, run_id: str | None = None,
-                           workflow: str | None = None) -> list[CompensationRow]:
-        """Compensations filtered by status, run and workflow name (None: any), oldest first."""
+                           workflow: str | None = None, *, verify: bool = True) -> list[CompensationRow]:
+        """Compensations filtered by status, run and workflow name (None: any), oldest first; ``verify`` False:
+        none of the runs of ``workrun verify``."""
 
     def attempts(self, compensation_id: str) -> list[AttemptRow]:
         """Attempts of a compensation, by number."""
@@ -460,8 +461,10 @@ class Listings(Protocol):
     def workflow_names(self) -> list[str]:
         """Distinct workflow names of all runs, sorted."""
 
-    def compensation_counts(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
-        """``{run_id: {status: count}}`` of compensations of the given runs (None: every run)."""
+    def compensation_counts(self, run_ids: Sequence[str] | None = None, *,
+                            verify: bool = True) -> dict[str, dict[str, int]]:
+        """``{run_id: {status: count}}`` of compensations of the given runs (None: every run, those of
+        ``workrun verify`` only with ``verify``)."""
 
     def latest_app_calls(self) -> list[AppCallRow]:
         """The newest operation of each (project, App): project, app, kind, config, fingerprint,
@@ -471,8 +474,8 @@ class Listings(Protocol):
         """Every operator event of a run (run-level and per compensation), oldest first."""
 
     def compensation_queue(self, *, status: str | None = None, run_id: str | None = None,
-                           workflow: str | None = None, limit: int = 100,
-                           offset: int = 0) -> tuple[list[CompensationRow], int]:
+                           workflow: str | None = None, limit: int = 100, offset: int = 0,
+                           verify: bool = True) -> tuple[list[CompensationRow], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
         oldest first within a status, filtered by status, run and workflow name (None: any); at most ``limit``
         rows from ``offset``, and how many match in all (R-D1)."""

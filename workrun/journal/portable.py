@@ -518,11 +518,14 @@ class SqlJournal(ABC):
         return self._one("compensations", "compensation_id", compensation_id, "compensation", "COMPENSATION_ID")
 
     def _filtered(self, table: str, status: str | None, run_id: str | None,
-                  workflow: str | None = None) -> tuple[str, tuple[Any, ...]]:
+                  workflow: str | None = None, verify: bool = True) -> tuple[str, tuple[Any, ...]]:
         """The ``WHERE`` clause (empty or starting with a space) and its parameters for rows of ``table`` with
-        the given status, run and workflow name (None: any)."""
+        the given status, run and workflow name (None: any); ``verify`` False: none of a verify run's."""
         where: list[str] = []
         params: list[Any] = []
+        if not verify:
+            where.append("run_id NOT IN (SELECT run_id FROM runs WHERE verify = ?)")
+            params.append(1)
         if status:
             where.append("status = ?")
             params.append(status)
@@ -535,9 +538,10 @@ class SqlJournal(ABC):
         return (" WHERE " + " AND ".join(where) if where else ""), tuple(params)
 
     def list_compensations(self, status: str | None = None, run_id: str | None = None,
-                           workflow: str | None = None) -> list[CompensationRow]:
-        """Compensations filtered by status, run and workflow name, oldest first."""
-        where, params = self._filtered("compensations", status, run_id, workflow)
+                           workflow: str | None = None, *, verify: bool = True) -> list[CompensationRow]:
+        """Compensations filtered by status, run and workflow name, oldest first (``verify`` False: none of the
+        runs of ``workrun verify``)."""
+        where, params = self._filtered("compensations", status, run_id, workflow, verify)
         return self._query(f"SELECT * FROM compensations{where} ORDER BY created_at, rowid", params)
 
     def attempts(self, compensation_id: str) -> list[AttemptRow]:
@@ -874,10 +878,14 @@ class SqlJournal(ABC):
         """Distinct workflow names of all runs, sorted."""
         return [r["workflow"] for r in self._query("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
 
-    def compensation_counts(self, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
-        """``{run_id: {status: count}}`` of compensations, for the given runs (None: every run)."""
+    def compensation_counts(self, run_ids: Sequence[str] | None = None, *,
+                            verify: bool = True) -> dict[str, dict[str, int]]:
+        """``{run_id: {status: count}}`` of compensations, for the given runs (None: every run, those of
+        ``workrun verify`` only with ``verify``)."""
         if run_ids is None:
-            rows = self._query("SELECT run_id, status, COUNT(*) AS n FROM compensations GROUP BY run_id, status")
+            where, params = self._filtered("compensations", None, None, None, verify)
+            rows = self._query(f"SELECT run_id, status, COUNT(*) AS n FROM compensations{where} "
+                               "GROUP BY run_id, status", params)
         elif not run_ids:
             return {}
         else:
@@ -894,12 +902,12 @@ class SqlJournal(ABC):
         return self._query("SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,))
 
     def compensation_queue(self, *, status: str | None = None, run_id: str | None = None,
-                           workflow: str | None = None, limit: int = 100,
-                           offset: int = 0) -> tuple[list[CompensationRow], int]:
+                           workflow: str | None = None, limit: int = 100, offset: int = 0,
+                           verify: bool = True) -> tuple[list[CompensationRow], int]:
         """The operator's queue: compensations failed, blocked, unknown, pending first (then running, done),
         oldest first within a status, filtered by status, run and workflow name; at most ``limit`` rows from
-        ``offset``, and how many match in all (R-D1)."""
-        where, params = self._filtered("compensations", status, run_id, workflow)
+        ``offset``, and how many match in all (R-D1); ``verify`` False: none of the runs of ``workrun verify``."""
+        where, params = self._filtered("compensations", status, run_id, workflow, verify)
         rows = self._query(f"SELECT * FROM compensations{where} ORDER BY {self._QUEUE_RANK}, created_at, rowid "
                            "LIMIT ? OFFSET ?", (*params, limit, offset))
         return rows, self._query(f"SELECT COUNT(*) AS n FROM compensations{where}", params)[0]["n"]

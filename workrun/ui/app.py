@@ -355,14 +355,18 @@ def _queue_filters(d: Dashboard, q: Any, statuses: tuple[str, ...]) -> dict[str,
         run_id = d.journal.run(run)["run_id"] if run else None
     except WorkrunError as exc:  # no such run, or the journal refused the look-up
         raise ValueError(exc.line()) from None
-    return {"status": status, "run_id": run_id, "workflow": q.get("workflow") or None}
+    if (q.get("all") or "0") not in ("0", "1"):
+        raise ValueError("all is 1 (verify runs too) or 0")
+    return {"status": status, "run_id": run_id, "workflow": q.get("workflow") or None,
+            "verify": q.get("all") == "1" or run_id is not None}
 
 
 def _queue_page(d: Dashboard, request: Request, found: dict[str, Any], total: int, page: int) -> dict[str, Any]:
     """What the queue pages' filter form and pager show: the values, the pages and the links' query."""
     q = request.query_params
-    keep = {k: q.get(k) for k in ("status", "run", "workflow") if q.get(k)}
+    keep = {k: q.get(k) for k in ("status", "run", "workflow", "all") if q.get(k)}
     return {"status": found["status"], "run": q.get("run") or "", "workflow": found["workflow"],
+            "all": q.get("all") == "1",
             "workflows": d.journal.workflow_names(), "keep": keep, "filtered": bool(keep), "page": page,
             "pages": max(1, -(-total // PAGE_SIZE)), "total": total}
 
@@ -507,7 +511,7 @@ def attention(journal: Any) -> dict[str, Any]:
     """What needs a person (R-D2): ``{"compensations": {"failed", "blocked", "unknown"}, "tickets": {"pending"},
     "total"}``."""
     counts: dict[str, int] = {"failed": 0, "blocked": 0, "unknown": 0}
-    for per_run in journal.compensation_counts(None).values():
+    for per_run in journal.compensation_counts(None, verify=False).values():  # verify's runs are tests (R-V1)
         for status in counts:
             counts[status] += int(per_run.get(status, 0))
     pending = len(views.tickets_list(journal, status="pending"))
@@ -538,11 +542,13 @@ def api_compensations(request: Request) -> Response:
     try:
         window = _window(q)
         _bounded(q, "run", "workflow")
+        if (q.get("all") or "0") not in ("0", "1"):
+            raise ValueError("all is 1 (verify runs too) or 0")
     except ValueError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
     try:
         rows = views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None,
-                                        workflow=q.get("workflow") or None)
+                                        workflow=q.get("workflow") or None, all_runs=q.get("all") == "1")
     except WorkrunError as exc:
         return _api_error(exc)
     return JSONResponse(rows if window is None else rows[window])
