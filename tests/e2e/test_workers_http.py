@@ -141,8 +141,11 @@ def test_scheduler_killed_with_its_request_queued_the_next_one_uses_what_a_worke
         wait_for(lambda: _ended(journal, run_id), 120, "the run to end")
     finally:
         fleet.stop_workers(procs)
-    [order] = journal.operations(run_id, "order")
-    assert order["status"] == "succeeded"
+    orders = journal.operations(run_id, "order")
+    # the executor sent it and the new scheduler journaled that; or, on a machine busy enough that the takeover
+    # came first, the queued request was fenced (never sent) and the node ran again: one request either way
+    assert orders[-1]["status"] == "succeeded" and len(orders) <= 2, orders
+    assert all(o["failure"] == "not_started" for o in orders[:-1]), orders
     assert journal.run_claim(run_id)["takeovers"] == 1
     assert [server.count("POST", "/api/orders"), server.count("DELETE", "/api/orders/7")] == [1, 1]
 
