@@ -158,17 +158,6 @@ def finish_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow
     return after
 
 
-def _settled_here(status: str) -> SendResult:
-    """What became of an action this process sent itself and a runner that died left ``status`` (R-R3): from
-    ``starting`` nothing left (``not_started``); from ``running`` it may have: ``unknown``, never re-sent."""
-    if status == "starting":
-        return SendResult(False, failure=Failure.NOT_STARTED,
-                          error="not started: the runner stopped before it was sent")
-    return SendResult(True, failure=Failure.UNKNOWN,
-                      error="outcome unknown: the runner stopped while it was in flight; verify outside before "
-                      "sending it again")
-
-
 def recover_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow, *,
                          dispatched: bool = True) -> CompensationRow:
     """Settle a reverse action attempt left in flight by a runner that died (R-R3, R-R4).
@@ -181,7 +170,7 @@ def recover_http_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRo
     cid = comp["compensation_id"]
     number = attempt["number"]
     got = svc.runner.settle_request(f"{cid}.{number}", attempt["status"]) if dispatched \
-        else _settled_here(attempt["status"])
+        else SendResult.left_in_flight(attempt["status"])
     if got.failure is not Failure.NOT_STARTED:
         return finish_http_attempt(svc, comp, attempt, got)
     svc.journal.finish_attempt(cid, number, status="not_started", failure=Failure.NOT_STARTED,

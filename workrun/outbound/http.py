@@ -1192,6 +1192,18 @@ class SendResult:
         failure = data.get("failure")
         return cls(**{**data, "failure": Failure(failure) if failure is not None else None})
 
+    @classmethod
+    def left_in_flight(cls, status: str) -> SendResult:
+        """What became of a request (or an email) this process sent itself and a runner that died left with
+        journal status ``status`` (R-R3, R-H2): from ``starting`` nothing left (failure ``not_started``); from
+        ``running`` it may have: ``unknown``, never re-sent blindly."""
+        if status == "starting":
+            return cls(False, failure=Failure.NOT_STARTED,
+                       error="not started: the runner stopped before the request was sent")
+        return cls(True, failure=Failure.UNKNOWN,
+                   error="outcome unknown: the runner stopped while the request was in flight; verify outside "
+                   "before sending it again")
+
 
 def _tail_text(raw: bytes, response: Any) -> str:
     """A response body as text for its ``response_tail``, decoded by its declared charset as its body is (a

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workrun.core.outcomes import Failure
 from workrun.core.rows import OperationRow
 from workrun.outbound.http import PreparedRequest, SendResult, allow_from_env, parse_allow, send
 from workrun.runner import calldir
@@ -116,12 +115,7 @@ class LocalRunner:
         """A request left ``starting`` was never sent (the guard had not let it out); one left ``running`` may have
         been: ``unknown``, never re-sent blindly (R-H2, R-R3)."""
         del call_id
-        if status == "starting":
-            return SendResult(False, failure=Failure.NOT_STARTED,
-                              error="not started: the runner stopped before the request was sent")
-        return SendResult(True, failure=Failure.UNKNOWN,
-                          error="outcome unknown: the runner stopped while the request was in flight; verify "
-                          "outside before sending it again")
+        return SendResult.left_in_flight(status)
 
     def recover(self, pid: int | None, proc_start: str | None, call_dir: Path, deadline: float | None, *,
                 claim_wait: float = 2.0) -> Outcome:
