@@ -1205,17 +1205,21 @@ class SendResult:
                    "before sending it again")
 
 
-def _tail_text(raw: bytes, response: Any) -> str:
-    """A response body as text for its ``response_tail``, decoded by its declared charset as its body is (a
-    UTF-16 answer read as UTF-8 kept a secret with NULs between its characters, past redaction); UTF-8 when
-    none is declared or it names no codec Python knows."""
-    charset = response.charset_encoding
-    if charset and charset.lower().replace("_", "-") not in ("utf-8", "utf8"):
-        try:  # (a body cut at 1 MiB may end inside a character: replaced, never read as UTF-8 instead)
-            return raw.decode(charset, errors="replace")
-        except LookupError:
-            pass
-    return raw.decode("utf-8", errors="replace")
+def _body_text(raw: bytes, encoding: str | None) -> str:
+    """A response body as text, by its declared charset (UTF-8 when none is declared or Python knows no such
+    codec; a body cut at 1 MiB may end inside a character: replaced). The body and its ``response_tail`` are read
+    from the same text (a UTF-16 answer read as UTF-8 for the tail once kept a secret past redaction)."""
+    try:
+        return raw.decode(encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return raw.decode("utf-8", errors="replace")
+
+
+def _tail(text: str, secrets: Mapping[str, str]) -> str:
+    """A response's ``response_tail``: its text redacted whole, then cut to :data:`TAIL_LIMIT` bytes (cut first, a
+    secret's encoded form across the cut, or moved into the kept part by redaction before it, left a piece of
+    itself behind)."""
+    return redact_value(text, secrets).encode("utf-8")[:TAIL_LIMIT].decode("utf-8", errors="ignore")
 
 
 def _scrub(value: Any, secrets: Mapping[str, str]) -> Any:
@@ -1241,11 +1245,7 @@ def _resolve(host: str, port: int) -> list[IPAddress]:
     return out
 
 
-def _decode_body(raw: bytes, content_type: str, encoding: str | None) -> Any:
-    try:
-        text = raw.decode(encoding or "utf-8", errors="replace")
-    except LookupError:  # a charset Python does not know
-        text = raw.decode("utf-8", errors="replace")
+def _decode_body(text: str, content_type: str) -> Any:
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "application/json" or media.endswith("+json"):
         try:
@@ -1446,19 +1446,16 @@ def _read(response: Any, request: PreparedRequest, exchange: _Exchange, address:
     try:
         for chunk in response.iter_bytes():
             total += len(chunk)
-            if total > RESPONSE_LIMIT:  # redacted whole before it is cut, as below: a cut through a secret's
-                # encoded form, then shortened by redaction before it, would leave a piece of it in the tail
-                tail = _scrub(_tail_text(b"".join(chunks), response), request.secrets)
+            if total > RESPONSE_LIMIT:
+                tail = _tail(_body_text(b"".join(chunks), response.charset_encoding), request.secrets)
                 return SendResult(True, status, kept, None, Failure.BAD_RESPONSE, f"HTTP {status}: response over 1 MiB",
-                                  tail.encode("utf-8")[:TAIL_LIMIT].decode("utf-8", errors="ignore"), address)
+                                  tail, address)
             chunks.append(chunk)
     except (httpx.HTTPError, OSError) as exc:
         return _lost(request, exchange, address, exc)
-    raw = b"".join(chunks)
-    body = _scrub(_decode_body(raw, kept.get("content-type", ""), response.charset_encoding), request.secrets)
-    # redacted whole before it is cut, so a secret across the cut leaves no part of itself behind
-    tail = _scrub(_tail_text(raw, response), request.secrets).encode("utf-8")[:TAIL_LIMIT] \
-        .decode("utf-8", errors="ignore")
+    text = _body_text(b"".join(chunks), response.charset_encoding)
+    body = _scrub(_decode_body(text, kept.get("content-type", "")), request.secrets)
+    tail = _tail(text, request.secrets)
     result = SendResult(True, status, kept, body, None, None, tail, address)
     if 200 <= status < 300:
         return result
