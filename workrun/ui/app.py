@@ -250,15 +250,14 @@ def _run_filters(q: Any) -> dict[str, Any]:
     order = q.get("order") or "desc"
     if sort not in ("started", "duration") or order not in ("desc", "asc"):
         raise ValueError("sort is started or duration; order is desc or asc")
-    if (q.get("all") or "0") not in ("0", "1"):
-        raise ValueError("all is 1 (verify runs too) or 0")
+    all_runs = _all_runs(q)
     try:
         since, until = _day(q.get("since")), _day(q.get("until"), end=True)
     except ValueError:
         raise ValueError("since and until are dates: YYYY-MM-DD") from None
     return {"status": status, "workflow": q.get("workflow") or None, "text": (q.get("q") or "").strip() or None,
             "since": since, "until": until, "sort": sort, "descending": order == "desc",
-            "verify": None if q.get("all") == "1" else False}
+            "verify": None if all_runs else False}
 
 
 def runs_page(request: Request) -> Response:
@@ -339,6 +338,17 @@ def timeline(view: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _all_runs(q: Any) -> bool:
+    """The ``all`` parameter of a list page or its API: True (``1``) takes the runs of ``workrun verify`` in too.
+
+    Raises:
+        ValueError: any other value than ``0`` or ``1`` (the page answers 400).
+    """
+    if (q.get("all") or "0") not in ("0", "1"):
+        raise ValueError("all is 1 (verify runs too) or 0")
+    return q.get("all") == "1"
+
+
 def _queue_filters(d: Dashboard, q: Any, statuses: tuple[str, ...]) -> dict[str, Any]:
     """The Compensations and Tickets pages' find (R-D1): ``status``, ``run`` (an id or unique prefix) and
     ``workflow`` (a name), as ``{"status", "run_id", "workflow"}`` (None: any).
@@ -355,10 +365,8 @@ def _queue_filters(d: Dashboard, q: Any, statuses: tuple[str, ...]) -> dict[str,
         run_id = d.journal.run(run)["run_id"] if run else None
     except WorkrunError as exc:  # no such run, or the journal refused the look-up
         raise ValueError(exc.line()) from None
-    if (q.get("all") or "0") not in ("0", "1"):
-        raise ValueError("all is 1 (verify runs too) or 0")
     return {"status": status, "run_id": run_id, "workflow": q.get("workflow") or None,
-            "verify": q.get("all") == "1" or run_id is not None}
+            "verify": _all_runs(q) or run_id is not None}
 
 
 def _queue_page(d: Dashboard, request: Request, found: dict[str, Any], total: int, page: int) -> dict[str, Any]:
@@ -366,7 +374,7 @@ def _queue_page(d: Dashboard, request: Request, found: dict[str, Any], total: in
     q = request.query_params
     keep = {k: q.get(k) for k in ("status", "run", "workflow", "all") if q.get(k)}
     return {"status": found["status"], "run": q.get("run") or "", "workflow": found["workflow"],
-            "all": q.get("all") == "1",
+            "all": _all_runs(q),
             "workflows": d.journal.workflow_names(), "keep": keep, "filtered": bool(keep), "page": page,
             "pages": max(1, -(-total // PAGE_SIZE)), "total": total}
 
@@ -542,13 +550,12 @@ def api_compensations(request: Request) -> Response:
     try:
         window = _window(q)
         _bounded(q, "run", "workflow")
-        if (q.get("all") or "0") not in ("0", "1"):
-            raise ValueError("all is 1 (verify runs too) or 0")
+        all_runs = _all_runs(q)
     except ValueError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
     try:
         rows = views.compensations_list(_dash(request).journal, status=status, run=q.get("run") or None,
-                                        workflow=q.get("workflow") or None, all_runs=q.get("all") == "1")
+                                        workflow=q.get("workflow") or None, all_runs=all_runs)
     except WorkrunError as exc:
         return _api_error(exc)
     return JSONResponse(rows if window is None else rows[window])
