@@ -22,13 +22,16 @@ runs. That process is forked *ahead* of its call: between calls the server
 keeps one spare supervisor, already its own session's leader and a
 subreaper, with its App process forked too; they run nothing of the App. The
 spare reads the next request from the runner's socket itself (the server then
-does not), answers the runner and tells the server, so neither a fork nor the
-server is on the call's path (one process hand-over fewer, issue 14). The next spare is forked as soon as a
-call takes the last one, so it is ready (its own start done) before the runner
-asks again. The supervisor claims the call directory before it hands the call to its App
-process, so no App code runs for a call that was fenced. A spare that died is
-forked around (the server reads the requests and forks a fresh supervisor per
-call until the next spare); an unused one ends with the server. The server reaps
+does not) and answers the runner, so neither a fork nor the server is on the
+call's path (one process hand-over fewer, issue 14). It tells the server once
+it has handed the call to its App process, and the server forks the next spare
+then: that fork and the new spare's own start run beside the App, not beside
+the claim and the App's start (on two cores they delayed both, issue 33), and
+the spare is ready (its own start done) before the runner asks again. The
+supervisor claims the call directory before it hands the call to its App process,
+so no App code runs for a call that was fenced. A spare that died is forked
+around (the server reads the requests and forks a fresh supervisor per call
+until the next spare); an unused one ends with the server. The server reaps
 its exited supervisors; it exits when the runner's end of the request socket
 closes (the runner ended or closed it).
 
@@ -143,9 +146,10 @@ class _Spare:
         self.pid, self.fd = pid, fd
 
     def taken(self) -> bool:
-        """Read what the spare said (its ``fd`` is readable): True when it took a request, False when it is
-        gone without one (it died; the server reads the requests itself again: it is reaped now, as it
-        closes its end only by exiting). The pair is closed."""
+        """Read what the spare said (its ``fd`` is readable): True when it took a request and its App is under
+        way, False when it is gone without saying so (it died, or the call it took never started: fenced,
+        ended or not startable; the server reads the requests itself again: it is reaped now, as it closes
+        its end untold only by exiting). The pair is closed."""
         try:
             said = os.read(self.fd, 16)
         except OSError:
@@ -232,12 +236,11 @@ def _spare(fd: int, request_fd: int, reply_fd: int) -> None:
         _supervise._drop(app)
         os._exit(0)
     app = _supervise.prepare_app(app, message)  # it takes the call's place meanwhile; it runs once claimed
-    try:  # the runner's answer, then the server's news (the runner waits for the answer)
+    try:  # the runner's answer; the server's news (``t`` on ``fd``) once the App is under way (supervise)
         os.write(reply_fd, (json.dumps({"pid": os.getpid(), "start": start}) + "\n").encode())
-        os.write(fd, b"t")
     except OSError:
         pass
-    for k in (fd, request_fd, reply_fd):
+    for k in (request_fd, reply_fd):
         os.close(k)
     try:
         request = json.loads(message)
@@ -245,7 +248,7 @@ def _spare(fd: int, request_fd: int, reply_fd: int) -> None:
     except BaseException as exc:  # nothing of the call ran; the runner sees no claim and no record
         _supervise._drop(app)
         _cannot_start(exc)
-    _supervise.supervise(request["entry"], list(request.get("args") or []), app, start)
+    _supervise.supervise(request["entry"], list(request.get("args") or []), app, start, fd)
 
 
 def _reap() -> None:
@@ -262,10 +265,11 @@ def serve(request_fd: int, reply_fd: int) -> None:
     """Serve fork requests until the runner closes its end of the request socket; a spare supervisor is kept
     ready between calls, and reads the next request itself (the server reads them only while it has none).
 
-    The next spare is forked as soon as a call takes the last one, so it is ready before the runner asks again
-    (measured, issue 14: forking it only once that call had ended put the spare's own start on the next call's
-    path). Every supervisor it forked is reaped as soon as it exits (a pidfd each): until then its process group
-    exists, and a runner ending that group waits for it to be gone."""
+    The next spare is forked as soon as a call took the last one and its App is under way, so it is ready before
+    the runner asks again (measured, issue 14: forking it only once that call had ended put the spare's own start
+    on the next call's path; issue 33: forking it as the call was taken put it beside the call's claim). Every
+    supervisor it forked is reaped as soon as it exits (a pidfd each): until then its process group exists, and a
+    runner ending that group waits for it to be gone."""
     reaping: list[int] = []  # pidfds of our supervisors still running: each is reaped as it exits
     look: float | None = None  # seconds between looks for exited supervisors: only for one without a pidfd
 

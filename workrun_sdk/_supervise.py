@@ -296,7 +296,7 @@ def _end_all(app: int, status: list[int], grace: float, *, skip_group: bool, on_
 
 
 def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None,
-              started: str | None = None) -> NoReturn:
+              started: str | None = None, taken: int = -1) -> NoReturn:
     """Supervise one App call in this process (see the module docstring); never returns.
 
     Args:
@@ -308,6 +308,11 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None,
             forked as usual.
         started: this process's ``/proc`` start time when the caller read it already (a spare did, for its
             answer to the runner); else it is read here.
+        taken: a spare's end of its socket pair with the fork server (-1: none), told ``t`` (the spare took a
+            call) and closed once the App is under way: only then does the server fork the next spare, so that
+            fork and the new spare's own start run beside the App, not beside the claim and the App's start
+            on a machine's few cores (issue 33). A spare that exits before (the call was fenced or ended, or
+            cannot start) closes it untold: the server reaps it as one that took no call.
     """
     # Held from before the claim: a SIGTERM (the runner ending the call just after it started) must never
     # end the supervisor between its claim and its exit record (that would read as an unknown outcome).
@@ -336,6 +341,8 @@ def supervise(entry: str, args: list[str], spare: tuple[int, int] | None = None,
         _record_and_exit(directory, signal.SIGTERM)  # a wait status: ended by SIGTERM
     _flush()
     app = _hand_over(spare)
+    if taken >= 0:  # before any fork here: no App process keeps it
+        write_all(taken, b"t")
     if app is None:
         app = os.fork()
     if app == 0:  # the App

@@ -581,6 +581,41 @@ def test_the_next_spare_is_forked_as_a_call_takes_one_and_each_supervisor_is_rea
     assert _servers_of(env_of[3]) == []
 
 
+def test_a_spare_that_took_a_fenced_call_is_reaped_and_the_next_calls_are_served(env_of):
+    """A spare tells its server that it took a call only once its App is under way (issue 33); a spare whose
+    call was fenced before its claim exits without telling (exit 75, nothing of the App ran). The server reaps
+    it, serves the next call itself, and keeps a spare again after it."""
+    import time
+
+    from workrun.runner.calldir import fence
+
+    servers = ForkServers()
+    try:
+        server, spare = _first_call_and_spare(servers, env_of)
+        project, python, sdk_dir, data = env_of
+        call_dir = data / "calls" / "fenced"
+        call_dir.mkdir(parents=True)
+        (call_dir / "input.json").write_text(json.dumps({"v": 1, "kind": "tool", "input": {"i": 9}, "tool": "who"}))
+        assert fence(call_dir)
+        proc = servers.start(python, sdk_dir, project, project / "tools.py", call_dir,
+                             app_environment(python, sdk_dir, call_dir))
+        assert proc.pid == spare
+        proc.wait()
+        _gone(proc.pid)
+        assert not (call_dir / "result.json").exists() and not (call_dir / "exit.json").exists()
+        assert (call_dir / "claim").read_text().split() == ["abandoned"]
+        assert "abandoned by the runner" in (call_dir / "stderr").read_text()  # the spare refused it
+        assert _call(servers, env_of, "c2", None)["i"] == 1  # served by the server itself
+        deadline = time.monotonic() + 10
+        while not (spares := _children(server.proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(spares) == 1 and spare not in spares  # a new spare once that call's App was under way
+        assert _call(servers, env_of, "c3", None)["i"] == 1
+    finally:
+        servers.close()
+    assert _servers_of(env_of[3]) == []
+
+
 def test_a_child_reaped_before_it_is_tracked_needs_no_watching():
     """Seen in a fresh-clone CI run: on a loaded machine a quick call's supervisor can exit, and be reaped by the
     server's sweep of exited children, before the server reads its spare's word. Tracking it then found no process:
