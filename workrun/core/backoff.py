@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 __all__ = ["MAX_DELAY", "backoff_delay"]
 
 MAX_DELAY = 60.0  # seconds
@@ -19,5 +17,8 @@ def backoff_delay(base: float, failures: int) -> float:
     Returns:
         The delay in seconds (0 when ``base`` is 0), never over :data:`MAX_DELAY`.
     """
-    delay = base * (2 ** max(0, failures - 1))
-    return min(MAX_DELAY, delay * random.uniform(0.75, 1.25)) if delay else 0.0
+    if not base:
+        return 0.0
+    import random  # here, not at the top: only a retry needs it, and it costs every command's start-up ~1 ms
+
+    return min(MAX_DELAY, base * (2 ** max(0, failures - 1)) * random.uniform(0.75, 1.25))

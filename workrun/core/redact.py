@@ -21,7 +21,7 @@ wherever anything is stored or shown). No I/O.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import re
 import threading
@@ -68,11 +68,17 @@ def _char(c: str) -> str:
     return "(?:" + "|".join(alts) + ")"
 
 
+def _b64(data: bytes) -> str:
+    """Standard base64 of ``data`` (``base64.b64encode``'s, from the C module it wraps: the module itself costs every
+    command's start-up ~1 ms)."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
 def _b64_cores(secret: bytes) -> list[str]:
     """The base64 characters that depend on ``secret`` alone, at each of the three alignments."""
     cores: list[str] = []
     for k in range(3):
-        text = base64.b64encode(b"\0" * k + secret).decode("ascii").rstrip("=")
+        text = _b64(b"\0" * k + secret).rstrip("=")
         start = -(-8 * k // 6)  # the first character whose 6 bits are all the secret's
         end = (8 * (k + len(secret))) // 6  # characters before this one hold only the secret's bits
         core = text[start:end]
@@ -86,7 +92,7 @@ def _b64_whole(secret: bytes) -> list[str]:
     """The secret's own base64 encodings, standard and URL-safe, with and without padding: an echo of the secret
     encoded alone ends in characters that also hold padding bits, which the cores leave out (a tail such as
     ``4=`` stayed; conformance review). Longest first."""
-    text = base64.b64encode(secret).decode("ascii")
+    text = _b64(secret)
     forms = {text, text.rstrip("=")}
     forms |= {f.replace("+", "-").replace("/", "_") for f in forms}
     return sorted(forms, key=len, reverse=True)
