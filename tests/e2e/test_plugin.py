@@ -45,7 +45,10 @@ def test_create_is_undone_after_an_injected_failure(workrun_api):
     assert len(workrun_api.runs()) == 1
 
 
-@pytest.mark.parametrize("point", ["attempt.intent", "attempt.started", "attempt.finished"])
+# every compensation-phase point is reached by an ordinary failing run: ``comp.status`` too (an attempt's intent
+# changes its compensation's status; conformance review: it was committed only by a hold, a release or an operator)
+@pytest.mark.parametrize("point", ["run.failed", "comp.status", "attempt.intent", "attempt.started",
+                                   "attempt.finished"])
 def test_a_crash_in_compensation_then_resume(workrun_api, point):
     import warnings
 
@@ -135,7 +138,7 @@ def test_an_app_author_proves_the_tutorials_compensation_with_the_plugin(tmp_pat
                            str(tmp_path / "test_my_app.py")], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert "10 passed" in proc.stdout, proc.stdout[-2000:]
+    assert "12 passed" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_a_wrong_assertion_in_an_authors_test_fails(tmp_path):

@@ -20,6 +20,8 @@ class Finished:
         data: the JSON value the CLI's ``--json`` prints (a dict, or a list for ``runs``).
         code: the exit code the CLI exits with (0, 1, 4, 130; errors are raised instead).
         note: a line for people (the CLI prints it in text mode), e.g. what ``stop`` did.
+        extra: facts for callers as data (never read from ``note``): ``{"killed": bool}`` for a run started under
+            ``crash``, whether its child was killed at the fault point.
     """
 
     data: Any

@@ -196,7 +196,7 @@ def _run_in_child(workflow: Path | str | None, inputs: dict[str, str], *, home: 
         warnings.warn(CrashNotReached(f"crash_at({point!r}, n={n}): run {run_id} ended {view['status']} without "
                                       f"reaching commit {n} of {point}: nothing was killed"), stacklevel=3)
     return Finished(view, EXIT.get(view["status"], 1) if view["status"] != "running" else 1,
-                    note=f"killed at {point} (commit {n})" if killed else "")
+                    note=f"killed at {point} (commit {n})" if killed else "", extra={"killed": killed})
 
 
 class CrashNotReached(UserWarning):

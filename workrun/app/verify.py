@@ -31,8 +31,10 @@ from workrun.core.errors import UsageError
 
 __all__ = ["CRASH_POINTS", "verify"]
 
-#: the compensation phase's journal writes, in the order a scenario's attempt meets them (``--crash``)
-CRASH_POINTS = ("attempt.intent", "attempt.started", "attempt.finished")
+#: the compensation phase's journal writes, in the order a scenario meets them (``--crash``): the run's failure
+#: with its compensation records, a compensation's status (an attempt's intent is its first change), an
+#: attempt's intent, its process started or its request about to be sent, its outcome
+CRASH_POINTS = ("run.failed", "comp.status", "attempt.intent", "attempt.started", "attempt.finished")
 
 Home = Path | str | None
 
@@ -66,7 +68,7 @@ def _scenario(workflow: Path, inputs: dict[str, str], node: str, *, check: tuple
         finally:
             INJECTION.reset(token)
         view = done.data
-        if done.note.startswith("killed"):
+        if done.extra.get("killed"):
             killed.append(CRASH_POINTS[0])
         for point in CRASH_POINTS[1:]:
             if _resume_killed_at(point, home, wait) < 0:

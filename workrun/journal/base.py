@@ -269,7 +269,7 @@ class CompensationRecords(Protocol):
         Raises:
             StaleStatusError: the compensation left ``seen`` meanwhile; nothing was written.
 
-        Fault point: ``attempt.intent``.
+        Fault points: ``attempt.intent``, then ``comp.status`` (one commit: the compensation's status changes).
         """
 
     def attempt_running(self, compensation_id: str, number: int, *, pid: int | None, proc_start: str | None,
@@ -286,7 +286,8 @@ class CompensationRecords(Protocol):
         """Record an attempt's outcome and its compensation's new status in one transaction (R-C7).
 
         The compensation's ``result`` is set to ``result`` when ``compensation_status`` is ``succeeded``;
-        its ``held_back_by`` is cleared. Fault point: ``attempt.finished``.
+        its ``held_back_by`` is cleared. Fault points: ``attempt.finished``, then ``comp.status`` (one commit: the
+        compensation's status changes).
         ``http_status`` and ``response_tail`` (first 2 KiB of the body) record a reverse action's answer (R-H7).
         """
 

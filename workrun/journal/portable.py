@@ -328,7 +328,7 @@ class SqlJournal(ABC):
             _insert("attempts", {"compensation_id": compensation_id, "number": number, "trigger": trigger,
                                  "status": "starting", "call_dir": call_dir, "started_at": at}),
             _update("compensations", key, {"status": "running", "reason": None, "updated_at": at}),
-        ], "attempt.intent", [("compensations", key, "running", seen)])
+        ], ("attempt.intent", "comp.status"), [("compensations", key, "running", seen)])
 
     def attempt_running(self, compensation_id: str, number: int, *, pid: int | None, proc_start: str | None,
                         deadline: float) -> None:
@@ -359,7 +359,7 @@ class SqlJournal(ABC):
         stmts = [_update("attempts", akey, attempt), _update("compensations", ckey, comp)]
         if run_data is not None:  # an update_data attempt: the write and its success are one transaction (R-K4)
             stmts.append(_update("runs", (run_data[0],), {"data": run_data[1]}))
-        self._tx(stmts, "attempt.finished",
+        self._tx(stmts, ("attempt.finished", "comp.status"),
                  [("attempts", akey, status, None), ("compensations", ckey, compensation_status, None)])
 
     def start_remote_task(self, run_id: str, node_key: str, url: str, *, at: float) -> None:
