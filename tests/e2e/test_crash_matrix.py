@@ -48,6 +48,10 @@ if data.get("kill") == "server":  # SIGKILL the fork server that forked this cal
         os.kill(int(fh.read().rsplit(")", 1)[1].split()[1]), 9)
 if data.get("kill") == "supervisor":  # SIGKILL this call's supervisor: no exit record can be written
     os.kill(os.getppid(), 9)
+if data.get("kill") == "hang":  # say which process group the call is, and wait to be killed with it
+    with open(os.environ["CALL_LOG"] + ".pgid", "w") as fh:
+        fh.write(str(os.getpgid(0)))
+    time.sleep(60)
 time.sleep(float(data.get("sleep", 0.1)))
 if data.get("flaky"):
     flag = Path(os.environ["CALL_LOG"] + "." + name + ".flag")
@@ -207,6 +211,40 @@ def test_fork_server_killed_mid_call(workrun, write_workflow, crash_project, tmp
     assert [c["status"] for c in comp_objs] == ["succeeded", "succeeded"]
     assert Counter(line.split()[0] for line in comps.read_text().splitlines()) == \
         {c["compensation_id"]: 1 for c in comp_objs}
+
+
+def test_resume_that_settles_a_call_as_unknown_exits_1(workrun, write_workflow, crash_project, tmp_path):
+    """R-R3, SPEC §10: the runner killed mid-call, then the call's whole process group (no exit record is ever
+    written): ``resume`` settles the call as unknown, never runs it again, compensates what came before it,
+    and exits 1, not 0 — an outcome a person must verify is not "everything ended well" (crash review: a job
+    running ``resume`` was told exit 0)."""
+    import os
+    import subprocess
+    import sys
+
+    calls, comps = tmp_path / "calls.log", tmp_path / "comps.log"
+    env = {"CALL_LOG": str(calls), "COMP_LOG": str(comps)}
+    pgid = Path(f"{calls}.pgid")
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(_chain_with(write_workflow, crash_project,
+                                                                                      "hang"))],
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pgid.exists() and pgid.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the call never started"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    os.killpg(int(pgid.read_text()), signal.SIGKILL)
+    res = workrun("resume", "--json", env=env)
+    assert res.code == 1, res
+    [view] = res.json()["runs"]
+    status = {o["node_key"]: o["status"] for o in view["operations"]}
+    assert status == {"a": "succeeded", "b": "unknown"}, view["operations"]
+    assert next(o for o in view["operations"] if o["node_key"] == "a")["compensation"]["status"] == "succeeded"
+    assert Counter(calls.read_text().split()) == {"a": 1, "b": 1}  # b never runs again
+    assert workrun("resume", "--json", env=env).code == 0  # nothing left to settle: the next resume is done
 
 
 @pytest.mark.parametrize("launcher", ["fork", "spawn"])

@@ -270,7 +270,8 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
 
     Returns:
         :class:`Finished`: ``{"runs": [run views]}``; code 0 when every compensation it handled ended
-        succeeded or skipped and every ticket action it sent or settled succeeded, else 1 (130: stopped).
+        succeeded or skipped, every ticket action it sent or settled succeeded and no call it settled ended
+        ``unknown`` (R-R3: a person verifies it), else 1 (130: stopped).
     """
     from workrun.app.views import run_detail
     from workrun.engine.recovery import resume_all
@@ -292,6 +293,10 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
         ok = all(op["compensation"]["status"] in COMPENSATION_DONE
                  for v in views for op in v["operations"] if op["compensation"])
         ok = ok and all(a["status"] == "succeeded" for a in acted)
+        # a call it settled as unknown (in flight when the runner died, no exit record) needs a person (R-R3):
+        # not "all ended well" (crash review: a cron job running resume was told exit 0)
+        ok = ok and not any(o["status"] == "unknown" and (o["ended_at"] or 0) >= t0
+                            for r in handled for o in svc.journal.operations(r))
         return Finished({"runs": views}, 130 if svc.stopping() else (0 if ok else 1),
                         note="" if handled else "nothing to resume")
 
