@@ -206,3 +206,36 @@ def test_outputs_are_emptied_only_when_they_hold_data(tmp_path):
     fd = _wire.open_empty(tmp_path / "new")
     os.close(fd)
     assert (tmp_path / "new").read_bytes() == b"" and (os.stat(tmp_path / "new").st_mode & 0o777) == 0o600
+
+
+def test_an_exit_record_too_big_or_not_a_file_is_no_record_and_is_not_read(tmp_path):
+    """Crash review: a 3 GB ``exit.json`` (the data directory damaged, or an App that wrote it) was read whole by
+    ``resume`` (6 GB of memory); a FIFO there would be waited on for ever. Neither is an exit record: the call
+    is decided as one without (unknown), and nothing of it is read."""
+    import threading
+    import tracemalloc
+
+    from workrun.runner.calldir import EXIT_RECORD_BYTES, read_exit
+
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "exit.json").write_text(json.dumps({"v": 1, "exit_code": 3, "signal": None}))
+    assert read_exit(good).exit_code == 3
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "exit.json", "wb") as fh:  # sparse: 64 MiB of nothing, on no disk
+        fh.truncate(64 << 20)
+    tracemalloc.start()
+    try:
+        assert read_exit(big) is None
+        assert tracemalloc.get_traced_memory()[1] < EXIT_RECORD_BYTES * 16
+    finally:
+        tracemalloc.stop()
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "exit.json")
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(read_exit(fifo)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [None], "a FIFO in place of the exit record was waited on"

@@ -18,8 +18,8 @@ from workrun.core.structs import struct
 from workrun.runner.base import Collected, Outcome
 from workrun_sdk import _wire
 
-__all__ = ["CAPTURE_BYTES", "POOL_DIRS", "RESULT_LIMIT_BYTES", "Claim", "collect", "fence", "read_claim",
-           "read_exit", "recycle", "take_dir", "write_input"]
+__all__ = ["CAPTURE_BYTES", "EXIT_RECORD_BYTES", "POOL_DIRS", "RESULT_LIMIT_BYTES", "Claim", "collect", "fence",
+           "read_claim", "read_exit", "recycle", "take_dir", "write_input"]
 
 CAPTURE_BYTES = 64 * 1024
 RESULT_LIMIT_BYTES = 1024 * 1024
@@ -212,11 +212,34 @@ def write_input(call_dir: Path, envelope: dict[str, Any]) -> None:
         os.close(fd)
 
 
+EXIT_RECORD_BYTES = 4096
+"""The most an exit record may hold (bytes): a supervisor writes ~60. A bigger one is no record (crash review: a
+3 GB ``exit.json`` was read whole, 6 GB of memory for ``resume``)."""
+
+
+def _small_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` when it holds at most ``limit`` of them.
+
+    Raises:
+        OSError: it cannot be opened (a symlink is not followed), or it is not a regular file or is bigger (a
+            FIFO is never waited on).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise OSError(f"{path}: not a regular file of at most {limit} bytes")
+        return os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+
+
 def read_exit(call_dir: Path) -> Outcome | None:
     """The launcher's exit record (``exit.json``) as an Outcome (exit code or signal; ``ended`` when the supervisor
-    also marked every process of the call ended), or None when there is none."""
+    also marked every process of the call ended), or None when there is none (or what is there is no record: not
+    a regular file, over :data:`EXIT_RECORD_BYTES`, not JSON)."""
     try:
-        data = json.loads((call_dir / "exit.json").read_text())
+        data = json.loads(_small_file(call_dir / "exit.json", EXIT_RECORD_BYTES))
         code, sig = data.get("exit_code"), data.get("signal")
         if code is None and sig is None:
             return None
