@@ -97,3 +97,35 @@ def test_under_json_logs_every_line_a_worker_says_is_json(capsys: pytest.Capture
     assert [(x["event"], x["worker"], x.get("compensation_id")) for x in lines] == [
         ("claim_lost", "wkr_1", "cmp_0123456789ab"), ("error", "wkr_1", None)]
     assert lines[1]["message"] == "lost the connection to the journal's database"
+
+
+def test_plain_log_lines_of_two_threads_never_share_a_line(monkeypatch):
+    """Crash review: a worker's executor and its scheduler told two things at once and one line held both (the
+    text and its newline were two writes). Each line is now written whole."""
+    import io
+    import sys
+    import threading
+    import time
+
+    from workrun.core import logs
+
+    class Slow(io.StringIO):
+        def write(self, s: str) -> int:  # a slow stream: another thread gets in between two writes
+            time.sleep(0.0005)
+            return super().write(s)
+
+    out = Slow()
+    monkeypatch.setattr(sys, "stderr", out)
+    monkeypatch.setattr(logs, "enabled", lambda: False)
+
+    def tell(who: str) -> None:
+        for i in range(40):
+            logs.say("x", "warning", f"{who} {i}")
+
+    threads = [threading.Thread(target=tell, args=(w,)) for w in ("one", "two")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 80 and all(line.startswith("workrun: ") and line.count("workrun: ") == 1 for line in lines)

@@ -73,10 +73,12 @@ def say(event: str, level: str, text: str, *, prefix: str = "workrun", **fields:
     if enabled():
         emit(event, level, message=text, **fields)
         return
-    try:
-        print(f"{prefix}: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):  # stderr closed: the work goes on
-        pass
+    with _LOCK:  # one write of the whole line: print's text and newline, two writes, interleaved between threads
+        try:
+            sys.stderr.write(f"{prefix}: {text}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed: the work goes on
+            pass
 
 
 class JsonReporter:
