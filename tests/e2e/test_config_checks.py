@@ -511,3 +511,16 @@ def test_a_typo_of_a_required_key_is_said_once_with_its_hint(workrun, tmp_path):
         wf.write_text(text)
         res = workrun("check", wf)
         assert (res.code, res.err.splitlines()) == (2, [line.format(wf=wf) for line in lines]), res
+
+
+@pytest.mark.parametrize("action, field", [
+    ('{ sms = { connector = "texts", template_id = "T", recipients = ["+1"] } }', "nodes.n.compensation.sms.connector"),
+    ('{ connector = "texts", method = "DELETE", url = "/x" }', "nodes.n.compensation.connector"),
+])
+def test_an_undeclared_connector_is_named_where_it_is_written(refused, write_workflow, action, field):
+    """R-K5, SPEC §10 (``error: FILE: FIELD: message``): an sms action's connector is in its ``sms`` table
+    (conformance review: it was named ``nodes.n.compensation.connector``)."""
+    wf = write_workflow("sms-undeclared", '[nodes.n]\nkind = "http"\nmethod = "POST"\nurl = "http://127.0.0.1:9/x"\n'
+                        f"compensation = {action}\n")
+    line = refused(["check", str(wf)], wf, field)
+    assert line.endswith("unknown connector 'texts' (declared: none)"), line

@@ -34,6 +34,7 @@ from workrun.core.shape import ShapeError, jsonable, toml_type, typo_hints
 from workrun.core.templates import REFERENCE, check_template_braces, node_dependencies, template_refs
 from workrun.nodes.base import NodeChecker, Where
 from workrun.outbound.http import (
+    action_field,
     allow_from_env,
     check_action,
     check_request,
@@ -93,8 +94,8 @@ def _check_reverse_actions(node: NodeSpec, inputs: Mapping[str, Any], file: str,
         app: AppSpec = load_app(Path(project), name)
         if app.compensation is not None and app.compensation.http is not None:
             where = (str(Path(project) / "pyproject.toml"), f"tool.workrun.apps.{name}.compensation")
-            check_action(app.compensation.http, file=where[0], field=f"{where[1]}.http", inputs=inputs,
-                         connectors=connectors)
+            check_action(app.compensation.http, file=where[0], field=action_field(where[1], app.compensation.http),
+                         inputs=inputs, connectors=connectors)
             checked.append((app.compensation.http, *where))
     return checked
 

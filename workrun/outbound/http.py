@@ -64,6 +64,7 @@ __all__ = [
     "UnsafeRequestError",
     "TAIL_LIMIT",
     "UrlTemplate",
+    "action_field",
     "allow_from_env",
     "check_action",
     "check_address",
@@ -545,8 +546,9 @@ def check_request(spec: Any, *, file: str | None, field: str, check_ref: Callabl
                 check_ref=check_ref)
         return done(UrlTemplate.reference(""))
     name_of = getattr(spec, "connector", None)
-    connector = checked(connector_of, connectors, name_of, file=file, field=f"{field}.connector") \
-        if name_of else None
+    # where it is written: an sms action's in its sms table (conformance review: named as if beside it)
+    written = f"{field}.sms.connector" if getattr(spec, "kind", "http") == "sms" else f"{field}.connector"
+    connector = checked(connector_of, connectors, name_of, file=file, field=written) if name_of else None
     ref = whole_reference(spec.url)
     url: UrlTemplate | None = None
     if ref is not None:  # a URL reference, resolved against the original request's or connector's origin (R-K6)
@@ -591,6 +593,13 @@ def _check_header(name: str, value: Any, *, file: str | None, where: str, check_
         raise ConfigError("holds a character that is not ASCII: header values are ASCII (send such text in "
                           "the body)", file=file, field=where)
     check_templates(value, file=file, field=where, allow_env=True, check_ref=check_ref, check_env=check_env)
+
+
+def action_field(compensation: str, action: Any) -> str:
+    """Where an App's reverse action is written, under its ``compensation`` table's field ``compensation``: an
+    HTTP request in its ``http`` table, an ``sms``, ``email`` or ``update_data`` action beside it (their own
+    tables are named below by :func:`check_request`; conformance review: every kind was named ``….http``)."""
+    return f"{compensation}.http" if getattr(action, "kind", "http") == "http" else compensation
 
 
 def check_action(spec: Any, *, file: str | None, field: str, check_env: bool = True,

@@ -27,7 +27,7 @@ from workrun.core.paths import real_path
 from workrun.core.schema import APP_NAME
 from workrun.core.shape import ShapeError
 from workrun.core.structs import struct
-from workrun.outbound.http import check_action
+from workrun.outbound.http import action_field, check_action
 
 __all__ = [
     "FINGERPRINT_EXCLUDED_DIRS",
@@ -252,7 +252,7 @@ def _check_paths(project: Path, root: str, name: str, spec: AppSpec, file: str) 
     action = spec.compensation.http if spec.compensation is not None else None
     # a reverse action (R-H6); one through a connector is checked with the workflow that declares it (R-K1)
     if action is not None and action.connector is None:
-        check_action(action, file=file, field=f"{prefix}.compensation.http", check_env=False)
+        check_action(action, file=file, field=action_field(f"{prefix}.compensation", action), check_env=False)
 
 
 _READING = threading.local()
