@@ -101,7 +101,7 @@ def test_a_worker_serves_its_metrics(pg_url, tmp_path, monkeypatch):
     assert got['workrun_calls_total{kind="process",outcome="succeeded"}'] == 6  # a, b, c of each chain
     assert got['workrun_calls_total{kind="process",outcome="failed"}'] == 2  # boom of each
     assert got['workrun_compensations_finished_total{status="succeeded"}'] == 6
-    assert got['workrun_attempts_total{kind="app",outcome="succeeded"}'] == 6
+    assert got['workrun_attempts_total{kind="process",outcome="succeeded"}'] == 6  # by the App's kind, as calls
     assert got['workrun_call_duration_seconds_count{kind="process"}'] == 8
     assert got["workrun_dispatch_queue_depth"] == 0
 

@@ -9,7 +9,8 @@ imported. Families:
 - ``workrun_calls_total{kind,outcome}``: operations (node and tool calls) by kind (``process``, ``tool``,
   ``http``) and outcome (``succeeded``, ``failed``, ``unknown``, ``stopped``);
 - ``workrun_call_duration_seconds{kind}``: their durations (histogram);
-- ``workrun_attempts_total{kind,outcome}``: compensation attempts by kind (``app``, ``http``) and outcome;
+- ``workrun_attempts_total{kind,outcome}``: compensation attempts by kind (a script's App kind, ``process`` or
+  ``tool``, as calls; an action's, ``http``, ``sms``, ``email``, ``update_data``) and outcome;
 - ``workrun_compensations_finished_total{status}``: compensations that reached ``succeeded``, ``failed``,
   ``unknown`` or ``skipped`` (recorded without anything to run), or became ``blocked`` (held back, or a code
   change) — each a status a person may need to know of;

@@ -504,7 +504,9 @@ def finish_attempt(svc: Context, comp: CompensationRow, attempt: AttemptRow, out
         compensation_status=comp_status, reason=reason, next_attempt_at=next_at)
     remove_tree(call_dir)
     after = svc.journal.compensation(cid)
-    metrics.count_attempt("app", str(status))
+    # by the kind of the App whose compensation ran (``process`` or ``tool``), as calls are counted (R-F4: one word
+    # per kind; conformance review: ``app`` here, ``process`` in workrun_calls_total)
+    metrics.count_attempt(svc.journal.operation(comp["operation_id"])["kind"], str(status))
     metrics.count_compensation(after["status"])
     if tracing.enabled():
         tracing.attempt_span(after, svc.journal.attempts(cid)[-1])
