@@ -42,6 +42,7 @@ def test_good_values(env, attr, value):
     ("WORKRUN_SYNC", "on", "'full' or 'normal'"),
     ("WORKRUN_SNAPSHOT_MAX_BYTES", "1e9", "an integer from 1 to"),
     ("WORKRUN_FAULT", "@2", "POINT or POINT@N"),
+    ("WORKRUN_FAULT", "nope@2", "POINT or POINT@N, POINT one of workrun.testing.FAULT_POINTS"),  # never fires
     ("WORKRUN_MAX_PAGES", "0", "an integer from 1 to"),
     ("WORKRUN_LAUNCH", "thread", "'fork' or 'spawn'"),
     ("WORKRUN_JOURNAL", "mysql://x", "'sqlite' or a postgresql:// URL"),

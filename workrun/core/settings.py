@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workrun.core.errors import ConfigError
+from workrun.core.fault_points import FAULT_POINTS
 from workrun.core.structs import struct
 
 __all__ = ["VARIABLES", "Settings", "current", "parse_allow_entry", "redact_url"]
@@ -99,7 +100,7 @@ def _sync(raw: str) -> bool:
 
 def _fault(raw: str) -> tuple[str, int]:
     m = re.fullmatch(r"([a-z_]+(?:\.[a-z_]+)*)(?:@([1-9][0-9]{0,8}))?", raw.strip())
-    if not m:
+    if not m or m.group(1) not in FAULT_POINTS:  # a point no write commits would never fire (new-user review)
         raise ValueError
     return m.group(1), int(m.group(2) or 1)
 
@@ -210,7 +211,8 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "WORKRUN_GRACE": ("grace", *_seconds(0, 3600)),
     "WORKRUN_SYNC": ("sync_full", _sync, "'full' or 'normal'"),
     "WORKRUN_SNAPSHOT_MAX_BYTES": ("snapshot_max_bytes", *_integer(1, 2**62)),
-    "WORKRUN_FAULT": ("fault", _fault, "POINT or POINT@N (test-only; N from 1), e.g. op.intent@2"),
+    "WORKRUN_FAULT": ("fault", _fault, "POINT or POINT@N, POINT one of workrun.testing.FAULT_POINTS (test-only; N "
+                                       "from 1), e.g. op.intent@2"),
     "WORKRUN_MAX_PAGES": ("max_pages", *_integer(1, 2**31 - 1)),
     "WORKRUN_LAUNCH": ("launch", _launch, "'fork' or 'spawn'"),
     "WORKRUN_JOURNAL": ("journal_url", _journal, "'sqlite' or a postgresql:// URL"),

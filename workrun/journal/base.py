@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from workrun.core.fault_points import FAULT_POINTS
 from workrun.core.rows import (
     AppCallRow,
     AttemptRow,
@@ -55,13 +56,6 @@ __all__ = ["FAULT_POINTS", "CallClaims", "CallRecords", "CompensationRecords", "
            "RemoteTaskRecords", "RunClaims", "RunRecords", "SharedJournal", "SnapshotStore", "TicketRecords"]
 
 
-FAULT_POINTS = (
-    "run.created", "node.running", "op.intent", "op.started", "op.finished", "node.finished",
-    "run.failed", "run.succeeded", "run.stopped", "comp.status", "attempt.intent", "attempt.started",
-    "attempt.finished", "remote.intent", "remote.task", "remote.cancel",
-    "run.waiting", "run.terminated", "ticket.opened", "ticket.changed", "action.intent", "action.sending",
-    "action.finished", "notify.intent", "notify.sending", "notify.finished", "run.claimed", "call.claimed",
-)
 
 
 class RunRecords(Protocol):
