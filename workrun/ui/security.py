@@ -154,6 +154,10 @@ class Guard:
         async def send_maybe_cookie(message: dict[str, Any]) -> None:
             if has_token and message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", self._set_cookie())]}
+            if has_bearer and message["type"] == "http.response.start":  # R-D7: a program holding the token reads the
+                # CSRF value its actions need from any answer, not by scraping a form (new-user review)
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-workrun-csrf", self.csrf.encode("latin-1"))]}
             await send_with_headers(message)
 
         await self.app(scope, receive, send_maybe_cookie)
