@@ -282,6 +282,12 @@ def test_run_page_history_and_disconnected(browser, ui_server, workrun) -> None:
     assert all(re.fullmatch(r"\d\d:\d\d:\d\d[+-]\d\d:\d\d", s) for s in starts), starts
     stop_server(server)
     until(lambda: browser.find_elements("css selector", "#disconnected"), "the disconnected notice", timeout=3.5)
+    # a dashboard started again on that port has a new token: it answers this page's polls, but 401; the page is
+    # no more live than with no server, and says so (dashboard review: it said nothing and showed old data)
+    ui_server("--port", str(server.port))
+    until(lambda: "session ended" in browser.execute_script(
+        "var n = document.getElementById('disconnected'); return n ? n.textContent : '';"),
+        "the session-ended notice", timeout=5)
 
 
 def test_narrow_screen_dark_theme_and_graph_zoom(browser, ui_server, workrun) -> None:

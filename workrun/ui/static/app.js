@@ -86,7 +86,7 @@
     var timer = window.setTimeout(function () { if (ctrl) { ctrl.abort(); } }, 2000);
     return fetch("/api/attention", { credentials: "same-origin", cache: "no-store",
                                      signal: ctrl ? ctrl.signal : undefined })
-      .then(function (r) { if (mode === "nav") { connected(r.ok || r.status < 500); } return r.ok ? r.json() : null; })
+      .then(function (r) { if (mode === "nav") { answered(r); } return r.ok ? r.json() : null; })
       .then(function (a) {
         if (!a) { return; }
         var c = a.compensations || {};
@@ -120,7 +120,7 @@
     var digest = null;
     fetch(url.toString(), { credentials: "same-origin", cache: "no-store", signal: ctrl ? ctrl.signal : undefined })
       .then(function (r) {
-        connected(r.ok || r.status < 500);
+        answered(r);
         digest = r.headers.get("X-Workrun-Digest");
         return r.ok ? r.text() : null;
       })
@@ -159,16 +159,27 @@
   // R-D5: say "disconnected" when the server stops answering (a poll fails or takes over 2 s), and take it
   // back when it answers again; the page's content and any form being filled in stay as they are.
   var notice = null;
-  function connected(ok) {
+  var GONE = "disconnected: the dashboard's server does not answer; this page shows what it last knew";
+  var ENDED = "disconnected: this page's session ended (the dashboard was restarted?); open the URL `workrun ui` " +
+              "printed; this page shows what it last knew";
+  function connected(ok, why) {
+    var text = why || GONE;
     if (ok && notice) { notice.remove(); notice = null; }
+    if (!ok && notice && notice.textContent !== text) { notice.textContent = text; }
     if (!ok && !notice) {
       notice = document.createElement("p");
       notice.id = "disconnected";
       notice.className = "flash flash-warn";
       notice.setAttribute("role", "status");
-      notice.textContent = "disconnected: the dashboard's server does not answer; this page shows what it last knew";
+      notice.textContent = text;
       document.body.insertBefore(notice, live);
     }
+  }
+  // an answer: the server is there; but a session it no longer takes (401, 403: a restarted dashboard has a new
+  // token) gets no answers any more either, so the page is no longer live (dashboard review)
+  function answered(r) {
+    if (r.status === 401 || r.status === 403) { connected(false, ENDED); return; }
+    connected(r.ok || r.status < 500);
   }
   window.setInterval(tick, 500);
 })();
