@@ -542,3 +542,66 @@ input = {{ name = "b" }}
     assert "verify runs too" in page and every[0]["compensation_id"] not in page
     assert every[0]["compensation_id"] in client.get("/compensations?all=1").text
     assert client.get("/api/compensations?all=2").status_code == 400
+
+
+def test_actions_waiting_for_a_busy_scheduler_never_hold_up_the_pages(isolated_env: Path, monkeypatch) -> None:
+    """R-U8 (a scheduler never blocks reading), R-D5: actions run on threads of their own. Dashboard review: 45
+    actions waiting for a busy scheduler held every thread of the server's pool, and a page took 26 s. Here 45
+    actions are held (their command stands in, waiting on an event) while pages and the API still answer; an id
+    that starts with ``-`` (an option to the CLI) is refused before anything runs."""
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from workrun.ui import app as ui_app
+    from workrun.ui.security import csrf_token
+
+    release = threading.Event()
+    started: list[list[str]] = []
+
+    def held(data_dir: Path, args: list[str], **_: object) -> object:
+        started.append(args)
+        release.wait(60)
+        return ui_app.ActionResult(state="done", code=0, line="", started_at=0.0)
+
+    monkeypatch.setattr(ui_app, "run_action", held)
+    from workrun.journal import open_journal
+
+    isolated_env.mkdir(mode=0o700)
+    open_journal(isolated_env).close()  # an empty journal for the pages to read
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "t" * 32
+    server = uvicorn.Server(uvicorn.Config(ui_app.create_app(data_dir=isolated_env, token=token, port=port),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    serving = threading.Thread(target=server.run, daemon=True)
+    serving.start()
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {token}", "X-Workrun-CSRF": csrf_token(token)}
+    try:
+        while not server.started:
+            threading.Event().wait(0.02)
+        refused = httpx.post(f"{base}/actions/compensations/--help/retry", headers=auth, follow_redirects=False)
+        assert refused.status_code == 400 and started == [], refused.text
+        posts = [threading.Thread(target=httpx.post, args=(f"{base}/actions/compensations/cmp_{i:04d}/retry",),
+                                  kwargs={"data": {"wait": "1"}, "headers": auth, "timeout": 120}, daemon=True)
+                 for i in range(45)]
+        for p in posts:
+            p.start()
+        while len(started) < ui_app.ACTION_THREADS:
+            threading.Event().wait(0.02)
+        # while every action thread is held and the rest queue for one, the pages answer
+        assert httpx.get(f"{base}/api/attention", headers=auth, timeout=30).status_code == 200
+        assert httpx.get(f"{base}/compensations", headers=auth, timeout=30).status_code == 200
+        assert len(started) == ui_app.ACTION_THREADS  # no more actions at once than their own threads
+        release.set()
+        for p in posts:
+            p.join(60)
+        assert len(started) == 45
+    finally:
+        release.set()
+        server.should_exit = True
+        serving.join(10)

@@ -19,6 +19,7 @@ import re
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,7 +48,26 @@ RUN_STATUSES = ("running", "waiting", "succeeded", "failed", "stopped", "termina
 APP_KINDS = ("process", "tool")  # the kinds of an App (SPEC §9): what the Apps page lists
 QUEUE_ORDER = {"failed": 0, "blocked": 1, "unknown": 2, "pending": 3, "running": 4, "succeeded": 5, "skipped": 6,
                "resolved": 5, "terminated": 6}
-_ID = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,99}$")  # never a leading "-": an id is passed to the CLI as is
+ACTION_THREADS = 8
+"""Actions (each a command in a process of its own, which may wait up to a minute for a busy scheduler) run on at
+most this many threads of their own; the pages' reads keep the server's (R-U8: a scheduler never blocks reading;
+dashboard review: 45 waiting actions held every thread, and a page took 26 s)."""
+_ACTION_LIMITS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per event loop
+
+
+async def _act(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)`` on one of the :data:`ACTION_THREADS` threads of the actions."""
+    import asyncio
+    import functools
+
+    import anyio.to_thread
+
+    loop = asyncio.get_running_loop()
+    limiter = _ACTION_LIMITS.get(loop)
+    if limiter is None:
+        limiter = _ACTION_LIMITS[loop] = anyio.CapacityLimiter(ACTION_THREADS)
+    return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs), limiter=limiter)
 
 
 def _parse_iso(value: str | None) -> float | None:
@@ -667,8 +687,6 @@ def _bad(d: Dashboard, request: Request, message: str, back: str = "/") -> Respo
 
 async def run_action_route(request: Request) -> Response:
     """POST ``/actions/runs/{run_id}/{rerun|stop|compensate}``."""
-    from starlette.concurrency import run_in_threadpool
-
     d = _dash(request)
     rid, action = request.path_params["run_id"], request.path_params["action"]
     form = await _form(request)
@@ -681,14 +699,14 @@ async def run_action_route(request: Request) -> Response:
         return _bad(d, request, f"{action} needs a reason", back)
     why = [f"--reason={reason}"] if reason else []
     if action == "stop":
-        result = await run_in_threadpool(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0)
+        result = await _act(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0)
         return _answer(d, request, result, f"stop {rid}", back)
-    result = await run_in_threadpool(run_action, d.data_dir, [action, rid, *wait, *why], scheduling=True)
+    result = await _act(run_action, d.data_dir, [action, rid, *wait, *why], scheduling=True)
     go = None
     if action == "rerun" and result.run_id:
         go = f"/runs/{result.run_id}"
     elif action == "rerun" and result.state in ("done", "ended", "running"):
-        go = await run_in_threadpool(_new_run, d, rid, result.started_at)
+        go = await _act(_new_run, d, rid, result.started_at)
     return _answer(d, request, result, f"{action} {rid}", back, go)
 
 
@@ -709,8 +727,6 @@ def _new_run(d: Dashboard, old: str, since: float) -> str | None:
 
 async def compensation_action_route(request: Request) -> Response:
     """POST ``/actions/compensations/{cid}/{retry|resolve|confirm|note}``."""
-    from starlette.concurrency import run_in_threadpool
-
     d = _dash(request)
     cid, action = request.path_params["cid"], request.path_params["action"]
     form = await _form(request)
@@ -735,14 +751,12 @@ async def compensation_action_route(request: Request) -> Response:
         if not note:
             return _bad(d, request, "a note needs text", back)
         args += [cid, "--", note]
-    result = await run_in_threadpool(run_action, d.data_dir, args, scheduling=action == "retry")
+    result = await _act(run_action, d.data_dir, args, scheduling=action == "retry")
     return _answer(d, request, result, f"{action} {cid}", back)
 
 
 async def ticket_action_route(request: Request) -> Response:
     """POST ``/actions/tickets/{tid}/{resume|retry|resolve|terminate|confirm|note}`` (the ``tickets`` commands)."""
-    from starlette.concurrency import run_in_threadpool
-
     d = _dash(request)
     tid, action = request.path_params["tid"], request.path_params["action"]
     form = await _form(request)
@@ -770,22 +784,20 @@ async def ticket_action_route(request: Request) -> Response:
     scheduling = action in ("resume", "retry", "terminate")
     if scheduling and form.get("wait"):  # R-U4: waits for a busy scheduler when asked, as the CLI's --wait
         args.append("--wait")
-    result = await run_in_threadpool(run_action, d.data_dir, args, scheduling=scheduling)
+    result = await _act(run_action, d.data_dir, args, scheduling=scheduling)
     return _answer(d, request, result, f"{action} {tid}", back)
 
 
 async def list_tools_route(request: Request) -> Response:
     """POST ``/actions/apps/tools``: list a Tool App project's tools (``workrun app list PROJECT``), which
     fills the tool listing cache the Apps page reads."""
-    from starlette.concurrency import run_in_threadpool
-
     d = _dash(request)
     form = await _form(request)
     known = {str(p) for p in d.projects} | {c["project"] for c in d.journal.latest_app_calls()}
     project = form.get("project", "")
     if project not in known:
         return _bad(d, request, "unknown project", "/apps")
-    result = await run_in_threadpool(run_action, d.data_dir, ["app", "list", project, "--json"], scheduling=False,
+    result = await _act(run_action, d.data_dir, ["app", "list", project, "--json"], scheduling=False,
                                      timeout=180.0)
     return _answer(d, request, result, "list tools", "/apps")
 
