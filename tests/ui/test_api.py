@@ -200,6 +200,11 @@ def test_api_refuses_an_unknown_status_as_the_cli_does(ui_server, workrun, path,
     assert answer.status_code == 400 and "unknown status 'bogus'" in answer.json()["error"]  # ... and so does /api
     # in its own terms: the query's parameter, not the CLI's option, and what it takes (new-user review)
     assert answer.json()["error"].startswith("status: ") and "(one of: " in answer.json()["error"], answer.json()
+    # ... and the statuses of what it lists (dashboard review: the tickets' named the compensations')
+    from workrun.app.views import COMPENSATION_STATUSES, TICKET_STATUSES
+
+    known = TICKET_STATUSES if "tickets" in path else COMPENSATION_STATUSES
+    assert answer.json()["error"].endswith(f"(one of: {', '.join(known)})"), answer.json()
 
 
 def test_a_second_dashboard_on_a_busy_port_says_what_to_do(ui_server, workrun) -> None:

@@ -599,7 +599,7 @@ def api_tickets(request: Request) -> Response:
     status = q.get("status") or None
     if status is not None and status not in views.TICKET_STATUSES:  # refused as `tickets list --status` is
         return JSONResponse({"error": f"status: unknown status {status!r} (one of: "
-                                      f"{', '.join(views.COMPENSATION_STATUSES)})"}, status_code=400)
+                                      f"{', '.join(views.TICKET_STATUSES)})"}, status_code=400)
     try:
         window = _window(q)
         _bounded(q, "run", "workflow")
