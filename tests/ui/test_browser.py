@@ -507,3 +507,20 @@ def test_focus_on_a_link_that_goes_away_moves_to_no_other(browser, ui_server, ma
     time.sleep(1.0)  # two more updates
     focused = browser.execute_script("var a = document.activeElement; return [a.tagName, a.getAttribute('href')];")
     assert focused == ["BODY", None], focused
+
+
+def test_a_long_word_never_widens_the_page(browser, ui_server, workrun) -> None:
+    """R-D8 in spirit (dashboard review): a long text without spaces (an input, an error, a token) wraps at a
+    desktop width too; it made a run page 2,227 px wide at 1280."""
+    r = workrun("run", TUTORIAL, "--input", "note=" + "x" * 400, "--json")
+    assert r.code == 1, r
+    [cid] = [o["compensation"]["compensation_id"] for o in r.json()["operations"] if o["compensation"]]
+    assert workrun("compensations", "note", cid, "--", "y" * 1500).code == 0  # the form takes 2000 characters
+    server = ui_server()
+    browser.set_window_size(1280, 900)
+    for page in (f"/runs/{r.json()['run_id']}", "/compensations"):
+        browser.get(server.url.replace("/?", f"{page}?"))
+        until(lambda: "yyyy" in browser.page_source, f"the note on {page}")
+        wide, window = browser.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];")
+        assert wide <= window, (page, wide, window)
