@@ -524,3 +524,17 @@ def test_what_a_compensation_printed_is_kept_with_its_attempt(workrun, write_wor
     assert attempt["stdout_tail"] == "deleted order 7\n" and attempt["stderr_tail"] == "careful\n", attempt
     shown = workrun("compensations", "show", comp["compensation_id"]).out
     assert "stdout: deleted order 7" in shown and "stderr: careful" in shown, shown
+
+
+def test_compensate_of_a_failed_run_is_audited_with_its_reason(workrun):
+    """R-O2, R-D4: ``compensate`` taken up again on a failed run is an operator action like stop: who and why go
+    into its audit row (dashboard review: a reason given there was lost)."""
+    from pathlib import Path
+
+    tutorial = Path(__file__).resolve().parents[2] / "demo_apps" / "workflows" / "tutorial.toml"
+    run = workrun("run", tutorial, "--json").json()
+    res = workrun("compensate", run["run_id"], "--reason", "checking it again", "--json")
+    assert res.code == 0, res  # nothing left to do: every compensation is done
+    [said] = res.json()["events"]
+    assert (said["action"], said["text"], said["args"]) == ("compensate", "checking it again",
+                                                             {"reason": "checking it again"}), said

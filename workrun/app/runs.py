@@ -356,6 +356,8 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
                                                    "action": "compensate", "text": reason,
                                                    "args": {"reason": reason} if reason else {}})
             svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
+        else:  # a failed run's compensation taken up again: an operator action too, who and why (R-O2, R-D4;
+            _audit(svc, rid, "compensate", {"reason": reason} if reason else {})  # dashboard review: reason lost)
         before = {c["compensation_id"]: c["status"] for c in svc.journal.compensations(rid)}
         with run_claim(svc, rid, wait):
             compensate_now(svc, rid)
