@@ -698,8 +698,10 @@ async def run_action_route(request: Request) -> Response:
     if action in ("stop", "compensate") and not reason:  # R-D4: asked, and kept in the audit row
         return _bad(d, request, f"{action} needs a reason", back)
     why = [f"--reason={reason}"] if reason else []
-    if action == "stop":
-        result = await _act(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0)
+    if action == "stop":  # never queued behind actions that wait for a scheduler: it takes 3 s at most (R-C9)
+        from starlette.concurrency import run_in_threadpool
+
+        result = await run_in_threadpool(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0)
         return _answer(d, request, result, f"stop {rid}", back)
     result = await _act(run_action, d.data_dir, [action, rid, *wait, *why], scheduling=True)
     go = None
