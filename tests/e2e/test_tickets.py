@@ -177,9 +177,6 @@ def test_stop_of_a_waiting_run_terminates_its_tickets(workrun, write_workflow, o
     assert event["text"] == "giving up"  # the reason is shown where operator actions are (R-D4)
     shown = workrun("runs", "show", view["run_id"]).out  # ... in `runs show` too (operator review)
     assert f"operator: stop by {actor()}: giving up" in shown, shown
-    # ... and in its JSON, as the API and the dashboard's give it (conformance review: only in the journal)
-    [said] = workrun("runs", "show", view["run_id"], "--json").json()["events"]
-    assert (said["action"], said["actor"], said["text"]) == ("stop", actor(), "giving up"), said
     # what `compensate` would do: records it has not written yet, with the ids it will write (R-L3)
     plan = workrun("compensate", view["run_id"], "--dry-run", "--json").json()
     assert plan["plan"] and all(step["planned"] and step["status"] == "pending" for step in plan["plan"]), plan

@@ -295,17 +295,12 @@ def runs_list(journal: Journal, *, status: str | None = None, workflow: str | No
 
 
 def run_detail(journal: Journal, run_id: str) -> dict[str, Any]:
-    """``runs show --json`` and ``/api/runs/{id}``: :func:`run_view` plus the SPEC §16 roll-up and ``events``, the
-    run-level operator actions (stop, compensate, rerun, …: ``{at, actor, action, args, text}``, ``text`` the
-    reason given; R-O2, R-D4), oldest first.
+    """``runs show --json`` and ``/api/runs/{id}``: :func:`run_view` plus the SPEC §16 roll-up.
 
     Raises:
         NotFoundError: unknown run id (a unique prefix is accepted).
     """
     view = run_view(journal, run_id)
-    view["events"] = [{"at": iso(e["at"]), "actor": e["actor"], "action": e["action"], "args": e["args"],
-                       "text": e["text"]}
-                      for e in journal.events_of_run(view["run_id"]) if not e.get("compensation_id")]
     counts: dict[str, int] = {}
     for op in view["operations"]:
         if op["compensation"]:

@@ -60,10 +60,11 @@ def show_run(run_id: str, json_mode: bool) -> None:
     Raises:
         NotFoundError: no run matches ``run_id`` (exit 2).
     """
-    from workrun.app.views import rollup_line, run_detail, unfinished_hint, unknown_calls_line
+    from workrun.app.views import iso, rollup_line, run_detail, unfinished_hint, unknown_calls_line
 
     with viewing() as journal:
         view = run_detail(journal, run_id)
+        audit = [e for e in journal.events_of_run(view["run_id"]) if not e.get("compensation_id")]
     if json_mode:
         print_json(view)
         return
@@ -75,8 +76,8 @@ def show_run(run_id: str, json_mode: bool) -> None:
         console.print(f"[yellow]{escape(unknown)}[/]")
     for m in view["messages"]:
         console.print(f"[dim]{m['at']}[/] run: {escape(m['text'])}")
-    for e in view["events"]:  # run-level operator actions, who and why (R-O2, R-D4: stop, compensate, rerun...)
-        console.print(f"[dim]{e['at']}[/] operator: {escape(e['action'])} by {escape(e['actor'] or '?')}"
+    for e in audit:  # run-level operator actions, who and why (R-O2, R-D4: stop, compensate, rerun...)
+        console.print(f"[dim]{iso(e['at'])}[/] operator: {escape(e['action'])} by {escape(e['actor'] or '?')}"
                       + (f": {escape(e.get('text') or '')}" if e.get("text") else ""))
     for node in view["nodes"]:
         console.print(f"\n[bold]{escape(node['node_key'])}[/] {styled(node['status'])}")
