@@ -110,6 +110,13 @@ def run_agent_node(job: NodeJob) -> NodeOutcome:
         for ref in node.tools:
             app = load_app(Path(ref.project), ref.app)
             for t in discover(svc, Path(ref.project), app):
+                known = tools.get(t["name"])
+                if known is not None and (known[0], known[1].name) != (Path(ref.project), app.name):
+                    # one name, two tools: the later would answer every call of it, past the other's confirm = "always"
+                    # (agent review); which one a model means cannot be told, so no call is made
+                    return NodeOutcome("failed", error=f"tool {t['name']!r} is offered by two Tool Apps of this "
+                                                       f"node ({known[1].name!r} and {app.name!r}): give each tool "
+                                                       "of a node its own name")
                 tools[t["name"]] = (Path(ref.project), app, t)
         prompt = render(node.prompt, context)
         script = render(node.script, context) if node.model == "scripted" else []
