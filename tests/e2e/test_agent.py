@@ -574,3 +574,39 @@ def test_agent_killed_mid_loop_resumes_after_its_journaled_calls(workrun, write_
         (0, "a", "succeeded"), (1, "b", "succeeded"), (2, "c", "succeeded")]
     assert [o["compensation"]["status"] for o in ops] == ["succeeded"] * 3
     assert sorted(e["name"] for e in _logged(log)) == ["a", "b", "c"]
+
+
+def test_a_tool_name_two_tool_apps_offer_fails_the_node_before_any_call(workrun, write_workflow, make_project, log):
+    """Agent review: ``guarded`` (confirm = "always") in one Tool App and a plain ``guarded`` in another: the later
+    answered every call of it, past the confirmation. One name must mean one tool: the node fails, no call made."""
+    tools_toml = TOOLS_TOML.replace("[tool.workrun.apps.proc]", "[tool.workrun.apps.tk2]\nkind = \"tool\"\n"
+                                    "entry = \"tools.py\"\n\n[tool.workrun.apps.proc]")
+    project = make_project("twotools", tools_toml, {"tools.py": TOOLS_PY, "main.py": MAIN_PY,
+                                                    "compensate.py": COMPENSATE_PY})
+    wf = _agent_workflow(write_workflow, project, '[{ tool = "guarded", args = { name = "g" } }]', boom=False)
+    wf.write_text(wf.read_text().replace(f'tools = [{{ project = "{project}", app = "tk" }}]',
+                                         f'tools = [{{ project = "{project}", app = "tk" }}, '
+                                         f'{{ project = "{project}", app = "tk2" }}]'))
+    res = workrun("run", wf, "--json", input="", env={"TEST_LOG": str(log)})
+    assert res.code == 1, res
+    view = res.json()
+    agent = _node(view, "agent")
+    assert agent["status"] == "failed" and view["operations"] == [], view
+    assert any("is offered by two Tool Apps of this node ('tk' and 'tk2')" in m["text"]  # every tool clashes here
+               for m in agent["messages"]), agent["messages"]
+
+
+def test_the_model_api_key_never_reaches_the_journal(workrun, write_workflow, tool_project, log, isolated_env):
+    """Agent review, R-X2: an OpenAI-compatible server that quotes the key in its error (a 401 from a proxy): the
+    key is shown and stored as ``{{ env.OPENAI_API_KEY }}``."""
+    key = "sk-agent-review-4f9c2e"
+    replies = [(401, {"error": {"message": f"Incorrect API key provided: Bearer {key}", "type": "auth"}})]
+    with _ChatServer(replies) as server:
+        wf = _agent_workflow(write_workflow, tool_project, "[]", boom=False,
+                             extra=f'model = "test-model"\nbase_url = "{server.url}"')
+        res = workrun("run", wf, "--json", env={"TEST_LOG": str(log), "OPENAI_API_KEY": key})
+    assert res.code == 1, res
+    assert key not in res.out + res.err
+    assert any("{{ env.OPENAI_API_KEY }}" in m["text"] for m in _node(res.json(), "agent")["messages"])
+    for path in isolated_env.glob("journal.sqlite3*"):
+        assert key.encode() not in path.read_bytes(), path

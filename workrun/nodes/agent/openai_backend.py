@@ -29,6 +29,7 @@ from typing import Any
 
 from workrun.core.errors import WorkrunError
 from workrun.core.models import AgentNode
+from workrun.core.redact import remember
 from workrun.nodes.agent.backend import ToolCall
 from workrun_sdk import _wire
 
@@ -68,6 +69,8 @@ class OpenAIBackend:
         self.model = model
         base_url = node.base_url or os.environ.get("OPENAI_BASE_URL") or None
         key = os.environ.get("OPENAI_API_KEY")
+        if key:  # a secret from here on: a server that echoes it (in an error) never gets it into the journal or
+            remember({"OPENAI_API_KEY": key})  # on screen (R-X2, agents.md; agent review: a proxy quoted it in a 401)
         if not key:
             if base_url is None:
                 raise WorkrunError(f"model {model!r}: OPENAI_API_KEY is not set (or give the node a base_url "
