@@ -552,3 +552,40 @@ needs = ["pay"]
     [cancel] = server.requests("POST", "/api/orders/7/cancel")
     why = cancel.json()["why"]
     assert why.startswith("node 'ship' failed: HTTP 500") and "no truck" in why and "declined" not in why, why
+
+
+def test_resume_that_resends_an_idempotent_unknown_call_exits_0(server, write_workflow, workrun):
+    """SPEC §10, R-R3 (diff review): the runner killed while an idempotent request waits for its answer; ``resume``
+    settles it as unknown, re-sends it with the same Idempotency-Key, the answer comes and the run succeeds:
+    nothing is left for a person, so ``resume`` exits 0 (an unknown call whose node then fails exits 1)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    server.route("POST", "/api/orders", sequence=[{"hang": 60}, {"status": 201, "json": {"id": 5}}])
+    wf = write_workflow("idem-resume", _allow(server) + f"""
+[nodes.order]
+kind = "http"
+method = "POST"
+url = "{server.url}/api/orders"
+timeout = 60
+idempotent = true
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "workrun", "run", str(wf)], env=os.environ.copy(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not server.requests("POST", "/api/orders"):
+            assert proc.poll() is None and time.monotonic() < deadline, "the request never came"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    res = workrun("resume", "--json")
+    assert res.code == 0, res
+    [view] = res.json()["runs"]
+    assert view["status"] == "succeeded"
+    assert [o["status"] for o in _ops(view, "order")] == ["unknown", "succeeded"]
+    keys = {r.headers["Idempotency-Key"] for r in server.requests("POST", "/api/orders")}
+    assert len(keys) == 1 and len(server.requests("POST", "/api/orders")) == 2

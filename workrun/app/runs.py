@@ -265,6 +265,14 @@ def rerun(run_id: str, *, home: Home = None, wait: bool = False, yes: bool = Fal
                   note=note, executors=executors, reporter=reporter, confirm=confirm)
 
 
+def _left_unknown(svc: Services, run_id: str, since: float) -> bool:
+    """True when a call of the run was settled as ``unknown`` at or after ``since`` (epoch seconds) and its node did
+    not then succeed or have its failure handled: a person must verify it (R-R3)."""
+    ended = {n["node_key"] for n in svc.journal.nodes(run_id) if n["status"] == "succeeded" or n["handled"]}
+    return any(o["status"] == "unknown" and (o["ended_at"] or 0) >= since and o["node_key"] not in ended
+               for o in svc.journal.operations(run_id))
+
+
 def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None = None) -> Finished:
     """Continue every unfinished run and compensation in the data directory (R-R1).
 
@@ -293,10 +301,10 @@ def resume(*, home: Home = None, wait: bool = False, reporter: Reporter | None =
         ok = all(op["compensation"]["status"] in COMPENSATION_DONE
                  for v in views for op in v["operations"] if op["compensation"])
         ok = ok and all(a["status"] == "succeeded" for a in acted)
-        # a call it settled as unknown (in flight when the runner died, no exit record) needs a person (R-R3):
-        # not "all ended well" (crash review: a cron job running resume was told exit 0)
-        ok = ok and not any(o["status"] == "unknown" and (o["ended_at"] or 0) >= t0
-                            for r in handled for o in svc.journal.operations(r))
+        # a call it settled as unknown (in flight when the runner died, no exit record) whose node then failed
+        # needs a person (R-R3): not "all ended well" (crash review: a cron job running resume was told exit 0).
+        # One re-sent and answered (idempotent), or whose node's failure was handled, left nothing to verify.
+        ok = ok and not any(_left_unknown(svc, r, t0) for r in handled)
         return Finished({"runs": views}, 130 if svc.stopping() else (0 if ok else 1),
                         note="" if handled else "nothing to resume")
 
@@ -356,10 +364,13 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
                                                    "action": "compensate", "text": reason,
                                                    "args": {"reason": reason} if reason else {}})
             svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
+            audit = False
         else:  # a failed run's compensation taken up again: an operator action too, who and why (R-O2, R-D4;
-            _audit(svc, rid, "compensate", {"reason": reason} if reason else {})  # dashboard review: reason lost)
+            audit = True  # dashboard review: the reason was lost)
         before = {c["compensation_id"]: c["status"] for c in svc.journal.compensations(rid)}
         with run_claim(svc, rid, wait):
+            if audit:  # once it holds the run: never for a compensate another worker's claim refused (diff review)
+                _audit(svc, rid, "compensate", {"reason": reason} if reason else {})
             compensate_now(svc, rid)
         view = run_detail(svc.journal, rid)
         comps = [op["compensation"] for op in view["operations"] if op["compensation"]]
