@@ -567,7 +567,7 @@ def test_actions_waiting_for_a_busy_scheduler_never_hold_up_the_pages(isolated_e
     started: list[list[str]] = []
 
     def held(data_dir: Path, args: list[str], **_: object) -> object:
-        if args[0] == "stop":  # a stop takes 3 s at most: not held here
+        if "retry" not in args:  # a stop, a note: quick, not held here
             return ui_app.ActionResult(state="done", code=0, line="", started_at=0.0)
         started.append(args)
         release.wait(60)
@@ -604,9 +604,11 @@ def test_actions_waiting_for_a_busy_scheduler_never_hold_up_the_pages(isolated_e
         assert httpx.get(f"{base}/api/attention", headers=auth, timeout=30).status_code == 200
         assert httpx.get(f"{base}/compensations", headers=auth, timeout=30).status_code == 200
         assert len(started) == ui_app.ACTION_THREADS  # no more actions at once than their own threads
-        # ... and a stop is never queued behind them (R-C9)
+        # ... and a stop or a note, which never wait for a scheduler, are never queued behind them (R-C9)
         stop = httpx.post(f"{base}/actions/runs/run_x/stop", data={"reason": "now"}, headers=auth, timeout=30)
         assert stop.status_code == 303, stop.text
+        note = httpx.post(f"{base}/actions/compensations/cmp_x/note", data={"text": "seen"}, headers=auth, timeout=30)
+        assert note.status_code == 303, note.text
         release.set()
         for p in posts:
             p.join(60)

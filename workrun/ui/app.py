@@ -56,13 +56,17 @@ dashboard review: 45 waiting actions held every thread, and a page took 26 s).""
 _ACTION_LIMITS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per event loop
 
 
-async def _act(func: Any, *args: Any, **kwargs: Any) -> Any:
-    """``func(*args, **kwargs)`` on one of the :data:`ACTION_THREADS` threads of the actions."""
+async def _act(func: Any, *args: Any, waits: bool = True, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)`` in a thread: with ``waits`` (an action that may wait for a busy scheduler) on one
+    of the :data:`ACTION_THREADS` threads of such actions, else on the server's own pool, as a page's reads are
+    (a note, a resolve or a confirm never queues behind retries that wait; diff review)."""
     import asyncio
     import functools
 
     import anyio.to_thread
 
+    if not waits:
+        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs))
     loop = asyncio.get_running_loop()
     limiter = _ACTION_LIMITS.get(loop)
     if limiter is None:
@@ -699,16 +703,14 @@ async def run_action_route(request: Request) -> Response:
         return _bad(d, request, f"{action} needs a reason", back)
     why = [f"--reason={reason}"] if reason else []
     if action == "stop":  # never queued behind actions that wait for a scheduler: it takes 3 s at most (R-C9)
-        from starlette.concurrency import run_in_threadpool
-
-        result = await run_in_threadpool(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0)
+        result = await _act(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0, waits=False)
         return _answer(d, request, result, f"stop {rid}", back)
     result = await _act(run_action, d.data_dir, [action, rid, *wait, *why], scheduling=True)
     go = None
     if action == "rerun" and result.run_id:
         go = f"/runs/{result.run_id}"
     elif action == "rerun" and result.state in ("done", "ended", "running"):
-        go = await _act(_new_run, d, rid, result.started_at)
+        go = await _act(_new_run, d, rid, result.started_at, waits=False)
     return _answer(d, request, result, f"{action} {rid}", back, go)
 
 
@@ -753,7 +755,7 @@ async def compensation_action_route(request: Request) -> Response:
         if not note:
             return _bad(d, request, "a note needs text", back)
         args += [cid, "--", note]
-    result = await _act(run_action, d.data_dir, args, scheduling=action == "retry")
+    result = await _act(run_action, d.data_dir, args, scheduling=action == "retry", waits=action == "retry")
     return _answer(d, request, result, f"{action} {cid}", back)
 
 
@@ -786,7 +788,7 @@ async def ticket_action_route(request: Request) -> Response:
     scheduling = action in ("resume", "retry", "terminate")
     if scheduling and form.get("wait"):  # R-U4: waits for a busy scheduler when asked, as the CLI's --wait
         args.append("--wait")
-    result = await _act(run_action, d.data_dir, args, scheduling=scheduling)
+    result = await _act(run_action, d.data_dir, args, scheduling=scheduling, waits=scheduling)
     return _answer(d, request, result, f"{action} {tid}", back)
 
 
@@ -799,7 +801,7 @@ async def list_tools_route(request: Request) -> Response:
     project = form.get("project", "")
     if project not in known:
         return _bad(d, request, "unknown project", "/apps")
-    result = await _act(run_action, d.data_dir, ["app", "list", project, "--json"], scheduling=False,
+    result = await _act(run_action, d.data_dir, ["app", "list", project, "--json"], scheduling=False, waits=False,
                                      timeout=180.0)
     return _answer(d, request, result, "list tools", "/apps")
 
