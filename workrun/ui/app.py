@@ -56,22 +56,23 @@ dashboard review: 45 waiting actions held every thread, and a page took 26 s).""
 _ACTION_LIMITS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()  # per event loop
 
 
-async def _act(func: Any, *args: Any, waits: bool = True, **kwargs: Any) -> Any:
-    """``func(*args, **kwargs)`` in a thread: with ``waits`` (an action that may wait for a busy scheduler) on one
-    of the :data:`ACTION_THREADS` threads of such actions, else on the server's own pool, as a page's reads are
-    (a note, a resolve or a confirm never queues behind retries that wait; diff review)."""
+async def _act(d: Dashboard, args: list[str], *, scheduling: bool, **kwargs: Any) -> ActionResult:
+    """:func:`~workrun.ui.actions.run_action` of ``args`` in a thread: a scheduling command (one that may wait for a
+    busy scheduler) on one of the :data:`ACTION_THREADS` threads of such actions, any other (a stop, a note, a
+    resolve, a confirm) on the server's own pool, as a page's reads are, never queued behind them (diff review)."""
     import asyncio
     import functools
 
     import anyio.to_thread
 
-    if not waits:
-        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs))
+    call = functools.partial(run_action, d.data_dir, args, scheduling=scheduling, **kwargs)
+    if not scheduling:
+        return await anyio.to_thread.run_sync(call)
     loop = asyncio.get_running_loop()
     limiter = _ACTION_LIMITS.get(loop)
     if limiter is None:
         limiter = _ACTION_LIMITS[loop] = anyio.CapacityLimiter(ACTION_THREADS)
-    return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs), limiter=limiter)
+    return await anyio.to_thread.run_sync(call, limiter=limiter)
 
 
 def _parse_iso(value: str | None) -> float | None:
@@ -691,6 +692,8 @@ def _bad(d: Dashboard, request: Request, message: str, back: str = "/") -> Respo
 
 async def run_action_route(request: Request) -> Response:
     """POST ``/actions/runs/{run_id}/{rerun|stop|compensate}``."""
+    from starlette.concurrency import run_in_threadpool
+
     d = _dash(request)
     rid, action = request.path_params["run_id"], request.path_params["action"]
     form = await _form(request)
@@ -703,14 +706,14 @@ async def run_action_route(request: Request) -> Response:
         return _bad(d, request, f"{action} needs a reason", back)
     why = [f"--reason={reason}"] if reason else []
     if action == "stop":  # never queued behind actions that wait for a scheduler: it takes 3 s at most (R-C9)
-        result = await _act(run_action, d.data_dir, ["stop", rid, *why], scheduling=False, timeout=3.0, waits=False)
+        result = await _act(d, ["stop", rid, *why], scheduling=False, timeout=3.0)
         return _answer(d, request, result, f"stop {rid}", back)
-    result = await _act(run_action, d.data_dir, [action, rid, *wait, *why], scheduling=True)
+    result = await _act(d, [action, rid, *wait, *why], scheduling=True)
     go = None
     if action == "rerun" and result.run_id:
         go = f"/runs/{result.run_id}"
     elif action == "rerun" and result.state in ("done", "ended", "running"):
-        go = await _act(_new_run, d, rid, result.started_at, waits=False)
+        go = await run_in_threadpool(_new_run, d, rid, result.started_at)
     return _answer(d, request, result, f"{action} {rid}", back, go)
 
 
@@ -755,7 +758,7 @@ async def compensation_action_route(request: Request) -> Response:
         if not note:
             return _bad(d, request, "a note needs text", back)
         args += [cid, "--", note]
-    result = await _act(run_action, d.data_dir, args, scheduling=action == "retry", waits=action == "retry")
+    result = await _act(d, args, scheduling=action == "retry")
     return _answer(d, request, result, f"{action} {cid}", back)
 
 
@@ -788,7 +791,7 @@ async def ticket_action_route(request: Request) -> Response:
     scheduling = action in ("resume", "retry", "terminate")
     if scheduling and form.get("wait"):  # R-U4: waits for a busy scheduler when asked, as the CLI's --wait
         args.append("--wait")
-    result = await _act(run_action, d.data_dir, args, scheduling=scheduling, waits=scheduling)
+    result = await _act(d, args, scheduling=scheduling)
     return _answer(d, request, result, f"{action} {tid}", back)
 
 
@@ -801,8 +804,7 @@ async def list_tools_route(request: Request) -> Response:
     project = form.get("project", "")
     if project not in known:
         return _bad(d, request, "unknown project", "/apps")
-    result = await _act(run_action, d.data_dir, ["app", "list", project, "--json"], scheduling=False, waits=False,
-                                     timeout=180.0)
+    result = await _act(d, ["app", "list", project, "--json"], scheduling=False, timeout=180.0)
     return _answer(d, request, result, "list tools", "/apps")
 
 
