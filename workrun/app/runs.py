@@ -359,17 +359,17 @@ def compensate(run_id: str, *, dry_run: bool = False, home: Home = None, wait: b
         run_row = svc.journal.run(run_id)
         rid = run_row["run_id"]
         check_compensate(run_row)  # again: the run may have moved while this waited for the lock
-        if run_row["status"] in ("stopped", "terminated") and not run_row["compensate_requested"]:
+        # a stopped or terminated run's first request is its audit row; any other compensate (a failed run's taken
+        # up again) is audited too, who and why (R-O2, R-D4; dashboard review: its reason was lost)
+        first_request = run_row["status"] in ("stopped", "terminated") and not run_row["compensate_requested"]
+        if first_request:
             svc.journal.request_compensation(rid, {"run_id": rid, "at": svc.now(), "actor": actor(),
                                                    "action": "compensate", "text": reason,
                                                    "args": {"reason": reason} if reason else {}})
             svc.say(rid, None, "info", f"compensation of {run_row['status']} run {rid} requested by {actor()}")
-            audit = False
-        else:  # a failed run's compensation taken up again: an operator action too, who and why (R-O2, R-D4;
-            audit = True  # dashboard review: the reason was lost)
         before = {c["compensation_id"]: c["status"] for c in svc.journal.compensations(rid)}
         with run_claim(svc, rid, wait):
-            if audit:  # once it holds the run: never for a compensate another worker's claim refused (diff review)
+            if not first_request:  # once it holds the run: never for one another worker's claim refused (diff review)
                 _audit(svc, rid, "compensate", {"reason": reason} if reason else {})
             compensate_now(svc, rid)
         view = run_detail(svc.journal, rid)
