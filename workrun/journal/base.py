@@ -56,8 +56,6 @@ __all__ = ["FAULT_POINTS", "CallClaims", "CallRecords", "CompensationRecords", "
            "RemoteTaskRecords", "RunClaims", "RunRecords", "SharedJournal", "SnapshotStore", "TicketRecords"]
 
 
-
-
 class RunRecords(Protocol):
     """Runs, their nodes and messages (R-W2, R-W3, R-C9): what the engine writes as a run goes, and reads back."""
 
